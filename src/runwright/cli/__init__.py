@@ -1,0 +1,1 @@
+"""The command line: parse, call one function, render. No logic lives here."""

@@ -1,0 +1,41 @@
+"""Shared rendering helpers: JSON output, tables, and user-facing errors without tracebacks."""
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from runwright.errors import RunwrightError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn runwright's own errors into a one-paragraph message and exit status 2."""
+    try:
+        yield
+    except RunwrightError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        raise typer.Exit(code=2) from None
+
+
+def guarded(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator form of `user_errors` for typer commands."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with user_errors():
+            return fn(*args, **kwargs)
+
+    return wrapper

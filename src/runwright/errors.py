@@ -1,0 +1,36 @@
+"""The one exception hierarchy of runwright.
+
+Every error a user can cause derives from `RunwrightError` and carries a message that says what to
+change. Expected outcomes (a stale write, an already-applied transition) are values, not exceptions.
+This module imports nothing, so every layer (including `spec/`) may use it.
+"""
+
+
+class RunwrightError(Exception):
+    """Base of every error runwright raises on purpose; the message is meant for the user."""
+
+
+class SpecError(RunwrightError):
+    """A job spec is malformed, contradictory or refers to something that does not exist.
+
+    `problems` holds one line per offending field, each naming the field and what would be valid.
+    """
+
+    def __init__(self, message: str, problems: list[str] | None = None) -> None:
+        self.problems = list(problems or [])
+        text = message if not self.problems else message + "\n" + "\n".join(
+            f"  - {p}" for p in self.problems
+        )
+        super().__init__(text)
+
+
+class StoreError(RunwrightError):
+    """The durable store cannot be opened, migrated or reached."""
+
+
+class NotFoundError(RunwrightError):
+    """A run, dataset or checkpoint named by the user does not exist."""
+
+
+class LaunchError(RunwrightError):
+    """The executor could not start the worker group."""

@@ -1,0 +1,76 @@
+"""Where and how wide a run executes: parallel layout and the resources it asks for."""
+
+from typing import Literal
+
+from pydantic import Field, PositiveInt, model_validator
+
+from runwright.spec.base import Section
+
+
+class MembershipSpec(Section):
+    """The membership contract: what losing a member means (seed 003, "membership contracts")."""
+
+    mode: Literal["fixed", "elastic"] = "fixed"
+    """`fixed`: any lost member fails the whole group, which restarts at the same size.
+    `elastic`: the group may restart anywhere in [min_nodes, max_nodes]."""
+    min_nodes: PositiveInt | None = None
+    """Smallest node count an elastic run may continue with."""
+    max_nodes: PositiveInt | None = None
+    """Largest node count an elastic run may grow to."""
+
+    @model_validator(mode="after")
+    def _range(self) -> "MembershipSpec":
+        if self.mode == "fixed" and (self.min_nodes or self.max_nodes):
+            raise ValueError("min_nodes/max_nodes apply only to mode: elastic")
+        if self.mode == "elastic":
+            if self.min_nodes is None or self.max_nodes is None:
+                raise ValueError("mode: elastic needs both min_nodes and max_nodes")
+            if self.min_nodes > self.max_nodes:
+                raise ValueError(
+                    f"min_nodes={self.min_nodes} exceeds max_nodes={self.max_nodes}"
+                )
+        return self
+
+
+class ParallelismSpec(Section):
+    """Parallel degrees; their product is the world size."""
+
+    dp: PositiveInt | Literal["auto"] = "auto"
+    """Data-parallel degree; `auto` = world size / (tp x pp x ep)."""
+    tp: PositiveInt = 1
+    """Tensor-parallel degree."""
+    pp: PositiveInt = 1
+    """Pipeline-parallel degree."""
+    ep: PositiveInt = 1
+    """Expert-parallel degree."""
+    membership: MembershipSpec = Field(default_factory=MembershipSpec)
+    """Membership contract."""
+
+
+class ResourcesSpec(Section):
+    """What the scheduler must admit as one gang."""
+
+    nodes: PositiveInt = 1
+    """Nodes (hosts) in the gang."""
+    devices_per_node: PositiveInt = 1
+    """Worker processes per node (one per accelerator; CPU processes on a CPU machine)."""
+    device_type: Literal["cpu", "cuda"] = "cpu"
+    """Accelerator kind; `cpu` runs gloo, `cuda` runs NCCL."""
+    device_memory_bytes: PositiveInt | None = None
+    """Memory per device, for preflight and the memory ledger."""
+    peak_flops_per_device: float | None = Field(default=None, gt=0)
+    """Declared peak FLOP/s per device (datasheet), the MFU denominator."""
+    pool: str = "default"
+    """Resource pool the run draws from."""
+    priority: int = 0
+    """Higher runs first within a pool."""
+    preemptible: bool = False
+    """Whether the scheduler may preempt the run for a higher priority one."""
+    same_node_tp: bool = True
+    """Keep each tensor-parallel group inside one node's fast interconnect domain."""
+    device_hour_price: float = Field(default=0.0, ge=0.0)
+    """Price of one device-hour, for cost accounting."""
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.devices_per_node

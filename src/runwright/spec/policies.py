@@ -1,0 +1,180 @@
+"""How a run is kept alive and bounded: checkpoints, recovery, budget, reproducibility,
+governance."""
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from runwright.spec.base import Section
+
+
+class CheckpointIntervalSpec(Section):
+    """When to checkpoint."""
+
+    policy: Literal["steps", "seconds", "auto"] = "steps"
+    """`steps`/`seconds` fixed; `auto` = Young/Daly optimum from the measured save stall and the
+    mean time between failures."""
+    every_steps: PositiveInt | None = 50
+    """Checkpoint every N optimizer steps (policy: steps)."""
+    every_seconds: PositiveFloat | None = None
+    """Checkpoint every N seconds of training (policy: seconds)."""
+    mtbf_seconds: PositiveFloat | None = None
+    """Declared mean time between failures for policy: auto, until one is observed."""
+
+    @model_validator(mode="after")
+    def _policy_inputs(self) -> "CheckpointIntervalSpec":
+        if self.policy == "steps" and self.every_steps is None:
+            raise ValueError("policy: steps needs every_steps (e.g. every_steps: 100)")
+        if self.policy == "seconds" and self.every_seconds is None:
+            raise ValueError("policy: seconds needs every_seconds (e.g. every_seconds: 1800)")
+        if self.policy == "auto" and self.mtbf_seconds is None:
+            raise ValueError(
+                "policy: auto needs mtbf_seconds (the declared mean time between failures)"
+            )
+        return self
+
+
+class CheckpointSpec(Section):
+    """The checkpoint policy."""
+
+    enabled: bool = True
+    """Whether the run checkpoints at all."""
+    interval: CheckpointIntervalSpec = Field(default_factory=CheckpointIntervalSpec)
+    """When to save."""
+    mode: Literal["sync", "async"] = "sync"
+    """`async` returns to training once the snapshot is staged in host memory."""
+    max_inflight: PositiveInt = 1
+    """Async backlog bound: staged snapshots not yet committed."""
+    when_full: Literal["block", "skip", "sync"] = "block"
+    """What an async save does when the backlog is full."""
+    keep_last: PositiveInt = 3
+    """Retention: keep the newest N committed checkpoints."""
+    keep_every_steps: PositiveInt | None = None
+    """Retention: also keep every checkpoint whose step is a multiple of K."""
+    verify_on_restore: Literal["full", "sampled", "none"] = "full"
+    """How restore checks shard checksums."""
+    resume: Literal["exact", "coverage", "distribution"] = "exact"
+    """Resume semantics: exact sample sequence, coverage only, or distribution only."""
+    save_on_stop: bool = True
+    """Save at the stop step on cancel, preemption or budget exhaustion."""
+
+
+class FailureClass(StrEnum):
+    """Failure taxonomy; each class has its own retry policy (seed 003, "recovery starts with
+    classification")."""
+
+    USER_CODE = "user_code"
+    OOM = "oom"
+    NAN_INF = "nan_inf"
+    HANG = "hang"
+    NO_PROGRESS = "no_progress"
+    DATA = "data"
+    STORAGE = "storage"
+    NODE_LOST = "node_lost"
+    PREEMPTION = "preemption"
+    INFRASTRUCTURE = "infrastructure"
+
+
+class ClassPolicy(Section):
+    """Retry policy for one failure class."""
+
+    max_retries: int = Field(default=2, ge=0)
+    """Restarts allowed for this class before the run fails."""
+    backoff_seconds: float = Field(default=1.0, ge=0.0)
+    """First restart delay; doubles each retry."""
+    backoff_max_seconds: float = Field(default=60.0, ge=0.0)
+    """Cap on the restart delay."""
+    consumes_error_budget: bool = True
+    """Whether a failure of this class counts against max_total_restarts."""
+
+
+def _default_class_policies() -> dict[FailureClass, ClassPolicy]:
+    deterministic = ClassPolicy(max_retries=1)
+    return {
+        FailureClass.USER_CODE: deterministic,
+        FailureClass.OOM: deterministic,
+        FailureClass.NAN_INF: ClassPolicy(max_retries=1),
+        FailureClass.HANG: ClassPolicy(max_retries=3),
+        FailureClass.NO_PROGRESS: ClassPolicy(max_retries=2),
+        FailureClass.DATA: deterministic,
+        FailureClass.STORAGE: ClassPolicy(max_retries=3, backoff_seconds=5.0),
+        FailureClass.NODE_LOST: ClassPolicy(max_retries=3),
+        FailureClass.PREEMPTION: ClassPolicy(max_retries=100, consumes_error_budget=False),
+        FailureClass.INFRASTRUCTURE: ClassPolicy(max_retries=3, backoff_seconds=5.0),
+    }
+
+
+class RecoverySpec(Section):
+    """Failure detection and per-class recovery."""
+
+    heartbeat_interval_seconds: PositiveFloat = 2.0
+    """How often each rank reports it is alive."""
+    heartbeat_timeout_seconds: PositiveFloat = 30.0
+    """Silence after which a rank counts as hung."""
+    progress_timeout_seconds: PositiveFloat = 120.0
+    """Time without a step advance (after warm-up) that counts as no progress."""
+    warmup_steps: int = Field(default=1, ge=0)
+    """Steps excluded from the progress timeout (compilation, first data reads)."""
+    max_total_restarts: int = Field(default=5, ge=0)
+    """Restarts across all budget-consuming classes."""
+    max_restarts_without_progress: PositiveInt = 2
+    """Consecutive restarts with no step past the restored one before the run stops."""
+    policies: dict[FailureClass, ClassPolicy] = Field(default_factory=_default_class_policies)
+    """Per-class policy; classes left out keep their defaults."""
+    on_nan: Literal["rollback_skip", "fail"] = "rollback_skip"
+    """After a NaN/Inf: roll back and skip the offending batch range, or fail."""
+    stop_grace_seconds: PositiveFloat = 30.0
+    """Time a worker group gets to stop at a step boundary before it is killed."""
+
+    @model_validator(mode="after")
+    def _timeouts_ordered(self) -> "RecoverySpec":
+        hi, ht, pt = (
+            self.heartbeat_interval_seconds,
+            self.heartbeat_timeout_seconds,
+            self.progress_timeout_seconds,
+        )
+        if not hi < ht < pt:
+            raise ValueError(
+                "need heartbeat_interval_seconds < heartbeat_timeout_seconds < "
+                f"progress_timeout_seconds; got {hi} < {ht} < {pt}. "
+                f"e.g. heartbeat_timeout_seconds >= {hi * 3:g} and progress_timeout_seconds "
+                f">= {max(ht, hi * 3) * 2:g}"
+            )
+        return self
+
+    def policy_for(self, failure: FailureClass) -> ClassPolicy:
+        return self.policies.get(failure) or _default_class_policies()[failure]
+
+
+class BudgetSpec(Section):
+    """Hard limits; at a limit the run stops at a step boundary with a checkpoint."""
+
+    device_hours: PositiveFloat | None = None
+    """Device-hours (processes x hours allocated)."""
+    tokens: PositiveInt | None = None
+    """Training tokens consumed."""
+    wall_seconds: PositiveFloat | None = None
+    """Wall-clock seconds from first start."""
+    warn_fraction: float = Field(default=0.9, gt=0.0, lt=1.0)
+    """Share of a limit at which the controller warns."""
+
+
+class ReproducibilitySpec(Section):
+    """What 'the same run' means (seed 004, "proving recovery equivalence")."""
+
+    level: Literal["bitwise", "statistical", "semantic"] = "bitwise"
+    """`bitwise`: deterministic kernels, parameters equal bit for bit after recovery."""
+
+
+class GovernanceSpec(Section):
+    """Who owns the run and why it exists."""
+
+    owner: str = "unknown"
+    """Person or team accountable for the run."""
+    hypothesis: str = ""
+    """What the run is meant to show."""
+    stop_criteria: list[str] = Field(default_factory=list)
+    """Conditions under which the run should be stopped early, in words."""
+    tags: dict[str, str] = Field(default_factory=dict)
+    """Free labels (project, licence, data usage)."""

@@ -1,0 +1,186 @@
+"""ResolvedPlan: what the platform derives from the user's intent, each value with its reason.
+
+The arithmetic is pure so the spec validator and `runwright spec explain` share it; a layout that
+cannot be resolved raises ValueError naming the field and the nearest valid values.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from runwright.spec.job import JobSpec
+
+# Without a memory ledger, the derived micro-batch is the largest divisor of the per-rank batch up
+# to this many sequences: enough to keep a CPU/GPU kernel busy without guessing at memory.
+DEFAULT_MICRO_BATCH_CAP = 8
+
+
+class Derived(BaseModel):
+    """One derived value and why it has that value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    value: int | float | None
+    """The derived value."""
+    reason: str
+    """How it was derived, with the arithmetic."""
+
+
+class ResolvedPlan(BaseModel):
+    """The layout and batch arithmetic a run actually uses."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    world_size: Derived
+    dp: Derived
+    micro_batch_size: Derived
+    grad_accumulation_steps: Derived
+    global_batch_samples: Derived
+    tokens_per_step: Derived
+    total_steps: Derived
+    checkpoint_every_steps: Derived
+    notes: list[str] = Field(default_factory=list)
+    """Warnings that do not stop the run (e.g. a checkpoint interval longer than the run)."""
+
+    def values(self) -> dict[str, int | float | None]:
+        return {
+            name: getattr(self, name).value
+            for name in type(self).model_fields
+            if name != "notes"
+        }
+
+
+def nearest_multiples(value: int, unit: int, count: int = 2) -> list[int]:
+    """The multiples of `unit` nearest to `value` (positive ones only)."""
+    below = (value // unit) * unit
+    candidates = {below - unit * i for i in range(count)} | {below + unit * (i + 1) for i in
+                                                              range(count)}
+    return sorted(c for c in candidates if c > 0)[: 2 * count] or [unit]
+
+
+def divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def resolve_dp(world_size: int, tp: int, pp: int, ep: int, dp: int | str) -> tuple[int, str]:
+    model_parallel = tp * pp * ep
+    if world_size % model_parallel:
+        valid = [w for w in nearest_multiples(world_size, model_parallel)]
+        raise ValueError(
+            f"parallelism: tp x pp x ep = {tp} x {pp} x {ep} = {model_parallel} must divide the "
+            f"world size resources.nodes x resources.devices_per_node = {world_size}; "
+            f"nearest valid world sizes: {valid}"
+        )
+    derived = world_size // model_parallel
+    if dp == "auto":
+        return derived, (
+            f"world size {world_size} / (tp {tp} x pp {pp} x ep {ep}) = {derived}"
+        )
+    if dp != derived:
+        raise ValueError(
+            f"parallelism.dp={dp} contradicts the world size: {world_size} processes / "
+            f"(tp x pp x ep = {model_parallel}) = {derived}; set dp: {derived} or dp: auto, or "
+            f"change resources to {dp * model_parallel} processes"
+        )
+    return derived, f"declared, and consistent with world size {world_size} / {model_parallel}"
+
+
+def resolve_batch(
+    global_batch_samples: int, dp: int, micro_batch: int | None
+) -> tuple[int, str, int, str]:
+    """Micro-batch and accumulation so that micro x accumulation x dp == global batch."""
+    if global_batch_samples % dp:
+        raise ValueError(
+            f"training.global_batch_samples={global_batch_samples} is not divisible by "
+            f"dp={dp}; nearest valid values: {nearest_multiples(global_batch_samples, dp)}"
+        )
+    per_rank = global_batch_samples // dp
+    if micro_batch is None:
+        fitting = [d for d in divisors(per_rank) if d <= DEFAULT_MICRO_BATCH_CAP]
+        micro = max(fitting)
+        micro_reason = (
+            f"largest divisor of the per-rank batch {global_batch_samples}/{dp} = {per_rank} "
+            f"that is <= {DEFAULT_MICRO_BATCH_CAP}"
+        )
+    else:
+        step = micro_batch * dp
+        if global_batch_samples % step:
+            raise ValueError(
+                f"training.global_batch_samples={global_batch_samples} is not divisible by "
+                f"micro_batch_size x dp = {micro_batch} x {dp} = {step}; nearest valid "
+                f"global batches: {nearest_multiples(global_batch_samples, step)}; or "
+                f"micro_batch_size in {divisors(per_rank)}"
+            )
+        micro = micro_batch
+        micro_reason = "declared"
+    accumulation = per_rank // micro
+    accumulation_reason = (
+        f"{global_batch_samples} samples / (micro {micro} x dp {dp}) = {accumulation}"
+    )
+    return micro, micro_reason, accumulation, accumulation_reason
+
+
+def resolve_plan(spec: JobSpec) -> ResolvedPlan:
+    res, par, train, data = spec.resources, spec.parallelism, spec.training, spec.data
+    seq = data.sequence_length
+    world = res.world_size
+    dp, dp_reason = resolve_dp(world, par.tp, par.pp, par.ep, par.dp)
+    if train.global_batch_tokens is not None:
+        if train.global_batch_tokens % seq:
+            raise ValueError(
+                f"training.global_batch_tokens={train.global_batch_tokens} is not a multiple of "
+                f"data.sequence_length={seq}; nearest valid values: "
+                f"{nearest_multiples(train.global_batch_tokens, seq)}"
+            )
+        gbs = train.global_batch_tokens // seq
+        gbs_reason = f"{train.global_batch_tokens} tokens / sequence length {seq} = {gbs}"
+    else:
+        gbs = train.global_batch_samples or 0
+        gbs_reason = "declared"
+    micro, micro_reason, accum, accum_reason = resolve_batch(gbs, dp, train.micro_batch_size)
+    tokens_per_step = gbs * seq
+    if train.steps is not None:
+        steps, steps_reason = train.steps, "declared"
+    else:
+        budget = train.token_budget or 0
+        steps = -(-budget // tokens_per_step)
+        steps_reason = f"ceil(token budget {budget} / {tokens_per_step} tokens per step)"
+    notes: list[str] = []
+    interval = spec.checkpoint.interval
+    if not spec.checkpoint.enabled:
+        every, every_reason = None, "checkpointing disabled"
+    elif interval.policy == "steps":
+        every, every_reason = interval.every_steps, "declared (policy: steps)"
+        if every and every > steps:
+            notes.append(
+                f"checkpoint.interval.every_steps={every} exceeds the run's {steps} steps: "
+                "only the stop-step checkpoint (if any) will be written"
+            )
+    else:
+        every = None
+        every_reason = f"policy: {interval.policy}; decided at run time from measured step time"
+    if train.schedule.warmup_steps >= steps:
+        notes.append(
+            f"training.schedule.warmup_steps={train.schedule.warmup_steps} >= {steps} steps: "
+            "the run never reaches its peak learning rate"
+        )
+    return ResolvedPlan(
+        world_size=Derived(
+            value=world,
+            reason=f"resources.nodes {res.nodes} x devices_per_node {res.devices_per_node}",
+        ),
+        dp=Derived(value=dp, reason=dp_reason),
+        micro_batch_size=Derived(value=micro, reason=micro_reason),
+        grad_accumulation_steps=Derived(value=accum, reason=accum_reason),
+        global_batch_samples=Derived(value=gbs, reason=gbs_reason),
+        tokens_per_step=Derived(
+            value=tokens_per_step,
+            reason=f"{gbs} samples x {seq} tokens = {tokens_per_step:,} tokens per step",
+        ),
+        total_steps=Derived(value=steps, reason=steps_reason),
+        checkpoint_every_steps=Derived(value=every, reason=every_reason),
+        notes=notes,
+    )

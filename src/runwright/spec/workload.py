@@ -1,0 +1,203 @@
+"""What is trained and on what: code, environment, model, tokenizer, data, training."""
+
+from typing import Literal
+
+from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+
+from runwright.spec.base import Section
+
+ALGORITHM_PATTERN = r"^[a-z][a-z0-9-]*-v[0-9]+$"
+
+
+class CodeSpec(Section):
+    """The program a run executes."""
+
+    entrypoint: str = Field(min_length=1)
+    """Training script path (relative to the spec file's folder or absolute) or `module:NAME`
+    for `python -m NAME`; launched under torchrun on every rank."""
+    args: list[str] = Field(default_factory=list)
+    """Extra command-line arguments passed to the entrypoint on every rank."""
+    ref: str | None = None
+    """Code version (a git commit or tag) recorded in the run's evidence chain."""
+
+
+class EnvironmentSpec(Section):
+    """The software environment the run expects."""
+
+    lock_file: str | None = None
+    """Path of an environment lock (requirements.txt, uv.lock, ...) whose hash is recorded."""
+    lock_hash: str | None = None
+    """sha256 of the lock file, when known at submit time."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment variables set for every worker."""
+
+
+class ModelSpec(Section):
+    """A decoder-only transformer; the reference trainer builds it, the planner sizes it."""
+
+    architecture: Literal["gpt"] = "gpt"
+    """Model family; only the reference decoder-only GPT for now."""
+    n_layers: PositiveInt = 2
+    """Number of transformer blocks (L)."""
+    d_model: PositiveInt = 64
+    """Hidden size (H)."""
+    n_heads: PositiveInt = 4
+    """Attention heads; must divide d_model."""
+    d_ff: PositiveInt | None = None
+    """Feed-forward inner size; defaults to 4 x d_model."""
+    vocab_size: PositiveInt = 512
+    """Vocabulary size (V); must cover the tokenizer's ids."""
+    dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
+    """Dropout probability; 0 keeps runs bitwise reproducible without extra RNG care."""
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> "ModelSpec":
+        if self.d_model % self.n_heads:
+            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0]
+            near = sorted(divisors, key=lambda h: abs(h - self.n_heads))[:3]
+            raise ValueError(
+                f"n_heads={self.n_heads} must divide d_model={self.d_model}; "
+                f"nearest valid n_heads: {sorted(near)}"
+            )
+        return self
+
+    @property
+    def ffn_size(self) -> int:
+        return self.d_ff or 4 * self.d_model
+
+    @property
+    def parameter_count(self) -> int:
+        """Parameters of the reference GPT: tied embedding V*H, per block 4H^2 (attention) +
+        2*H*F (MLP) + biases and two LayerNorms, plus the final LayerNorm."""
+        h, f = self.d_model, self.ffn_size
+        per_block = 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h
+        return self.vocab_size * h + self.n_layers * per_block + 2 * h
+
+
+class TokenizerSpec(Section):
+    """The tokenizer whose ids the data and model share."""
+
+    path: str | None = None
+    """A HF `tokenizers` tokenizer.json; None means the dataset's own recorded tokenizer."""
+    hash: str | None = None
+    """Expected sha256 of the tokenizer file; a mismatch refuses the run."""
+    eod_token_id: int | None = Field(default=None, ge=0)
+    """End-of-document token id used by packing; None takes it from the dataset manifest."""
+
+
+class MixtureSource(Section):
+    """One source of a data mixture and its target share."""
+
+    name: str = Field(min_length=1)
+    """Source name as recorded in the dataset manifest (e.g. `code`, `prose`)."""
+    weight: PositiveFloat
+    """Relative target weight; weights are normalised to sum to one."""
+    exhaustion: Literal["stop", "repeat", "renormalise", "error"] = "repeat"
+    """What happens when this source runs out within an epoch."""
+
+
+class MixtureSpec(Section):
+    """How sources are interleaved into one logical sequence."""
+
+    algorithm: str = Field(default="quota-v1", pattern=ALGORITHM_PATTERN)
+    """Versioned mixture algorithm (`quota-v1` exact quotas, `categorical-v1` independent draws)."""
+    unit: Literal["documents", "tokens", "loss_tokens"] = "documents"
+    """What the weights count."""
+    sources: list[MixtureSource] = Field(default_factory=list)
+    """Sources with weights; empty means every source in proportion to its size."""
+
+    @model_validator(mode="after")
+    def _unique_sources(self) -> "MixtureSpec":
+        names = [s.name for s in self.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"mixture source names must be unique; repeated: {dupes}")
+        return self
+
+
+class DataSpec(Section):
+    """The data contract: which dataset, in which order, packed how."""
+
+    dataset: str | None = None
+    """Dataset folder or fsspec URL holding manifest.json; None for synthetic data."""
+    manifest_id: str | None = None
+    """Expected dataset id (sha256 of the canonical manifest); a mismatch refuses the run."""
+    sequence_length: PositiveInt = 128
+    """Tokens per training sequence (T)."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of the shuffle and mixture algorithms."""
+    shuffle: str = Field(default="permute-v1", pattern=ALGORITHM_PATTERN)
+    """Versioned shuffle algorithm."""
+    mixture: MixtureSpec = Field(default_factory=MixtureSpec)
+    """Source mixture."""
+    packing: str = Field(default="concat-v1", pattern=ALGORITHM_PATTERN)
+    """Versioned packing algorithm (`concat-v1` with EOD and reset positions, `pad-v1`)."""
+    prefetch_batches: PositiveInt = 4
+    """Bound of the loader's prefetch queue (back-pressure)."""
+    read_workers: PositiveInt = 2
+    """Parallel shard readers feeding the reorder buffer."""
+
+
+class OptimizerSpec(Section):
+    """AdamW settings."""
+
+    name: Literal["adamw"] = "adamw"
+    """Optimizer; AdamW only for now."""
+    lr: PositiveFloat = 3e-4
+    """Peak learning rate."""
+    betas: tuple[float, float] = (0.9, 0.95)
+    """Adam beta1, beta2."""
+    weight_decay: float = Field(default=0.1, ge=0.0)
+    """Decoupled weight decay."""
+    grad_clip_norm: PositiveFloat | None = 1.0
+    """Global gradient-norm clip; None disables clipping."""
+
+
+class ScheduleSpec(Section):
+    """Learning-rate schedule: linear warm-up then decay."""
+
+    warmup_steps: int = Field(default=0, ge=0)
+    """Steps of linear warm-up from 0 to the peak rate."""
+    decay: Literal["cosine", "linear", "constant"] = "cosine"
+    """Shape after warm-up."""
+    min_lr_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    """Final rate as a fraction of the peak."""
+
+
+class TrainingSpec(Section):
+    """The optimisation contract: batch, length, optimizer, schedule, precision."""
+
+    global_batch_samples: PositiveInt | None = None
+    """Sequences per optimizer step across all data-parallel ranks."""
+    global_batch_tokens: PositiveInt | None = None
+    """Tokens per optimizer step; converted to samples by the sequence length."""
+    micro_batch_size: PositiveInt | None = None
+    """Sequences per rank per forward pass; derived when omitted."""
+    steps: PositiveInt | None = None
+    """Optimizer steps to run."""
+    token_budget: PositiveInt | None = None
+    """Training tokens to consume; converted to steps."""
+    optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
+    """Optimizer settings."""
+    schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
+    """Learning-rate schedule."""
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    """Compute precision; fp16 adds a gradient scaler."""
+    seed: int = Field(default=0, ge=0)
+    """Seed of model initialisation and dropout."""
+    log_every_steps: PositiveInt = 1
+    """How often ranks report step metrics."""
+
+    @model_validator(mode="after")
+    def _one_batch_and_one_length(self) -> "TrainingSpec":
+        if (self.global_batch_samples is None) == (self.global_batch_tokens is None):
+            raise ValueError(
+                "give exactly one of global_batch_samples or global_batch_tokens "
+                f"(got samples={self.global_batch_samples}, tokens={self.global_batch_tokens})"
+            )
+        if (self.steps is None) == (self.token_budget is None):
+            raise ValueError(
+                "give exactly one of steps or token_budget "
+                f"(got steps={self.steps}, token_budget={self.token_budget})"
+            )
+        return self

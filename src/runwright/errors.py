@@ -18,8 +18,10 @@ class SpecError(RunwrightError):
 
     def __init__(self, message: str, problems: list[str] | None = None) -> None:
         self.problems = list(problems or [])
-        text = message if not self.problems else message + "\n" + "\n".join(
-            f"  - {p}" for p in self.problems
+        text = (
+            message
+            if not self.problems
+            else message + "\n" + "\n".join(f"  - {p}" for p in self.problems)
         )
         super().__init__(text)
 

@@ -2,7 +2,7 @@
 
 import typer
 
-from runwright.cli import ckpt, data, plan
+from runwright.cli import ckpt, data, demo, plan, runs, spec
 
 app = typer.Typer(
     name="runwright",
@@ -12,10 +12,17 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.add_typer(spec.app, name="spec")
 app.add_typer(data.app, name="data")
 app.add_typer(ckpt.app, name="ckpt")
 app.add_typer(plan.app, name="plan")
+app.registered_commands.extend(runs.app.registered_commands)
+app.registered_commands.extend(demo.app.registered_commands)
 
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()

@@ -8,6 +8,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from runwright.errors import RunwrightError
 
@@ -25,7 +26,9 @@ def user_errors() -> Iterator[None]:
     try:
         yield
     except RunwrightError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False, markup=True)
+        err_console.print(
+            f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True
+        )
         raise typer.Exit(code=2) from None
 
 

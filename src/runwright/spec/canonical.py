@@ -31,7 +31,10 @@ def _normalise(value: Any) -> Any:
 
 def canonical_json(value: Any) -> str:
     return json.dumps(
-        _normalise(value), sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+        _normalise(value),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
         allow_nan=False,
     )
 

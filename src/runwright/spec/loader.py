@@ -58,9 +58,7 @@ def load_spec(path: str | Path) -> JobSpec:
     p = Path(path)
     fmt = SUFFIXES.get(p.suffix.lower())
     if fmt is None:
-        raise SpecError(
-            f"{p}: unknown spec format {p.suffix!r}; use one of {sorted(SUFFIXES)}"
-        )
+        raise SpecError(f"{p}: unknown spec format {p.suffix!r}; use one of {sorted(SUFFIXES)}")
     try:
         text = p.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -85,7 +83,7 @@ def _describe(err: Any) -> str:
     given = err.get("input")
     if kind not in ("value_error", "assertion_error") and not isinstance(given, dict | list):
         message = f"{message} (got {given!r})"
-    return f"{field}: {message}"
+    return message if not loc else f"{field}: {message}"
 
 
 def _fields_at(loc: tuple[Any, ...]) -> list[str]:

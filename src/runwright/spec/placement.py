@@ -26,9 +26,7 @@ class MembershipSpec(Section):
             if self.min_nodes is None or self.max_nodes is None:
                 raise ValueError("mode: elastic needs both min_nodes and max_nodes")
             if self.min_nodes > self.max_nodes:
-                raise ValueError(
-                    f"min_nodes={self.min_nodes} exceeds max_nodes={self.max_nodes}"
-                )
+                raise ValueError(f"min_nodes={self.min_nodes} exceeds max_nodes={self.max_nodes}")
         return self
 
 

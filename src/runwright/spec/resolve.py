@@ -47,17 +47,16 @@ class ResolvedPlan(BaseModel):
 
     def values(self) -> dict[str, int | float | None]:
         return {
-            name: getattr(self, name).value
-            for name in type(self).model_fields
-            if name != "notes"
+            name: getattr(self, name).value for name in type(self).model_fields if name != "notes"
         }
 
 
 def nearest_multiples(value: int, unit: int, count: int = 2) -> list[int]:
     """The multiples of `unit` nearest to `value` (positive ones only)."""
     below = (value // unit) * unit
-    candidates = {below - unit * i for i in range(count)} | {below + unit * (i + 1) for i in
-                                                              range(count)}
+    candidates = {below - unit * i for i in range(count)} | {
+        below + unit * (i + 1) for i in range(count)
+    }
     return sorted(c for c in candidates if c > 0)[: 2 * count] or [unit]
 
 
@@ -76,9 +75,7 @@ def resolve_dp(world_size: int, tp: int, pp: int, ep: int, dp: int | str) -> tup
         )
     derived = world_size // model_parallel
     if dp == "auto":
-        return derived, (
-            f"world size {world_size} / (tp {tp} x pp {pp} x ep {ep}) = {derived}"
-        )
+        return derived, (f"world size {world_size} / (tp {tp} x pp {pp} x ep {ep}) = {derived}")
     if dp != derived:
         raise ValueError(
             f"parallelism.dp={dp} contradicts the world size: {world_size} processes / "
@@ -92,7 +89,7 @@ def resolve_batch(
     global_batch_samples: int, dp: int, micro_batch: int | None
 ) -> tuple[int, str, int, str]:
     """Micro-batch and accumulation so that micro x accumulation x dp == global batch."""
-    if global_batch_samples % dp:
+    if global_batch_samples % dp and micro_batch is None:
         raise ValueError(
             f"training.global_batch_samples={global_batch_samples} is not divisible by "
             f"dp={dp}; nearest valid values: {nearest_multiples(global_batch_samples, dp)}"
@@ -111,8 +108,12 @@ def resolve_batch(
             raise ValueError(
                 f"training.global_batch_samples={global_batch_samples} is not divisible by "
                 f"micro_batch_size x dp = {micro_batch} x {dp} = {step}; nearest valid "
-                f"global batches: {nearest_multiples(global_batch_samples, step)}; or "
-                f"micro_batch_size in {divisors(per_rank)}"
+                f"global batches: {nearest_multiples(global_batch_samples, step)}"
+                + (
+                    f"; or micro_batch_size in {divisors(per_rank)}"
+                    if global_batch_samples % dp == 0
+                    else ""
+                )
             )
         micro = micro_batch
         micro_reason = "declared"

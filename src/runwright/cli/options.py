@@ -1,0 +1,27 @@
+"""Options shared by the commands that touch runs: where the root and the store are."""
+
+from pathlib import Path
+
+import typer
+
+from runwright.store import Store, resolve_root
+
+RootOption = typer.Option(
+    None,
+    "--root",
+    help="runwright root folder (default: $RUNWRIGHT_ROOT or ./.runwright).",
+    show_default=False,
+)
+StoreOption = typer.Option(
+    None,
+    "--store",
+    help="Store URL: sqlite:///PATH or postgresql://USER@HOST:PORT/DB "
+    "(default: $RUNWRIGHT_STORE or <root>/state.db).",
+    show_default=False,
+)
+JsonOption = typer.Option(False, "--json", help="Machine-readable output.")
+
+
+def open_store(root: Path | None, store: str | None) -> tuple[Path, Store]:
+    resolved = resolve_root(root)
+    return resolved, Store.open(resolved, store)

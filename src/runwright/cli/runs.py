@@ -1,0 +1,194 @@
+"""`runwright submit|status|events|list|controller`: start runs and look at them."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store
+from runwright.cli.render import console, guarded, print_json
+from runwright.control.controller import Controller
+from runwright.control.states import TERMINAL
+from runwright.control.summary import describe_run, event_line, run_summary
+from runwright.spec import load_spec
+from runwright.store import EventRecord
+
+app = typer.Typer()
+
+
+def _printer(json_out: bool):
+    if json_out:
+        return None
+    return lambda event: console.print(event_line(event), highlight=False)
+
+
+@app.command()
+@guarded
+def submit(
+    spec_file: Path = typer.Argument(..., help="Job spec file."),
+    idempotency_key: str | None = typer.Option(
+        None,
+        "--idempotency-key",
+        help="Submitting the same key again returns the existing run and starts nothing.",
+    ),
+    detach: bool = typer.Option(False, "--detach", help="Run the controller in the background."),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """Submit a run and drive it to a terminal state (Ctrl-C cancels it)."""
+    spec = load_spec(spec_file)
+    resolved, st = open_store(root, store)
+    controller = Controller(st, resolved, on_event=_printer(json_out))
+    run, created = controller.submit(spec, spec_file.resolve().parent, idempotency_key)
+    if not created:
+        if json_out:
+            print_json({"run_id": run.run_id, "created": False, "state": run.state})
+        else:
+            console.print(
+                f"idempotency key already used: existing run {run.run_id} "
+                f"({run.state}); nothing started"
+            )
+        return
+    if detach:
+        log = resolved / "runs" / run.run_id / "controller.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            argv = [
+                sys.executable,
+                "-m",
+                "runwright.cli.main",
+                "controller",
+                run.run_id,
+                "--root",
+                str(resolved),
+            ]
+            if store:
+                argv += ["--store", store]
+            subprocess.Popen(
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        if json_out:
+            print_json(
+                {
+                    "run_id": run.run_id,
+                    "created": True,
+                    "detached": True,
+                    "controller_log": str(log),
+                }
+            )
+        else:
+            console.print(f"submitted {run.run_id}; controller log {log}")
+        return
+    if not json_out:
+        console.print(f"run {run.run_id} (spec {spec.spec_hash[:12]})")
+    final = controller.drive(run.run_id)
+    if json_out:
+        print_json(run_summary(st, final.run_id))
+    else:
+        console.print(f"run {final.run_id} ended {final.state} ({final.terminal_reason})")
+    if final.state != "SUCCEEDED":
+        raise typer.Exit(code=1)
+
+
+@app.command("controller", hidden=True)
+@guarded
+def controller_cmd(
+    run_id: str = typer.Argument(...),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+) -> None:
+    """Drive an existing run (what `submit --detach` runs in the background)."""
+    resolved, st = open_store(root, store)
+    Controller(st, resolved, on_event=_printer(False)).drive(st.get_run(run_id).run_id)
+
+
+@app.command()
+@guarded
+def status(
+    run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """Show a run's state, history and what it is doing, in words."""
+    _, st = open_store(root, store)
+    summary = run_summary(st, run_id)
+    if json_out:
+        print_json(summary)
+        return
+    console.print(describe_run(summary), highlight=False)
+
+
+@app.command()
+@guarded
+def events(
+    run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing new events until the run ends."
+    ),
+    event_type: list[str] = typer.Option([], "--type", help="Only events of this type."),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """Print a run's append-only event log in order."""
+    _, st = open_store(root, store)
+    run = st.get_run(run_id)
+    seen = 0
+
+    def show(batch: list[EventRecord]) -> None:
+        for event in batch:
+            if json_out:
+                sys.stdout.write(event.model_dump_json() + "\n")
+            else:
+                console.print(event_line(event), highlight=False)
+
+    while True:
+        batch = st.events(run.run_id, after_seq=seen, types=event_type or None)
+        if json_out and not follow:
+            print_json([e.model_dump(mode="json") for e in batch])
+            return
+        show(batch)
+        if batch:
+            seen = batch[-1].seq
+        if not follow or (st.get_run(run.run_id).state in TERMINAL and not batch):
+            return
+        time.sleep(0.5)
+
+
+@app.command("list")
+@guarded
+def list_runs(
+    limit: int = typer.Option(20, help="How many of the newest runs."),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """List runs, newest first."""
+    _, st = open_store(root, store)
+    runs = st.list_runs(limit=limit)
+    if json_out:
+        print_json([r.model_dump(mode="json", exclude={"spec", "plan"}) for r in runs])
+        return
+    table = Table(title="runs")
+    for col in ("run id", "name", "state", "reason", "gen", "step", "created"):
+        table.add_column(col)
+    for r in runs:
+        table.add_row(
+            r.run_id,
+            r.name,
+            r.state,
+            r.terminal_reason or "",
+            str(r.generation),
+            "" if r.last_step is None else str(r.last_step),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_unix_s)),
+        )
+    console.print(table)

@@ -1,0 +1,92 @@
+"""`runwright spec validate|hash|explain|schema`."""
+
+import json
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from runwright.cli.render import console, guarded, print_json
+from runwright.errors import RunwrightError
+from runwright.spec import JobSpec, load_spec
+
+app = typer.Typer(help="Validate, hash and explain job specs.", no_args_is_help=True)
+
+SpecFile = typer.Argument(..., help="Job spec file (.yaml, .yml, .toml or .json).")
+
+
+@app.command()
+@guarded
+def validate(
+    file: Path = SpecFile,
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Check a spec; exit 2 with one line per problem if it is invalid."""
+    spec = load_spec(file)
+    if json_out:
+        print_json(
+            {
+                "valid": True,
+                "name": spec.name,
+                "spec_hash": spec.spec_hash,
+                "notes": spec.plan.notes,
+            }
+        )
+        return
+    console.print(f"[green]valid[/] {file} (name {spec.name}, hash {spec.spec_hash[:16]})")
+    for note in spec.plan.notes:
+        console.print(f"[yellow]note:[/] {note}")
+
+
+@app.command("hash")
+@guarded
+def hash_(file: Path = SpecFile) -> None:
+    """Print the spec hash (sha256 of the canonical JSON) alone on the last line."""
+    print(load_spec(file).spec_hash)
+
+
+@app.command()
+@guarded
+def explain(
+    file: Path = SpecFile,
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Show the resolved plan: every derived value and why it has that value."""
+    spec = load_spec(file)
+    plan = spec.plan
+    if json_out:
+        print_json(
+            {
+                "spec_hash": spec.spec_hash,
+                "plan": plan.model_dump(mode="json"),
+                "spec": spec.model_dump(mode="json"),
+            }
+        )
+        return
+    table = Table(title=f"Resolved plan for {spec.name}")
+    table.add_column("value")
+    table.add_column("derived", justify="right")
+    table.add_column("reason")
+    for name, value in plan.values().items():
+        table.add_row(name, "-" if value is None else f"{value:,}", getattr(plan, name).reason)
+    console.print(table)
+    for note in plan.notes:
+        console.print(f"[yellow]note:[/] {note}")
+    console.print(f"spec hash {spec.spec_hash}")
+
+
+@app.command()
+@guarded
+def schema(
+    out: Path | None = typer.Argument(None, help="Write the schema here instead of stdout."),
+) -> None:
+    """Export the JSON Schema of the job spec (for editors and other tools)."""
+    text = json.dumps(JobSpec.model_json_schema(), indent=2, sort_keys=True) + "\n"
+    if out is None:
+        print(text, end="")
+        return
+    try:
+        out.write_text(text)
+    except OSError as exc:
+        raise RunwrightError(f"cannot write the schema to {out}: {exc}") from None
+    console.print(f"wrote {out}")

@@ -1,0 +1,1 @@
+"""The control plane: run state machine, controller, executors."""

@@ -1,0 +1,111 @@
+"""The run state machine of ARCHITECTURE.md as an explicit transition table.
+
+Every transition is applied by the store as one compare-and-set on the source state (and, for
+worker-driven moves, the generation), so a late message from an old generation can never move a
+run and a terminal run never moves again.
+"""
+
+from enum import StrEnum
+
+from runwright.store import Outcome, Store, WriteResult
+
+
+class RunState(StrEnum):
+    CREATED = "CREATED"
+    QUEUED = "QUEUED"
+    ALLOCATING = "ALLOCATING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    CHECKPOINTING = "CHECKPOINTING"
+    RECOVERING = "RECOVERING"
+    SUCCEEDED = "SUCCEEDED"
+    CANCELLED = "CANCELLED"
+    FAILED = "FAILED"
+
+
+class TerminalReason(StrEnum):
+    COMPLETED = "COMPLETED"
+    USER_CANCELLED = "USER_CANCELLED"
+    PREEMPTED = "PREEMPTED"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    FAILED_RECOVERABLE = "FAILED_RECOVERABLE"
+    FAILED_PERMANENT = "FAILED_PERMANENT"
+
+
+S = RunState
+TERMINAL: frozenset[RunState] = frozenset({S.SUCCEEDED, S.CANCELLED, S.FAILED})
+
+# source -> allowed targets. Everything not listed is forbidden.
+TRANSITIONS: dict[RunState, frozenset[RunState]] = {
+    S.CREATED: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
+    S.QUEUED: frozenset({S.ALLOCATING, S.CANCELLED, S.FAILED}),
+    # An allocation that falls through sends the run back to the queue.
+    S.ALLOCATING: frozenset({S.STARTING, S.QUEUED, S.CANCELLED, S.FAILED}),
+    # A launch that fails before the group is healthy is recovered like a runtime failure.
+    S.STARTING: frozenset({S.RUNNING, S.RECOVERING, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset({S.CHECKPOINTING, S.RECOVERING, S.SUCCEEDED, S.CANCELLED, S.FAILED}),
+    S.CHECKPOINTING: frozenset({S.RUNNING, S.RECOVERING, S.CANCELLED, S.FAILED}),
+    # Restart in place (new generation) or give the resources back and requeue (preemption).
+    S.RECOVERING: frozenset({S.STARTING, S.QUEUED, S.CANCELLED, S.FAILED}),
+    S.SUCCEEDED: frozenset(),
+    S.CANCELLED: frozenset(),
+    S.FAILED: frozenset(),
+}
+
+# Which terminal reasons each terminal state may carry.
+TERMINAL_REASONS: dict[RunState, frozenset[TerminalReason]] = {
+    S.SUCCEEDED: frozenset({TerminalReason.COMPLETED}),
+    S.CANCELLED: frozenset(
+        {TerminalReason.USER_CANCELLED, TerminalReason.PREEMPTED, TerminalReason.BUDGET_EXCEEDED}
+    ),
+    S.FAILED: frozenset({TerminalReason.FAILED_RECOVERABLE, TerminalReason.FAILED_PERMANENT}),
+}
+
+# Entering these starts a new worker group or revokes the current one: the generation is bumped
+# in the same statement, fencing every writer of the previous generation.
+BUMPS_GENERATION: frozenset[RunState] = frozenset({S.STARTING, S.CANCELLED})
+
+
+def is_allowed(source: RunState, target: RunState) -> bool:
+    return target in TRANSITIONS[source]
+
+
+def sources_of(target: RunState) -> frozenset[RunState]:
+    return frozenset(s for s, targets in TRANSITIONS.items() if target in targets)
+
+
+def advance(
+    store: Store,
+    run_id: str,
+    target: RunState,
+    *,
+    generation: int | None = None,
+    reason: TerminalReason | None = None,
+    detail: str | None = None,
+) -> WriteResult:
+    """Apply one transition through the store's compare-and-set.
+
+    `generation`, when given, fences the move to that generation (a worker-driven move such as
+    STARTING -> RUNNING). Terminal targets need a reason from TERMINAL_REASONS.
+    """
+    if target in TERMINAL:
+        if reason is None or reason not in TERMINAL_REASONS[target]:
+            return WriteResult(
+                outcome=Outcome.INVALID_TRANSITION,
+                detail=f"{target} needs a terminal reason among "
+                f"{sorted(TERMINAL_REASONS[target])}, got {reason}",
+            )
+    elif reason is not None:
+        return WriteResult(
+            outcome=Outcome.INVALID_TRANSITION,
+            detail=f"{target} is not terminal and takes no terminal reason",
+        )
+    return store.transition(
+        run_id,
+        target,
+        allowed_from=[str(s) for s in sources_of(target)],
+        generation=generation,
+        bump_generation=target in BUMPS_GENERATION,
+        terminal_reason=str(reason) if reason else None,
+        detail=detail,
+    )

@@ -1,0 +1,104 @@
+"""What a run is, was and will do, as data (`--json`) and in words (`runwright status`)."""
+
+import time
+from typing import Any
+
+from runwright.control.states import TERMINAL, RunState
+from runwright.store import EventRecord, Store
+
+# What the controller does next from each non-terminal state, in words.
+NEXT_ACTION = {
+    RunState.CREATED: "accept the job into the queue",
+    RunState.QUEUED: "ask the executor for an allocation of the whole gang",
+    RunState.ALLOCATING: "write the rank manifest and launch the worker group",
+    RunState.STARTING: "wait until every rank has reported WORKER_STARTED",
+    RunState.RUNNING: "watch heartbeats, progress and the worker group's exit",
+    RunState.CHECKPOINTING: "wait for the checkpoint to commit, then continue",
+    RunState.RECOVERING: "restart the worker group from the newest committed checkpoint",
+}
+
+
+def run_summary(store: Store, run_id: str) -> dict[str, Any]:
+    run = store.get_run(run_id)
+    events = store.events(run.run_id)
+    history = [
+        {
+            "state": e.attributes.get("to_state"),
+            "from": e.attributes.get("from_state"),
+            "generation": e.generation,
+            "time_unix_s": e.time_unix_s,
+            "reason": e.attributes.get("reason"),
+        }
+        for e in events
+        if e.type == "STATE_CHANGED"
+    ]
+    attempts = [a.model_dump(mode="json") for a in store.attempts(run.run_id)]
+    return {
+        "run_id": run.run_id,
+        "name": run.name,
+        "state": run.state,
+        "terminal_reason": run.terminal_reason,
+        "state_detail": run.state_detail,
+        "generation": run.generation,
+        "spec_hash": run.spec_hash,
+        "last_step": run.last_step,
+        "last_heartbeat_unix_s": run.last_heartbeat_unix_s,
+        "latest_checkpoint_id": run.latest_checkpoint_id,
+        "created_unix_s": run.created_unix_s,
+        "updated_unix_s": run.updated_unix_s,
+        "state_history": ["CREATED", *[h["state"] for h in history]],
+        "transitions": history,
+        "attempts": attempts,
+        "event_count": len(events),
+        "events": [e.model_dump(mode="json") for e in events],
+    }
+
+
+def describe_run(summary: dict[str, Any]) -> str:
+    state = RunState(summary["state"])
+    lines = [
+        f"run {summary['run_id']} ({summary['name']}): {state}"
+        + (f" [{summary['terminal_reason']}]" if summary["terminal_reason"] else "")
+    ]
+    lines.append("history: " + " -> ".join(summary["state_history"]))
+    lines.append(
+        f"generation {summary['generation']}, last healthy step "
+        f"{summary['last_step'] if summary['last_step'] is not None else '-'}"
+    )
+    if summary["last_heartbeat_unix_s"]:
+        age = time.time() - summary["last_heartbeat_unix_s"]
+        lines.append(f"last heartbeat {age:.1f} s ago")
+    for attempt in summary["attempts"]:
+        ended = attempt["exit_code"]
+        lines.append(
+            f"attempt gen {attempt['generation']}: world size {attempt['world_size']}, "
+            f"exit {'running' if ended is None and not attempt['ended_unix_s'] else ended}"
+        )
+    if summary["state_detail"]:
+        lines.append(f"why: {summary['state_detail']}")
+    if state in TERMINAL:
+        lines.append("the run is finished; nothing more will happen")
+    else:
+        lines.append(f"next: {NEXT_ACTION[state]}")
+    return "\n".join(lines)
+
+
+def event_line(event: EventRecord) -> str:
+    clock = time.strftime("%H:%M:%S", time.localtime(event.time_unix_s))
+    attrs = dict(event.attributes)
+    attrs.pop("log_tail", None)
+    if event.type == "STATE_CHANGED":
+        text = f"{attrs.get('from_state')} -> {attrs.get('to_state')}"
+        if attrs.get("reason"):
+            text += f" ({attrs['reason']})"
+    else:
+        text = " ".join(f"{k}={_short(v)}" for k, v in sorted(attrs.items()))
+    step = f" step {event.step}" if event.step is not None else ""
+    return f"{clock} g{event.generation} {event.type:<24}{step} {text}"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    text = str(value)
+    return text if len(text) <= 60 else text[:57] + "..."

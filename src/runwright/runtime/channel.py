@@ -1,0 +1,108 @@
+"""The worker -> controller channel: append-only JSON-lines files, one per (generation, rank).
+
+A worker never holds a database connection (ARCHITECTURE.md). It appends messages to its own file
+under `<run_dir>/channel/`; the controller tails every file and ingests the messages into the
+store, where `event_id` makes a re-read harmless and the generation fence rejects stale writers.
+A local file survives a controller restart, so nothing a worker reported is lost while the
+controller is down.
+"""
+
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+HEARTBEAT = "HEARTBEAT"
+
+
+class ChannelMessage(BaseModel):
+    """One message from a worker. HEARTBEAT messages update liveness; all others become events."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    event_id: str
+    """Unique per message; the store ignores a second copy."""
+    type: str
+    generation: int
+    rank: int
+    step: int | None = None
+    world_size: int | None = None
+    checkpoint_id: str | None = None
+    time_unix_s: float
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class ChannelWriter:
+    """Appends messages for one rank of one generation; safe to call from several threads."""
+
+    def __init__(
+        self, channel_dir: Path, generation: int, rank: int, fsync_events: bool = True
+    ) -> None:
+        channel_dir.mkdir(parents=True, exist_ok=True)
+        self.path = channel_dir / f"gen{generation:05d}-rank{rank:05d}.jsonl"
+        self.generation = generation
+        self.rank = rank
+        self._fsync_events = fsync_events
+        self._lock = threading.Lock()
+        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        self._counter = 0
+
+    def send(
+        self, type_: str, *, step: int | None = None, event_id: str | None = None, **fields: Any
+    ) -> ChannelMessage:
+        with self._lock:
+            self._counter += 1
+            message = ChannelMessage(
+                event_id=event_id
+                or f"g{self.generation}-r{self.rank}-{type_}-{self._counter}-{time.time_ns()}",
+                type=type_,
+                generation=self.generation,
+                rank=self.rank,
+                step=step,
+                time_unix_s=time.time(),
+                **fields,
+            )
+            self._file.write(message.model_dump_json() + "\n")
+            self._file.flush()
+            # Events are facts the run's history depends on; a heartbeat is worth no fsync.
+            if self._fsync_events and type_ != HEARTBEAT:
+                os.fsync(self._file.fileno())
+        return message
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._file.closed:
+                self._file.close()
+
+
+class ChannelReader:
+    """Tails every file in a channel folder, yielding only complete new lines."""
+
+    def __init__(self, channel_dir: Path) -> None:
+        self.channel_dir = channel_dir
+        self._offsets: dict[Path, int] = {}
+
+    def poll(self) -> Iterator[ChannelMessage]:
+        if not self.channel_dir.is_dir():
+            return
+        for path in sorted(self.channel_dir.glob("gen*-rank*.jsonl")):
+            offset = self._offsets.get(path, 0)
+            with open(path, "rb") as f:
+                f.seek(offset)
+                data = f.read()
+            end = data.rfind(b"\n")
+            if end < 0:
+                continue
+            # A line without its newline is still being written; read it next time.
+            self._offsets[path] = offset + end + 1
+            for line in data[: end + 1].splitlines():
+                if line.strip():
+                    try:
+                        yield ChannelMessage.model_validate(json.loads(line))
+                    except (ValueError, TypeError):
+                        continue

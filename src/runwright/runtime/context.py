@@ -1,0 +1,143 @@
+"""`runwright.runtime.init()`: the run context inside a training process.
+
+Under the control plane the executor passes the run's identity through environment variables
+(ENV_* below) and torchrun adds RANK/LOCAL_RANK/WORLD_SIZE. Under plain `torchrun` or
+`python train.py` the same call works with local defaults: a fresh local run id, generation 0,
+and a channel folder under `.runwright/local/`.
+"""
+
+import os
+import threading
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runwright.errors import RunwrightError
+from runwright.runtime.channel import HEARTBEAT, ChannelWriter
+from runwright.runtime.rank_manifest import RankEntry
+from runwright.spec import JobSpec, ResolvedPlan, spec_from_mapping
+
+ENV_RUN_ID = "RUNWRIGHT_RUN_ID"
+ENV_GENERATION = "RUNWRIGHT_GENERATION"
+ENV_RUN_DIR = "RUNWRIGHT_RUN_DIR"
+ENV_SPEC_FILE = "RUNWRIGHT_SPEC_FILE"
+ENV_RANK_MANIFEST = "RUNWRIGHT_RANK_MANIFEST"
+DEFAULT_HEARTBEAT_SECONDS = 2.0
+
+
+@dataclass
+class RunContext:
+    """Who this process is within the run, and its line to the controller."""
+
+    run_id: str
+    generation: int
+    rank: int
+    local_rank: int
+    world_size: int
+    run_dir: Path
+    spec: JobSpec | None
+    rank_entry: RankEntry | None
+    channel: ChannelWriter
+    managed: bool
+    """True when started by a runwright controller; False under plain torchrun."""
+    _stop_heartbeat: threading.Event = field(default_factory=threading.Event, repr=False)
+    _heartbeat: threading.Thread | None = field(default=None, repr=False)
+
+    @property
+    def plan(self) -> ResolvedPlan | None:
+        return self.spec.plan if self.spec else None
+
+    def event(
+        self, type_: str, *, step: int | None = None, event_id: str | None = None, **attributes: Any
+    ) -> None:
+        """Report an event (e.g. CHECKPOINT_COMMITTED); the controller stores it once."""
+        self.channel.send(
+            type_, step=step, event_id=event_id, world_size=self.world_size, attributes=attributes
+        )
+
+    def step_healthy(self, step: int, **metrics: Any) -> None:
+        """Report that optimizer step `step` completed on this rank, with its metrics."""
+        self.event(
+            "STEP_HEALTHY",
+            step=step,
+            event_id=f"g{self.generation}-r{self.rank}-step{step}",
+            **metrics,
+        )
+
+    def start_heartbeat(self, interval_seconds: float) -> None:
+        def beat() -> None:
+            while not self._stop_heartbeat.wait(interval_seconds):
+                self.channel.send(HEARTBEAT)
+
+        self.channel.send(HEARTBEAT)
+        self._heartbeat = threading.Thread(target=beat, name="runwright-heartbeat", daemon=True)
+        self._heartbeat.start()
+
+    def close(self) -> None:
+        self._stop_heartbeat.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+        self.channel.close()
+
+
+def _env_int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise RunwrightError(f"environment variable {name}={raw!r} must be an integer") from None
+
+
+def init(heartbeat: bool = True) -> RunContext:
+    """Build this process's run context, announce the worker, and start heartbeats."""
+    import json
+
+    rank = _env_int("RANK", 0)
+    local_rank = _env_int("LOCAL_RANK", 0)
+    world_size = _env_int("WORLD_SIZE", 1)
+    run_id = os.environ.get(ENV_RUN_ID)
+    managed = run_id is not None
+    if managed:
+        run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
+        generation = _env_int(ENV_GENERATION, 0)
+    else:
+        # Plain torchrun: every rank must agree on the id without talking, so derive it from
+        # the rendezvous that torchrun already shares.
+        seed = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT") or ""
+        run_id = f"local-{seed or uuid.uuid4().hex[:12]}"
+        run_dir = Path(".runwright") / "local" / run_id
+        generation = 0
+    spec = None
+    spec_file = os.environ.get(ENV_SPEC_FILE)
+    if spec_file:
+        spec = spec_from_mapping(json.loads(Path(spec_file).read_text()), spec_file)
+    entry = None
+    manifest_file = os.environ.get(ENV_RANK_MANIFEST)
+    if manifest_file:
+        entries = [RankEntry.model_validate(e) for e in json.loads(Path(manifest_file).read_text())]
+        entry = entries[rank] if rank < len(entries) else None
+    ctx = RunContext(
+        run_id=run_id,
+        generation=generation,
+        rank=rank,
+        local_rank=local_rank,
+        world_size=world_size,
+        run_dir=run_dir,
+        spec=spec,
+        rank_entry=entry,
+        channel=ChannelWriter(run_dir / "channel", generation, rank),
+        managed=managed,
+    )
+    ctx.event(
+        "WORKER_STARTED",
+        event_id=f"g{generation}-r{rank}-started",
+        pid=os.getpid(),
+        local_rank=local_rank,
+    )
+    if heartbeat:
+        interval = spec.recovery.heartbeat_interval_seconds if spec else DEFAULT_HEARTBEAT_SECONDS
+        ctx.start_heartbeat(interval)
+    return ctx

@@ -1,0 +1,30 @@
+"""The durable store: runs, attempts, events, checkpoints and datasets (SQLAlchemy; SQLite file
+by default, PostgreSQL for shared deployments)."""
+
+from runwright.store.engine import resolve_root, resolve_store_url
+from runwright.store.records import (
+    AttemptRecord,
+    CheckpointRow,
+    DatasetRow,
+    EventRecord,
+    NewEvent,
+    Outcome,
+    RunRecord,
+    WriteResult,
+)
+from runwright.store.store import STALE_WRITE_REJECTED, Store
+
+__all__ = [
+    "STALE_WRITE_REJECTED",
+    "AttemptRecord",
+    "CheckpointRow",
+    "DatasetRow",
+    "EventRecord",
+    "NewEvent",
+    "Outcome",
+    "RunRecord",
+    "Store",
+    "WriteResult",
+    "resolve_root",
+    "resolve_store_url",
+]

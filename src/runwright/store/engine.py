@@ -1,0 +1,100 @@
+"""Open the durable store: resolve its URL, configure the engine, apply migrations.
+
+SQLite is the embedded default (`<root>/state.db`): WAL so readers never block the writer, a busy
+timeout so concurrent writers wait instead of failing, foreign keys on, and every transaction
+started with BEGIN IMMEDIATE so a read-then-write can never deadlock on lock upgrade. Any
+PostgreSQL URL works the same way for shared deployments.
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+
+from runwright.errors import StoreError
+
+STORE_ENV = "RUNWRIGHT_STORE"
+ROOT_ENV = "RUNWRIGHT_ROOT"
+DEFAULT_ROOT = ".runwright"
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+MIGRATIONS_DIR = Path(__file__).with_name("migrations")
+
+
+def resolve_root(root: str | Path | None = None) -> Path:
+    """`--root`, else RUNWRIGHT_ROOT, else `.runwright/` in the working folder."""
+    chosen = root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
+    return Path(chosen).expanduser().resolve()
+
+
+def resolve_store_url(store: str | None, root: Path) -> str:
+    """`--store`, else RUNWRIGHT_STORE, else the SQLite file `<root>/state.db`."""
+    url = store or os.environ.get(STORE_ENV)
+    if not url:
+        return f"sqlite:///{root / 'state.db'}"
+    if url.startswith(("postgres://", "postgresql://")):
+        # The psycopg 3 driver; plain postgresql:// would ask SQLAlchemy for psycopg2.
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith(("sqlite:///", "postgresql+psycopg://")):
+        return url
+    raise StoreError(
+        f"store URL {url!r} is not supported; use sqlite:///PATH/state.db or "
+        "postgresql://USER@HOST:PORT/DB (via --store or RUNWRIGHT_STORE)"
+    )
+
+
+def _sqlite_engine(url: str) -> sa.Engine:
+    path = Path(url.removeprefix("sqlite:///"))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"cannot create the store folder {path.parent}: {exc}") from None
+    engine = sa.create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+
+    @sa.event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide where transactions begin.
+        dbapi_conn.isolation_level = None
+        cursor = dbapi_conn.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.close()
+
+    @sa.event.listens_for(engine, "begin")
+    def _on_begin(conn: sa.Connection) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def create_engine(url: str) -> sa.Engine:
+    if url.startswith("sqlite:///"):
+        return _sqlite_engine(url)
+    try:
+        return sa.create_engine(url, pool_pre_ping=True)
+    except ModuleNotFoundError as exc:
+        raise StoreError(
+            f"the PostgreSQL driver is missing ({exc.name}); install it with "
+            "`pip install 'psycopg[binary]'`"
+        ) from None
+
+
+def migrate(engine: sa.Engine) -> None:
+    """Bring the schema to the newest Alembic revision (a no-op when it is there already)."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    try:
+        with engine.begin() as conn:
+            if MigrationContext.configure(conn).get_current_revision() == head:
+                return
+            config.attributes["connection"] = conn
+            command.upgrade(config, "head")
+    except sa.exc.OperationalError as exc:
+        raise StoreError(f"cannot open the store at {engine.url!r}: {exc.orig}") from None

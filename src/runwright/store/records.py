@@ -1,0 +1,116 @@
+"""Typed views of store rows and the outcome of every compare-and-set write."""
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Outcome(StrEnum):
+    """What a fenced or state-changing write did. Expected cases are values, never exceptions."""
+
+    APPLIED = "APPLIED"
+    ALREADY_APPLIED = "ALREADY_APPLIED"
+    STALE_GENERATION = "STALE_GENERATION"
+    INVALID_TRANSITION = "INVALID_TRANSITION"
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RunRecord(Record):
+    """The durable run record: the source of truth the controller reconciles against."""
+
+    run_id: str
+    name: str
+    spec_hash: str
+    spec: dict[str, Any]
+    plan: dict[str, Any]
+    idempotency_key: str | None
+    generation: int
+    """Fencing token: bumped on every (re)start and on cancel."""
+    state: str
+    terminal_reason: str | None
+    state_detail: str | None
+    workdir: str
+    """Folder the spec was submitted from; relative entrypoints resolve against it."""
+    root: str
+    """runwright root holding this run's files (`<root>/runs/<run_id>/`)."""
+    allocation: dict[str, Any] | None
+    rank_manifest: list[dict[str, Any]] | None
+    last_heartbeat_unix_s: float | None
+    last_step: int | None
+    latest_checkpoint_id: str | None
+    data_cursor: dict[str, Any] | None
+    created_unix_s: float
+    updated_unix_s: float
+
+
+class WriteResult(Record):
+    """Outcome of a compare-and-set write and the run as it stands afterwards."""
+
+    outcome: Outcome
+    run: RunRecord | None = None
+    detail: str = ""
+
+    @property
+    def applied(self) -> bool:
+        return self.outcome is Outcome.APPLIED
+
+
+class NewEvent(Record):
+    """An event to append. `event_id` is the idempotency key: appending it twice is a no-op."""
+
+    event_id: str
+    run_id: str
+    generation: int
+    type: str
+    step: int | None = None
+    world_size: int | None = None
+    checkpoint_id: str | None = None
+    time_unix_s: float
+    attributes: dict[str, Any] = Field(default_factory=dict)
+
+
+class EventRecord(NewEvent):
+    """An event as stored; `seq` is its position in the store's append order."""
+
+    seq: int
+
+
+class AttemptRecord(Record):
+    """One generation's worker group: when it ran and how it ended."""
+
+    run_id: str
+    generation: int
+    started_unix_s: float
+    ended_unix_s: float | None
+    world_size: int
+    exit_code: int | None
+    failure_class: str | None
+    detail: dict[str, Any] | None
+
+
+class CheckpointRow(Record):
+    """A checkpoint the store knows of; `status` is STAGED or COMMITTED."""
+
+    checkpoint_id: str
+    run_id: str
+    step: int
+    generation: int
+    path: str
+    status: str
+    manifest_sha256: str | None
+    attributes: dict[str, Any]
+    created_unix_s: float
+
+
+class DatasetRow(Record):
+    """A registered, content-addressed dataset."""
+
+    dataset_id: str
+    name: str
+    path: str
+    manifest: dict[str, Any]
+    created_unix_s: float

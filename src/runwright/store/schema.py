@@ -1,0 +1,97 @@
+"""Tables of the durable store. Times are unix seconds (float); JSON columns hold records that the
+layers above validate with pydantic.
+
+The schema is created and evolved only through the Alembic migrations in `migrations/`; this module
+is the single description both the migrations and the queries use.
+"""
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+runs = sa.Table(
+    "runs",
+    metadata,
+    sa.Column("run_id", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("spec_hash", sa.String(64), nullable=False, index=True),
+    sa.Column("spec", sa.JSON, nullable=False),
+    sa.Column("plan", sa.JSON, nullable=False),
+    sa.Column("idempotency_key", sa.String(200), unique=True),
+    # The fencing token: bumped on every (re)start and on cancel; a write carrying another
+    # generation is rejected.
+    sa.Column("generation", sa.Integer, nullable=False, default=0),
+    sa.Column("state", sa.String(32), nullable=False),
+    sa.Column("terminal_reason", sa.String(32)),
+    sa.Column("state_detail", sa.Text),
+    sa.Column("workdir", sa.Text, nullable=False),
+    sa.Column("root", sa.Text, nullable=False),
+    sa.Column("allocation", sa.JSON),
+    sa.Column("rank_manifest", sa.JSON),
+    sa.Column("last_heartbeat_unix_s", sa.Float),
+    sa.Column("last_step", sa.Integer),
+    sa.Column("latest_checkpoint_id", sa.String(64)),
+    sa.Column("data_cursor", sa.JSON),
+    sa.Column("created_unix_s", sa.Float, nullable=False),
+    sa.Column("updated_unix_s", sa.Float, nullable=False),
+)
+
+attempts = sa.Table(
+    "attempts",
+    metadata,
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), primary_key=True),
+    sa.Column("generation", sa.Integer, primary_key=True),
+    sa.Column("started_unix_s", sa.Float, nullable=False),
+    sa.Column("ended_unix_s", sa.Float),
+    sa.Column("world_size", sa.Integer, nullable=False),
+    sa.Column("exit_code", sa.Integer),
+    sa.Column("failure_class", sa.String(32)),
+    sa.Column("detail", sa.JSON),
+)
+
+events = sa.Table(
+    "events",
+    metadata,
+    # seq orders events as the store accepted them; event_id makes a duplicate a no-op.
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("event_id", sa.String(200), nullable=False, unique=True),
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False, index=True),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("type", sa.String(48), nullable=False),
+    sa.Column("step", sa.Integer),
+    sa.Column("world_size", sa.Integer),
+    sa.Column("checkpoint_id", sa.String(64)),
+    sa.Column("time_unix_s", sa.Float, nullable=False),
+    sa.Column("attributes", sa.JSON, nullable=False),
+)
+
+checkpoints = sa.Table(
+    "checkpoints",
+    metadata,
+    sa.Column("checkpoint_id", sa.String(64), primary_key=True),
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False, index=True),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("manifest_sha256", sa.String(64)),
+    sa.Column("attributes", sa.JSON, nullable=False),
+    sa.Column("created_unix_s", sa.Float, nullable=False),
+)
+
+datasets = sa.Table(
+    "datasets",
+    metadata,
+    sa.Column("dataset_id", sa.String(64), primary_key=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("path", sa.Text, nullable=False),
+    sa.Column("manifest", sa.JSON, nullable=False),
+    sa.Column("created_unix_s", sa.Float, nullable=False),
+)

@@ -1,0 +1,313 @@
+"""The durable store: runs, attempts and the append-only event log.
+
+Every state change and every fenced write is one compare-and-set statement inside one
+transaction, returning an `Outcome` instead of raising for the expected cases (already applied,
+stale generation, invalid transition).
+"""
+
+import time
+from collections.abc import Collection, Iterable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from runwright.errors import NotFoundError, StoreError
+from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
+from runwright.store.engine import create_engine, migrate, resolve_root, resolve_store_url
+from runwright.store.records import (
+    AttemptRecord,
+    EventRecord,
+    NewEvent,
+    Outcome,
+    RunRecord,
+    WriteResult,
+)
+from runwright.store.schema import attempts, events, runs
+
+STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
+# Fields a fenced worker write may change; state and generation change only via transition().
+FENCED_FIELDS = frozenset({"last_heartbeat_unix_s", "last_step", "data_cursor"})
+CONTROLLER_FIELDS = FENCED_FIELDS | {"allocation", "rank_manifest", "state_detail"}
+
+
+class Store:
+    """One store, SQLite or PostgreSQL; safe to share between threads and processes."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.engine = create_engine(url)
+        migrate(self.engine)
+        self.checkpoints = CheckpointCatalog(self)
+        self.datasets = DatasetCatalog(self)
+
+    @classmethod
+    def open(cls, root: str | Path | None = None, store: str | None = None) -> "Store":
+        return cls(resolve_store_url(store, resolve_root(root)))
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    # -- runs ---------------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        name: str,
+        spec: dict[str, Any],
+        spec_hash: str,
+        plan: dict[str, Any],
+        workdir: str,
+        root: str,
+        state: str,
+        idempotency_key: str | None = None,
+    ) -> tuple[RunRecord, bool]:
+        """Insert a run; with an idempotency key already used, return that run and False."""
+        now = time.time()
+        row = {
+            "run_id": run_id,
+            "name": name,
+            "spec": spec,
+            "spec_hash": spec_hash,
+            "plan": plan,
+            "workdir": workdir,
+            "root": root,
+            "state": state,
+            "generation": 0,
+            "idempotency_key": idempotency_key,
+            "created_unix_s": now,
+            "updated_unix_s": now,
+        }
+        if idempotency_key is not None:
+            existing = self._run_by_key(idempotency_key)
+            if existing is not None:
+                return existing, False
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(runs.insert().values(**row))
+        except sa.exc.IntegrityError:
+            # A concurrent submit with the same key won the race: theirs is the run.
+            existing = self._run_by_key(idempotency_key) if idempotency_key else None
+            if existing is None:
+                raise StoreError(f"run id {run_id} already exists") from None
+            return existing, False
+        return self.get_run(run_id), True
+
+    def _run_by_key(self, key: str) -> RunRecord | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(runs.select().where(runs.c.idempotency_key == key)).first()
+        return RunRecord.model_validate(row._asdict()) if row else None
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """A run by full id or by a unique prefix of it (as `git` accepts short hashes)."""
+        with self.engine.connect() as conn:
+            row = conn.execute(runs.select().where(runs.c.run_id == run_id)).first()
+            if row is None and run_id:
+                matches = conn.execute(
+                    runs.select().where(runs.c.run_id.startswith(run_id, autoescape=True)).limit(2)
+                ).all()
+                if len(matches) == 2:
+                    raise NotFoundError(f"run id prefix {run_id!r} is ambiguous; give more of it")
+                row = matches[0] if matches else None
+        if row is None:
+            raise NotFoundError(f"no run {run_id!r}; `runwright list` shows the runs")
+        return RunRecord.model_validate(row._asdict())
+
+    def list_runs(self, limit: int = 50, states: Collection[str] | None = None) -> list[RunRecord]:
+        query = runs.select().order_by(runs.c.created_unix_s.desc()).limit(limit)
+        if states:
+            query = query.where(runs.c.state.in_(list(states)))
+        with self.engine.connect() as conn:
+            return [RunRecord.model_validate(r._asdict()) for r in conn.execute(query)]
+
+    def transition(
+        self,
+        run_id: str,
+        to_state: str,
+        *,
+        allowed_from: Collection[str],
+        generation: int | None = None,
+        bump_generation: bool = False,
+        terminal_reason: str | None = None,
+        detail: str | None = None,
+    ) -> WriteResult:
+        """Move a run to `to_state` iff its state is in `allowed_from` (and, when given, its
+        generation equals `generation`), in one compare-and-set statement."""
+        values: dict[str, Any] = {"state": to_state, "updated_unix_s": time.time()}
+        if bump_generation:
+            values["generation"] = runs.c.generation + 1
+        if terminal_reason is not None:
+            values["terminal_reason"] = terminal_reason
+        if detail is not None:
+            values["state_detail"] = detail
+        where = [runs.c.run_id == run_id, runs.c.state.in_(list(allowed_from))]
+        if generation is not None:
+            where.append(runs.c.generation == generation)
+        with self.engine.begin() as conn:
+            changed = conn.execute(runs.update().where(*where).values(**values)).rowcount
+        run = self.get_run(run_id)
+        if changed == 1:
+            return WriteResult(outcome=Outcome.APPLIED, run=run)
+        if generation is not None and run.generation != generation:
+            return WriteResult(
+                outcome=Outcome.STALE_GENERATION,
+                run=run,
+                detail=f"writer generation {generation} != run generation {run.generation}",
+            )
+        if run.state == to_state:
+            return WriteResult(outcome=Outcome.ALREADY_APPLIED, run=run)
+        return WriteResult(
+            outcome=Outcome.INVALID_TRANSITION,
+            run=run,
+            detail=f"{run.state} -> {to_state} is not allowed (allowed from "
+            f"{sorted(allowed_from)})",
+        )
+
+    def fenced_update(self, run_id: str, generation: int, **fields: Any) -> WriteResult:
+        """Write worker-reported fields iff `generation` is the run's current generation."""
+        unknown = set(fields) - FENCED_FIELDS
+        if unknown:
+            raise StoreError(f"fields {sorted(unknown)} cannot be written by a worker")
+        return self._update(run_id, fields, generation)
+
+    def update_run(self, run_id: str, **fields: Any) -> WriteResult:
+        """Controller-owned fields (allocation, rank manifest, detail); not fenced."""
+        unknown = set(fields) - CONTROLLER_FIELDS
+        if unknown:
+            raise StoreError(f"fields {sorted(unknown)} are not controller fields")
+        return self._update(run_id, fields, None)
+
+    def _update(self, run_id: str, fields: dict[str, Any], generation: int | None) -> WriteResult:
+        where = [runs.c.run_id == run_id]
+        if generation is not None:
+            where.append(runs.c.generation == generation)
+        with self.engine.begin() as conn:
+            changed = conn.execute(
+                runs.update().where(*where).values(**fields, updated_unix_s=time.time())
+            ).rowcount
+        run = self.get_run(run_id)
+        if changed == 1:
+            return WriteResult(outcome=Outcome.APPLIED, run=run)
+        return WriteResult(
+            outcome=Outcome.STALE_GENERATION,
+            run=run,
+            detail=f"writer generation {generation} != run generation {run.generation}",
+        )
+
+    # -- attempts -----------------------------------------------------------------------------
+
+    def start_attempt(self, run_id: str, generation: int, world_size: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                attempts.insert().values(
+                    run_id=run_id,
+                    generation=generation,
+                    world_size=world_size,
+                    started_unix_s=time.time(),
+                )
+            )
+
+    def end_attempt(
+        self,
+        run_id: str,
+        generation: int,
+        exit_code: int | None,
+        failure_class: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(
+                attempts.update()
+                .where(
+                    attempts.c.run_id == run_id,
+                    attempts.c.generation == generation,
+                    attempts.c.ended_unix_s.is_(None),
+                )
+                .values(
+                    ended_unix_s=time.time(),
+                    exit_code=exit_code,
+                    failure_class=failure_class,
+                    detail=detail,
+                )
+            )
+
+    def attempts(self, run_id: str) -> list[AttemptRecord]:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                attempts.select().where(attempts.c.run_id == run_id).order_by(attempts.c.generation)
+            )
+            return [AttemptRecord.model_validate(r._asdict()) for r in rows]
+
+    # -- events -------------------------------------------------------------------------------
+
+    def append_event(self, event: NewEvent, *, fenced: bool = True) -> Outcome:
+        """Append once. A fenced event whose generation is not the run's current one is rejected
+        and the rejection itself is recorded as a STALE_WRITE_REJECTED event."""
+        row = event.model_dump()
+        exists = sa.exists().where(events.c.event_id == event.event_id)
+        conditions = [~exists]
+        if fenced:
+            conditions.append(
+                sa.exists().where(
+                    runs.c.run_id == event.run_id, runs.c.generation == event.generation
+                )
+            )
+        columns = list(row)
+        select = sa.select(*[sa.literal(row[c], type_=events.c[c].type) for c in columns]).where(
+            *conditions
+        )
+        try:
+            with self.engine.begin() as conn:
+                inserted = conn.execute(
+                    events.insert().from_select(columns, select).returning(events.c.seq)
+                ).first()
+                if inserted is not None:
+                    return Outcome.APPLIED
+                if conn.execute(sa.select(exists)).scalar():
+                    return Outcome.ALREADY_APPLIED
+                current = conn.execute(
+                    sa.select(runs.c.generation).where(runs.c.run_id == event.run_id)
+                ).scalar()
+        except sa.exc.IntegrityError:
+            return Outcome.ALREADY_APPLIED
+        if current is None:
+            raise NotFoundError(f"no run {event.run_id!r} for event {event.type}")
+        self.append_event(
+            NewEvent(
+                event_id=f"stale:{event.event_id}",
+                run_id=event.run_id,
+                generation=current,
+                type=STALE_WRITE_REJECTED,
+                step=event.step,
+                time_unix_s=time.time(),
+                attributes={
+                    "rejected_type": event.type,
+                    "writer_generation": event.generation,
+                    "run_generation": current,
+                    "rejected_event_id": event.event_id,
+                },
+            ),
+            fenced=False,
+        )
+        return Outcome.STALE_GENERATION
+
+    def append_events(self, batch: Iterable[NewEvent], *, fenced: bool = True) -> list[Outcome]:
+        return [self.append_event(e, fenced=fenced) for e in batch]
+
+    def events(
+        self,
+        run_id: str,
+        *,
+        after_seq: int = 0,
+        types: Collection[str] | None = None,
+        limit: int | None = None,
+    ) -> list[EventRecord]:
+        query = events.select().where(events.c.run_id == run_id, events.c.seq > after_seq)
+        if types:
+            query = query.where(events.c.type.in_(list(types)))
+        query = query.order_by(events.c.seq)
+        if limit:
+            query = query.limit(limit)
+        with self.engine.connect() as conn:
+            return [EventRecord.model_validate(r._asdict()) for r in conn.execute(query)]

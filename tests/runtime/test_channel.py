@@ -1,0 +1,64 @@
+"""The worker -> controller file channel and the rank manifest."""
+
+import os
+
+from runwright.runtime import ChannelReader, ChannelWriter, build_rank_manifest, init
+
+
+def test_reader_sees_only_complete_lines_once(tmp_path):
+    writer = ChannelWriter(tmp_path, generation=2, rank=1)
+    writer.send("STEP_HEALTHY", step=1, attributes={"loss": 1.5})
+    reader = ChannelReader(tmp_path)
+    first = list(reader.poll())
+    assert [(m.type, m.step, m.generation, m.rank) for m in first] == [("STEP_HEALTHY", 1, 2, 1)]
+    # A half-written line is left for the next poll.
+    with open(writer.path, "a") as f:
+        f.write('{"event_id": "x", "type": "HEART')
+    assert list(reader.poll()) == []
+    with open(writer.path, "a") as f:
+        f.write('BEAT", "generation": 2, "rank": 1, "time_unix_s": 1.0}\n')
+    assert [m.type for m in reader.poll()] == ["HEARTBEAT"]
+    assert list(reader.poll()) == []
+    writer.close()
+
+
+def test_rereading_from_scratch_repeats_event_ids(tmp_path):
+    """A restarted controller re-reads everything; stable event ids make that harmless."""
+    writer = ChannelWriter(tmp_path, generation=0, rank=0)
+    writer.send("CHECKPOINT_COMMITTED", step=4, event_id="ck-4")
+    writer.close()
+    ids = [[m.event_id for m in ChannelReader(tmp_path).poll()] for _ in range(2)]
+    assert ids[0] == ids[1] == ["ck-4"]
+
+
+def test_rank_manifest_keeps_tp_inside_a_node():
+    entries = build_rank_manifest(
+        nodes=2, devices_per_node=4, dp=2, tp=2, pp=2, device_type="cuda", hosts=["a", "b"]
+    )
+    assert [(e.pp, e.dp, e.tp) for e in entries[:4]] == [(0, 0, 0), (0, 0, 1), (0, 1, 0), (0, 1, 1)]
+    assert entries[5].host == "b" and entries[5].device == "cuda:1" and entries[5].pp == 1
+    for a, b in zip(entries[::2], entries[1::2], strict=True):
+        assert a.node == b.node  # every tp pair shares a node
+
+
+def test_init_outside_the_control_plane(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name in (
+        "RUNWRIGHT_RUN_ID",
+        "RUNWRIGHT_SPEC_FILE",
+        "RUNWRIGHT_RANK_MANIFEST",
+        "RANK",
+        "WORLD_SIZE",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MASTER_PORT", "29555")
+    ctx = init(heartbeat=False)
+    try:
+        assert not ctx.managed and ctx.rank == 0 and ctx.world_size == 1
+        assert ctx.run_id == "local-29555" and ctx.spec is None
+        ctx.step_healthy(1, loss=0.5)
+    finally:
+        ctx.close()
+    messages = list(ChannelReader(ctx.run_dir / "channel").poll())
+    assert [m.type for m in messages] == ["WORKER_STARTED", "STEP_HEALTHY"]
+    assert messages[0].attributes["pid"] == os.getpid()

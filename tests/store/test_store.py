@@ -1,0 +1,177 @@
+"""The store's compare-and-set writes, idempotent submit and append-only events, on SQLite and
+PostgreSQL alike."""
+
+import threading
+
+import pytest
+
+from runwright.errors import NotFoundError, StoreError
+from runwright.store import NewEvent, Outcome, Store
+
+
+def make_run(store, run_id="run-a", key=None, state="CREATED"):
+    run, created = store.create_run(
+        run_id=run_id,
+        name="t",
+        spec={"name": "t"},
+        spec_hash="h" * 64,
+        plan={},
+        workdir="/w",
+        root="/r",
+        state=state,
+        idempotency_key=key,
+    )
+    return run, created
+
+
+def event(run_id="run-a", event_id="e1", generation=0, type_="STEP_HEALTHY", step=1):
+    return NewEvent(
+        event_id=event_id,
+        run_id=run_id,
+        generation=generation,
+        type=type_,
+        step=step,
+        time_unix_s=1.0,
+        attributes={"loss": 2.5, "nested": [1, "x"]},
+    )
+
+
+def test_create_and_get_round_trip(store):
+    run, created = make_run(store)
+    assert created
+    assert run.state == "CREATED" and run.generation == 0
+    assert store.get_run("run-a") == run
+    assert store.get_run("run-") == run  # unique prefix
+    with pytest.raises(NotFoundError, match="runwright list"):
+        store.get_run("nope")
+
+
+def test_idempotency_key_returns_existing_run(store):
+    first, created = make_run(store, "run-a", key="k1")
+    again, created_again = make_run(store, "run-b", key="k1")
+    assert created and not created_again
+    assert again.run_id == first.run_id
+    assert [r.run_id for r in store.list_runs()] == ["run-a"]
+
+
+def test_idempotent_submit_under_concurrency(store_url):
+    results = []
+
+    def submit(i):
+        s = Store(store_url)
+        results.append(make_run(s, f"run-{i}", key="same")[0].run_id)
+        s.close()
+
+    Store(store_url).close()  # migrate once before the race
+    threads = [threading.Thread(target=submit, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(results)) == 1
+
+
+def test_transition_outcomes(store):
+    make_run(store)
+    assert store.transition("run-a", "QUEUED", allowed_from=["CREATED"]).outcome is Outcome.APPLIED
+    again = store.transition("run-a", "QUEUED", allowed_from=["CREATED"])
+    assert again.outcome is Outcome.ALREADY_APPLIED
+    bad = store.transition("run-a", "RUNNING", allowed_from=["STARTING"])
+    assert bad.outcome is Outcome.INVALID_TRANSITION and "QUEUED -> RUNNING" in bad.detail
+    stale = store.transition("run-a", "ALLOCATING", allowed_from=["QUEUED"], generation=7)
+    assert stale.outcome is Outcome.STALE_GENERATION
+    assert store.get_run("run-a").state == "QUEUED"
+
+
+def test_generation_bump_fences_old_writers(store):
+    make_run(store)
+    bumped = store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
+    assert bumped.run.generation == 1
+    assert store.fenced_update("run-a", 0, last_step=5).outcome is Outcome.STALE_GENERATION
+    applied = store.fenced_update("run-a", 1, last_step=5, data_cursor={"pos": 3})
+    assert applied.applied and applied.run.last_step == 5
+    assert applied.run.data_cursor == {"pos": 3}
+    with pytest.raises(StoreError):
+        store.fenced_update("run-a", 1, state="SUCCEEDED")
+
+
+def test_events_append_once_in_order(store):
+    make_run(store)
+    assert store.append_event(event(event_id="e1")) is Outcome.APPLIED
+    assert store.append_event(event(event_id="e1")) is Outcome.ALREADY_APPLIED
+    assert store.append_event(event(event_id="e2", step=2)) is Outcome.APPLIED
+    stored = store.events("run-a")
+    assert [e.event_id for e in stored] == ["e1", "e2"]
+    assert stored[0].attributes == {"loss": 2.5, "nested": [1, "x"]}
+    assert stored[0].seq < stored[1].seq
+    assert [e.event_id for e in store.events("run-a", after_seq=stored[0].seq)] == ["e2"]
+
+
+def test_stale_event_rejected_and_recorded(store):
+    make_run(store)
+    store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
+    assert store.append_event(event(event_id="old", generation=0)) is Outcome.STALE_GENERATION
+    # Rejecting it twice records the rejection once.
+    assert store.append_event(event(event_id="old", generation=0)) is Outcome.STALE_GENERATION
+    types = [(e.type, e.attributes.get("writer_generation")) for e in store.events("run-a")]
+    assert types == [("STALE_WRITE_REJECTED", 0)]
+    assert store.append_event(event(event_id="old", generation=0), fenced=False) is Outcome.APPLIED
+
+
+def test_attempts_record_exit(store):
+    make_run(store)
+    store.start_attempt("run-a", 1, world_size=2)
+    store.end_attempt("run-a", 1, exit_code=3, failure_class="user_code", detail={"rank": 1})
+    (attempt,) = store.attempts("run-a")
+    assert attempt.exit_code == 3 and attempt.failure_class == "user_code"
+    assert attempt.ended_unix_s >= attempt.started_unix_s
+
+
+def test_checkpoint_publish_is_fenced_and_monotonic(store):
+    make_run(store)
+    store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
+    cps = store.checkpoints
+    assert (
+        cps.record_staged(run_id="run-a", checkpoint_id="c10", step=10, generation=1, path="/p/10")
+        is Outcome.APPLIED
+    )
+    kw = {"run_id": "run-a", "generation": 1, "manifest_sha256": "m" * 64}
+    assert cps.publish(checkpoint_id="c10", step=10, path="/p/10", **kw).applied
+    assert cps.publish(checkpoint_id="c10", step=10, path="/p/10", **kw).outcome is (
+        Outcome.ALREADY_APPLIED
+    )
+    older = cps.publish(checkpoint_id="c5", step=5, path="/p/5", **kw)
+    assert older.outcome is Outcome.INVALID_TRANSITION
+    stale = cps.publish(
+        checkpoint_id="c20",
+        step=20,
+        path="/p/20",
+        run_id="run-a",
+        generation=0,
+        manifest_sha256="m" * 64,
+    )
+    assert stale.outcome is Outcome.STALE_GENERATION
+    assert cps.latest("run-a").checkpoint_id == "c10"
+    assert [c.status for c in cps.list("run-a")] == ["COMMITTED"]
+    assert any(e.type == "STALE_WRITE_REJECTED" for e in store.events("run-a"))
+
+
+def test_datasets_register_once(store):
+    kw = {"dataset_id": "d" * 64, "name": "demo", "path": "/d", "manifest": {"shards": []}}
+    assert store.datasets.register(**kw) is Outcome.APPLIED
+    assert store.datasets.register(**kw) is Outcome.ALREADY_APPLIED
+    assert store.datasets.get("d" * 64).name == "demo"
+
+
+def test_reopen_keeps_records_and_schema(store_url):
+    s = Store(store_url)
+    make_run(s)
+    s.close()
+    reopened = Store(store_url)
+    assert reopened.get_run("run-a").name == "t"
+    reopened.close()
+
+
+def test_bad_store_url_is_a_clear_error(tmp_path):
+    with pytest.raises(StoreError, match="RUNWRIGHT_STORE"):
+        Store.open(tmp_path, store="mysql://x")

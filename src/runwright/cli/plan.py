@@ -376,12 +376,13 @@ def interval(
         f"{_seconds(result.young_seconds)};  Daly: {_seconds(result.daly_seconds)}"
     )
     table = Table(title="expected waste W(T) = C/T + T/(2M) + (R+D)/M")
-    for column in ("interval", "T", "steps", "W(T)", "pause C/(T+C)", "Daly waste"):
+    for column in ("interval", "T s", "T min", "steps", "W(T)", "pause C/(T+C)", "Daly waste"):
         table.add_column(column, justify="left" if column == "interval" else "right")
     for r in result.rows:
         table.add_row(
             r.label,
-            _seconds(r.interval_seconds),
+            f"{r.interval_seconds:,.0f}",
+            f"{r.interval_seconds / 60:,.1f}",
             "-" if r.interval_steps is None else f"{r.interval_steps:,}",
             f"{100 * r.expected_waste_fraction:.2f}%",
             f"{100 * r.pause_share:.2f}%",
@@ -531,19 +532,9 @@ def parallel(
         title=f"layouts for {world} devices, {model.parameter_count:,} parameters, "
         f"fastest estimated step first"
     )
-    for column in (
-        "dp",
-        "tp",
-        "pp",
-        "micro-batches",
-        "memory GiB",
-        "compute s",
-        "bubble s",
-        "dp comm s",
-        "tp comm s",
-        "pp comm s",
-        "step s",
-    ):
+    table.caption = "m: micro-batches per step; dp/tp/pp s: communication seconds per step"
+    columns = ("dp", "tp", "pp", "m", "mem GiB", "compute s", "bubble s", "dp s", "tp s")
+    for column in (*columns, "pp s", "step s"):
         table.add_column(column, justify="right")
     for e in result.accepted[:top]:
         table.add_row(

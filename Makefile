@@ -21,12 +21,12 @@ demo: $(STAMP)
 	$(VENV)/bin/runwright demo
 
 test: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check .
 	$(PY) -m pytest -m "not slow" -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests benchmarks
-	$(VENV)/bin/ruff format --check src tests benchmarks
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 clean:
 	rm -rf $(VENV) .runwright .pytest_cache

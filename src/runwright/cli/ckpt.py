@@ -1,5 +1,154 @@
-"""`runwright ckpt ...` commands."""
+"""`runwright ckpt ...` commands: list, inspect, verify, gc and export a run's checkpoints."""
+
+import json
+from pathlib import Path
+from typing import Annotated
 
 import typer
+from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+from rich.table import Table
 
-app = typer.Typer(help="ckpt commands.", no_args_is_help=True)
+from runwright.ckpt import inventory as inv
+from runwright.cli.render import console, guarded, print_json
+
+app = typer.Typer(help="Inspect, verify, clean up and export checkpoints.", no_args_is_help=True)
+
+Target = Annotated[
+    str, typer.Argument(help="Run id (under --root) or a checkpoint folder path or URL.")
+]
+Root = Annotated[
+    str | None, typer.Option(help="Runwright root (default: RUNWRIGHT_ROOT or .runwright).")
+]
+Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+@app.command("list")
+@guarded
+def list_(target: Target, root: Root = None, json_out: Json = False) -> None:
+    """List committed checkpoints (newest first) and uncommitted residue with reasons."""
+    found = inv.inventory(inv.checkpoint_root(target, root))
+    if json_out:
+        print_json(found.model_dump(mode="json"))
+        return
+    table = Table(title=f"checkpoints in {found.root} (generation {found.generation})")
+    for column in ("folder", "step", "gen", "MiB", "health", "latest"):
+        table.add_column(column)
+    for row in found.committed:
+        table.add_row(
+            row.folder,
+            str(row.step),
+            str(row.generation),
+            f"{row.total_bytes / 2**20:.1f}",
+            row.health.value,
+            "*" if row.latest else "",
+        )
+    console.print(table)
+    for other in found.uncommitted:
+        console.print(f"not committed: {other.folder} ({other.reason})")
+
+
+@app.command()
+@guarded
+def inspect(
+    target: Target,
+    checkpoint: Annotated[str, typer.Argument(help="Folder, id, step or `latest`.")] = "latest",
+    root: Root = None,
+    json_out: Json = False,
+) -> None:
+    """Show a committed checkpoint's manifest."""
+    _, found = inv.find(inv.checkpoint_root(target, root), checkpoint)
+    manifest = found.manifest
+    if json_out:
+        print_json({"record": found.record.model_dump(), "manifest": manifest.model_dump()})
+        return
+    console.print(
+        f"[bold]{found.folder}[/] step {manifest.step}, generation {manifest.generation}, "
+        f"world size {manifest.world_size} {manifest.parallel_layout}, "
+        f"{manifest.total_bytes / 2**20:.1f} MiB in {len(manifest.files)} files, "
+        f"health {manifest.health.value}, loss {manifest.loss_at_save}, "
+        f"parent {manifest.parent_checkpoint_id}, data cursor {manifest.data_cursor}"
+    )
+    console.print(f"{len(manifest.logical_keys)} logical keys; counters {manifest.counters}")
+
+
+@app.command()
+@guarded
+def verify(
+    target: Target,
+    checkpoint: Annotated[
+        str | None, typer.Argument(help="Folder, id, step or `latest`; default: all.")
+    ] = None,
+    mode: Annotated[str, typer.Option(help="full | sampled")] = "full",
+    root: Root = None,
+    json_out: Json = False,
+) -> None:
+    """Recompute checksums against the manifest; exit status 1 if anything is wrong."""
+    folder = inv.checkpoint_root(target, root)
+    verify_mode = "sampled" if mode == "sampled" else "full"
+    if json_out:
+        reports = inv.verify(folder, checkpoint, verify_mode)
+        print_json([r.model_dump() | {"ok": r.ok} for r in reports])
+    else:
+        columns = (BarColumn(), DownloadColumn(), TimeRemainingColumn())
+        with Progress(*columns, console=console) as progress:
+            task = progress.add_task("verify", total=inv.total_bytes(folder, checkpoint))
+            reports = inv.verify(
+                folder, checkpoint, verify_mode, lambda n: progress.advance(task, n)
+            )
+        for report in reports:
+            console.print(report.summary(), highlight=False)
+    if not all(r.ok for r in reports):
+        raise typer.Exit(code=1)
+
+
+@app.command()
+@guarded
+def gc(
+    target: Target,
+    min_age_seconds: Annotated[
+        float, typer.Option(help="Leave residue younger than this (its writer may be alive).")
+    ] = 3600.0,
+    max_entries: Annotated[int, typer.Option(help="Remove at most this many entries.")] = 64,
+    root: Root = None,
+    json_out: Json = False,
+) -> None:
+    """Remove staging residue (never a committed checkpoint, never outside the run)."""
+    report = inv.collect(inv.checkpoint_root(target, root), min_age_seconds, max_entries)
+    if json_out:
+        print_json(report.model_dump())
+        return
+    for path, reason in report.removed.items():
+        console.print(f"removed {path}: {reason}")
+    for path, reason in report.kept.items():
+        console.print(f"kept {path}: {reason}")
+    console.print(f"{report.bytes_freed / 2**20:.1f} MiB freed")
+
+
+@app.command()
+@guarded
+def export(
+    target: Target,
+    out: Annotated[Path, typer.Option(help="Export folder (outside the checkpoint folder).")],
+    checkpoint: Annotated[str, typer.Argument(help="Folder, id, step or `latest`.")] = "latest",
+    model_config: Annotated[
+        Path | None, typer.Option(help="JSON file with the model config.")
+    ] = None,
+    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer file or folder.")] = None,
+    root: Root = None,
+    json_out: Json = False,
+) -> None:
+    """Write safetensors weights + config + tokenizer + release.json (hashes) for inference."""
+    config = json.loads(model_config.read_text()) if model_config else {}
+    release = inv.export(
+        inv.checkpoint_root(target, root),
+        checkpoint,
+        str(out),
+        config,
+        str(tokenizer) if tokenizer else None,
+    )
+    if json_out:
+        print_json(release.model_dump())
+        return
+    console.print(
+        f"exported step {release.source_step} ({release.parameters:,} parameters) to {out}"
+    )

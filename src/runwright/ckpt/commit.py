@@ -1,0 +1,237 @@
+"""The commit protocol for one snapshot (ARCHITECTURE.md, "Checkpoint commit"; seed 003).
+
+    ALLOCATE        id `g<generation>-<token>` chosen under the writer's generation
+    STAGE           state captured at the step boundary (copied to host for async saves)
+    WRITE_SHARDS    every rank writes its DCP shards into the staging folder, hashing as it goes
+    VERIFY          coordinator: every shard DCP referenced exists with its recorded size, every
+                    logical key some rank asked to save is in DCP's metadata
+    WRITE_MANIFEST  coordinator: manifest.json (fsynced) in the staging folder
+    MOVE            local disk: one rename staging/<id> -> <step>-<id>, then fsync both parents
+    WRITE_COMMIT    COMMITTED (names the manifest's sha256) written last: from here it is visible
+    PUBLISH         compare-and-set of the latest pointer through the fence
+    DONE
+
+A crash before WRITE_COMMIT completes leaves residue that restore ignores and GC removes; a crash
+after it leaves a complete checkpoint. `CommitProbe.reached(step)` is called before each step
+(and `WRITE_SHARDS` before every 64 KiB written when a probe is set): the crash-consistency tests
+kill the process there.
+"""
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from runwright.ckpt.fence import Fence, PublishOutcome
+from runwright.ckpt.manifest import (
+    COMMIT_FILE,
+    MANIFEST_FILE,
+    REJECTED_FILE,
+    CheckpointManifest,
+    CommitRecord,
+    FileEntry,
+    HealthVerdict,
+)
+from runwright.ckpt.storage import CheckpointStorage, folder_name, fsync_dir
+from runwright.ckpt.verify import check_staged, logical_keys
+from runwright.ckpt.writer import DCP_METADATA, make_writer
+
+
+class CommitStep(StrEnum):
+    """Steps of the commit protocol, in order."""
+
+    ALLOCATE = "allocate"
+    STAGE = "stage"
+    WRITE_SHARDS = "write_shards"
+    VERIFY = "verify"
+    WRITE_MANIFEST = "write_manifest"
+    MOVE = "move"
+    WRITE_COMMIT = "write_commit"
+    PUBLISH = "publish"
+    DONE = "done"
+
+
+class CommitProbe(Protocol):
+    """Observes protocol progress (crash tests, tracing). Called on every rank."""
+
+    def reached(self, step: CommitStep, bytes_written: int = 0) -> None:
+        """Called before `step` starts; during WRITE_SHARDS with the rank's running byte count."""
+        ...
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """Facts about the run recorded in every manifest."""
+
+    world_size: int
+    rank: int
+    parallel_layout: dict[str, int]
+    spec_hash: str | None
+    data_manifest_id: str | None
+    tokenizer_hash: str | None
+
+
+@dataclass
+class Snapshot:
+    """One staged state, ready to persist."""
+
+    checkpoint_id: str
+    step: int
+    generation: int
+    state_dict: dict[str, Any]
+    staged_unix_seconds: float
+    parent_checkpoint_id: str | None
+    data_cursor: dict[str, Any] | None
+    counters: dict[str, int]
+    loss: float | None
+    health: HealthVerdict
+    timings_seconds: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PersistResult:
+    """What persisting one snapshot did (identical on every rank)."""
+
+    outcome: PublishOutcome
+    folder: str
+    total_bytes: int
+    timings_seconds: dict[str, float]
+
+
+def _probe_bytes(probe: CommitProbe | None) -> Callable[[int], None] | None:
+    if probe is None:
+        return None
+    total = [0]
+
+    def on_bytes(count: int) -> None:
+        total[0] += count
+        probe.reached(CommitStep.WRITE_SHARDS, total[0])
+
+    return on_bytes
+
+
+def persist(
+    snap: Snapshot,
+    storage: CheckpointStorage,
+    fence: Fence,
+    facts: RunFacts,
+    *,
+    process_group: dist.ProcessGroup | None,
+    probe: CommitProbe | None = None,
+    thread_count: int = 1,
+) -> PersistResult:
+    """Steps WRITE_SHARDS..DONE for one snapshot. Collective when a process group is given."""
+    reach = probe.reached if probe is not None else (lambda step, n=0: None)
+    timings = dict(snap.timings_seconds)
+    started = time.perf_counter()
+    reach(CommitStep.WRITE_SHARDS)
+    path = storage.write_path(snap.step, snap.checkpoint_id)
+    writer = make_writer(
+        path,
+        is_local=storage.is_local,
+        rank=facts.rank,
+        probe=_probe_bytes(probe),
+        thread_count=thread_count,
+    )
+    try:
+        dcp.save(
+            snap.state_dict,
+            storage_writer=writer,
+            process_group=process_group,
+            no_dist=process_group is None,
+        )
+    finally:
+        writer.shutdown()
+    timings["write"] = time.perf_counter() - started
+    result: list[Any] = [None]
+    if facts.rank == 0:
+        try:
+            result[0] = _commit_as_coordinator(snap, storage, fence, facts, writer, path, reach)
+        except Exception as exc:
+            result[0] = exc
+    if process_group is not None:
+        dist.broadcast_object_list(result, src=0, group=process_group)
+    if isinstance(result[0], Exception):
+        raise result[0]
+    outcome, folder, total_bytes, coordinator_timings = result[0]
+    timings.update(coordinator_timings)
+    timings["persist"] = time.perf_counter() - started
+    reach(CommitStep.DONE)
+    return PersistResult(
+        outcome=outcome, folder=folder, total_bytes=total_bytes, timings_seconds=timings
+    )
+
+
+def _commit_as_coordinator(
+    snap: Snapshot,
+    storage: CheckpointStorage,
+    fence: Fence,
+    facts: RunFacts,
+    writer: Any,
+    path: str,
+    reach: Callable[..., None],
+) -> tuple[PublishOutcome, str, int, dict[str, float]]:
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    reach(CommitStep.VERIFY)
+    if storage.is_local:
+        fsync_dir(path)
+    entries = check_staged(storage, path, writer.metadata, facts.world_size)
+    size_bytes, checksum = writer.files[DCP_METADATA]
+    entries.append(FileEntry(name=DCP_METADATA, size_bytes=size_bytes, checksum=checksum))
+    timings["verify"] = time.perf_counter() - started
+
+    reach(CommitStep.WRITE_MANIFEST)
+    manifest = CheckpointManifest(
+        checkpoint_id=snap.checkpoint_id,
+        step=snap.step,
+        generation=snap.generation,
+        created_unix_seconds=snap.staged_unix_seconds,
+        parent_checkpoint_id=snap.parent_checkpoint_id,
+        world_size=facts.world_size,
+        parallel_layout=facts.parallel_layout,
+        spec_hash=facts.spec_hash,
+        data_manifest_id=facts.data_manifest_id,
+        tokenizer_hash=facts.tokenizer_hash,
+        data_cursor=snap.data_cursor,
+        counters=snap.counters,
+        health=snap.health,
+        loss_at_save=snap.loss,
+        rng_ranks=list(range(facts.world_size)),
+        logical_keys=logical_keys(writer.metadata),
+        files=sorted(entries, key=lambda e: e.name),
+        torch_version=torch.__version__,
+        timings_seconds={**snap.timings_seconds, **timings},
+    )
+    raw = manifest.model_dump_json(indent=1).encode()
+    storage.write_durable(f"{path}/{MANIFEST_FILE}", raw)
+
+    reach(CommitStep.MOVE)
+    final = storage.move_to_final(snap.step, snap.checkpoint_id)
+    folder = folder_name(snap.step, snap.checkpoint_id)
+
+    reach(CommitStep.WRITE_COMMIT)
+    record = CommitRecord(
+        checkpoint_id=snap.checkpoint_id,
+        step=snap.step,
+        generation=snap.generation,
+        folder=folder,
+        manifest_sha256=hashlib.sha256(raw).hexdigest(),
+        committed_unix_seconds=time.time(),
+    )
+    storage.write_durable(f"{final}/{COMMIT_FILE}", record.model_dump_json().encode())
+
+    reach(CommitStep.PUBLISH)
+    outcome = fence.publish(record, snap.generation)
+    if outcome == PublishOutcome.STALE_GENERATION:
+        storage.write_durable(
+            f"{final}/{REJECTED_FILE}",
+            f"generation {snap.generation} is stale; the fence refused this publish\n".encode(),
+        )
+    return outcome, folder, manifest.total_bytes, timings

@@ -1,0 +1,99 @@
+"""Checkpoint events and the sink they go to.
+
+The checkpoint package never writes to a database: the caller passes an `EventSink` (the runtime
+forwards events to the control plane's event log; a standalone script may keep the default, which
+logs). Event type names match the run event types of ARCHITECTURE.md ("Core records: Event").
+"""
+
+import logging
+import threading
+import time
+from enum import StrEnum
+from typing import Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+_log = logging.getLogger("runwright.ckpt")
+
+
+class CheckpointEventType(StrEnum):
+    """What happened to a checkpoint."""
+
+    CHECKPOINT_STAGED = "CHECKPOINT_STAGED"
+    CHECKPOINT_COMMITTED = "CHECKPOINT_COMMITTED"
+    CHECKPOINT_SKIPPED = "CHECKPOINT_SKIPPED"
+    CHECKPOINT_FAILED = "CHECKPOINT_FAILED"
+    STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
+    RESTORE_FALLBACK = "RESTORE_FALLBACK"
+    RESTORE_SUCCEEDED = "RESTORE_SUCCEEDED"
+    INTERVAL_CHOSEN = "INTERVAL_CHOSEN"
+    CHECKPOINT_DELETED = "CHECKPOINT_DELETED"
+    RESIDUE_COLLECTED = "RESIDUE_COLLECTED"
+
+
+class CheckpointEvent(BaseModel):
+    """One thing that happened to one checkpoint, as the caller's event log will store it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    type: CheckpointEventType
+    """What happened."""
+    generation: int
+    """Generation (fencing token) of the process that emits the event."""
+    step: int | None = None
+    """Global optimizer step the event concerns, if any."""
+    checkpoint_id: str | None = None
+    """Checkpoint the event concerns, if any."""
+    time_unix_seconds: float = Field(default_factory=time.time)
+    """When the event was emitted (seconds since the epoch)."""
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    """Details: reasons, durations in seconds, sizes in bytes."""
+
+
+@runtime_checkable
+class EventSink(Protocol):
+    """Receives checkpoint events. Must be thread-safe: async saves emit from a worker thread."""
+
+    def emit(self, event: CheckpointEvent) -> None:
+        """Record one event; must not raise for an ordinary event."""
+        ...
+
+
+class LoggingSink:
+    """The default sink: one log line per event on the `runwright.ckpt` logger."""
+
+    def emit(self, event: CheckpointEvent) -> None:
+        level = logging.WARNING if event.type in _WARNINGS else logging.INFO
+        _log.log(
+            level,
+            "%s step=%s checkpoint=%s generation=%s %s",
+            event.type.value,
+            event.step,
+            event.checkpoint_id,
+            event.generation,
+            event.attributes,
+        )
+
+
+_WARNINGS = {
+    CheckpointEventType.CHECKPOINT_FAILED,
+    CheckpointEventType.CHECKPOINT_SKIPPED,
+    CheckpointEventType.STALE_WRITE_REJECTED,
+    CheckpointEventType.RESTORE_FALLBACK,
+}
+
+
+class MemorySink:
+    """Keeps events in a list (tests, notebooks, and scripts that report at the end)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.events: list[CheckpointEvent] = []
+
+    def emit(self, event: CheckpointEvent) -> None:
+        with self._lock:
+            self.events.append(event)
+
+    def of_type(self, kind: CheckpointEventType) -> list[CheckpointEvent]:
+        with self._lock:
+            return [e for e in self.events if e.type == kind]

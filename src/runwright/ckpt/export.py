@@ -1,0 +1,135 @@
+"""Export: an inference artifact built from a committed checkpoint, apart from training state.
+
+Output folder: `model.safetensors` (full, unsharded model weights, `model.` prefix removed),
+`config.json` (the model config the caller passes), `tokenizer/` (copied tokenizer files, if any)
+and `release.json`, a release manifest with the sha256 and size of every file plus the source
+checkpoint's id, step, and manifest hash. The checkpoint is verified in full before anything is
+read, and the weights are read with plain DCP (no process group: one process reads every shard).
+"""
+
+import hashlib
+import json
+import os
+import shutil
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed.checkpoint as dcp
+from pydantic import BaseModel, ConfigDict
+from safetensors.torch import save_file
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+from runwright.ckpt.catalog import CommittedCheckpoint
+from runwright.ckpt.compat import MODEL_PREFIX
+from runwright.ckpt.errors import CheckpointCorruptError
+from runwright.ckpt.storage import CheckpointStorage
+from runwright.ckpt.verify import verify_checkpoint
+
+RELEASE_FILE = "release.json"
+
+
+class ExportedFile(BaseModel):
+    """One file of an export."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    name: str
+    """Path relative to the export folder."""
+    size_bytes: int
+    """Size in bytes."""
+    sha256: str
+    """Hex sha256 of the bytes."""
+
+
+class ReleaseManifest(BaseModel):
+    """What an export contains and where it came from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    source_checkpoint_id: str
+    """Checkpoint the weights came from."""
+    source_step: int
+    """Its step."""
+    source_manifest_sha256: str
+    """sha256 of its manifest.json."""
+    spec_hash: str | None
+    """Spec hash recorded in the checkpoint."""
+    tokenizer_hash: str | None
+    """Tokenizer hash recorded in the checkpoint."""
+    parameters: int
+    """Number of scalar parameters exported."""
+    files: list[ExportedFile]
+    """Every file of the export except release.json."""
+    exported_unix_seconds: float
+    """When the export was written."""
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while chunk := handle.read(8 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def export_model(
+    storage: CheckpointStorage,
+    checkpoint: CommittedCheckpoint,
+    out_dir: str | os.PathLike[str],
+    *,
+    model_config: dict[str, Any],
+    tokenizer_path: str | os.PathLike[str] | None = None,
+) -> ReleaseManifest:
+    report = verify_checkpoint(storage, checkpoint.path, checkpoint.manifest, "full")
+    if not report.ok:
+        raise CheckpointCorruptError(
+            f"not exporting {checkpoint.folder}: {report.summary()}. Export an older checkpoint."
+        )
+    reader = (
+        FileSystemReader(checkpoint.path) if storage.is_local else FsspecReader(checkpoint.path)
+    )
+    metadata = reader.read_metadata()
+    weights: dict[str, torch.Tensor] = {}
+    for fqn, meta in metadata.state_dict_metadata.items():
+        if fqn.startswith(MODEL_PREFIX) and isinstance(meta, TensorStorageMetadata):
+            weights[fqn] = torch.empty(tuple(meta.size), dtype=meta.properties.dtype)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(weights, storage_reader=reader, no_dist=True)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors = {k.removeprefix(MODEL_PREFIX): v.contiguous() for k, v in weights.items()}
+    save_file(tensors, out / "model.safetensors", metadata={"checkpoint_id": checkpoint.folder})
+    (out / "config.json").write_text(json.dumps(model_config, indent=2, sort_keys=True) + "\n")
+    if tokenizer_path is not None:
+        source = Path(tokenizer_path)
+        target = out / "tokenizer"
+        if source.is_dir():
+            shutil.copytree(source, target, dirs_exist_ok=True)
+        else:
+            target.mkdir(exist_ok=True)
+            shutil.copy2(source, target / source.name)
+    files = [
+        ExportedFile(
+            name=str(p.relative_to(out)), size_bytes=p.stat().st_size, sha256=_sha256_file(p)
+        )
+        for p in sorted(out.rglob("*"))
+        if p.is_file() and p.name != RELEASE_FILE
+    ]
+    release = ReleaseManifest(
+        source_checkpoint_id=checkpoint.record.checkpoint_id,
+        source_step=checkpoint.record.step,
+        source_manifest_sha256=checkpoint.record.manifest_sha256,
+        spec_hash=checkpoint.manifest.spec_hash,
+        tokenizer_hash=checkpoint.manifest.tokenizer_hash,
+        parameters=sum(t.numel() for t in tensors.values()),
+        files=files,
+        exported_unix_seconds=time.time(),
+    )
+    (out / RELEASE_FILE).write_text(release.model_dump_json(indent=1) + "\n")
+    return release

@@ -1,0 +1,176 @@
+"""Operations on a run's checkpoint folder for operators (the `runwright ckpt` commands).
+
+Each function takes a checkpoint root, does one thing, and returns a record the CLI renders.
+"""
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runwright.ckpt.catalog import CommittedCheckpoint, Uncommitted, scan
+from runwright.ckpt.errors import CheckpointError
+from runwright.ckpt.export import ReleaseManifest, export_model
+from runwright.ckpt.fence import LocalFence
+from runwright.ckpt.gc import GcReport, collect_residue
+from runwright.ckpt.manifest import HealthVerdict, LatestPointer
+from runwright.ckpt.storage import CheckpointStorage
+from runwright.ckpt.verify import VerifyMode, VerifyReport, verify_checkpoint
+from runwright.errors import NotFoundError
+
+DEFAULT_ROOT = ".runwright"
+
+
+def checkpoint_root(target: str, root: str | None = None) -> str:
+    """A run id (under `<root>/runs/<id>/checkpoints`) or a checkpoint folder path/URL."""
+    if "/" in target or "://" in target or os.path.isdir(target):
+        return target
+    base = root or os.environ.get("RUNWRIGHT_ROOT") or DEFAULT_ROOT
+    return str(Path(base) / "runs" / target / "checkpoints")
+
+
+class ListedCheckpoint(BaseModel):
+    """One row of `runwright ckpt list`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    folder: str
+    """Folder under the checkpoint root."""
+    checkpoint_id: str
+    """Checkpoint id."""
+    step: int
+    """Step."""
+    generation: int
+    """Writer's generation."""
+    total_bytes: int
+    """Bytes of shards and metadata."""
+    health: HealthVerdict
+    """Health verdict at save time."""
+    latest: bool
+    """Whether the latest pointer names it."""
+
+
+class Inventory(BaseModel):
+    """Everything in a run's checkpoint folder."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    root: str
+    """The checkpoint root."""
+    generation: int | None
+    """Current generation according to a local fence, if one exists."""
+    latest: LatestPointer | None
+    """The latest pointer, if a local fence exists."""
+    committed: list[ListedCheckpoint] = Field(default_factory=list)
+    """Committed checkpoints, newest first."""
+    uncommitted: list[Uncommitted] = Field(default_factory=list)
+    """Residue and rejected folders, with reasons."""
+
+
+def _local_fence(storage: CheckpointStorage) -> LocalFence | None:
+    if storage.is_local and os.path.isdir(storage.root):
+        return LocalFence(storage.root)
+    return None
+
+
+def inventory(root: str) -> Inventory:
+    storage = CheckpointStorage(root)
+    if not storage.exists(storage.root):
+        raise NotFoundError(f"no checkpoint folder at {root}; pass a run id or a folder path")
+    fence = _local_fence(storage)
+    latest = fence.latest() if fence is not None else None
+    committed, other = scan(storage)
+    rows = [
+        ListedCheckpoint(
+            folder=c.folder,
+            checkpoint_id=c.record.checkpoint_id,
+            step=c.record.step,
+            generation=c.record.generation,
+            total_bytes=c.manifest.total_bytes,
+            health=c.manifest.health,
+            latest=latest is not None and latest.checkpoint_id == c.record.checkpoint_id,
+        )
+        for c in committed
+    ]
+    return Inventory(
+        root=storage.root,
+        generation=fence.current_generation() if fence is not None else None,
+        latest=latest,
+        committed=rows,
+        uncommitted=other,
+    )
+
+
+def find(root: str, ref: str) -> tuple[CheckpointStorage, CommittedCheckpoint]:
+    """A committed checkpoint by folder name, checkpoint id, step, or `latest`."""
+    storage = CheckpointStorage(root)
+    committed, _ = scan(storage)
+    if ref == "latest":
+        fence = _local_fence(storage)
+        pointer = fence.latest() if fence is not None else None
+        matches = [
+            c for c in committed if pointer and c.record.checkpoint_id == pointer.checkpoint_id
+        ]
+        matches = matches or committed[:1]
+    else:
+        matches = [
+            c
+            for c in committed
+            if ref in (c.folder, c.record.checkpoint_id)
+            or (ref.isdigit() and c.record.step == int(ref))
+        ]
+    if not matches:
+        raise NotFoundError(
+            f"no committed checkpoint {ref!r} in {root}; `runwright ckpt list` shows what exists"
+        )
+    return storage, matches[0]
+
+
+def verify(
+    root: str, ref: str | None, mode: VerifyMode, on_file: Callable[[int], None] | None = None
+) -> list[VerifyReport]:
+    """Verify one checkpoint (`ref`) or every committed one."""
+    if ref is not None:
+        storage, found = find(root, ref)
+        return [verify_checkpoint(storage, found.path, found.manifest, mode, on_file)]
+    storage = CheckpointStorage(root)
+    committed, _ = scan(storage)
+    return [verify_checkpoint(storage, c.path, c.manifest, mode, on_file) for c in committed]
+
+
+def total_bytes(root: str, ref: str | None) -> int:
+    if ref is not None:
+        return find(root, ref)[1].manifest.total_bytes
+    return sum(c.manifest.total_bytes for c in scan(CheckpointStorage(root))[0])
+
+
+def collect(root: str, min_age_seconds: float, max_entries: int) -> GcReport:
+    storage = CheckpointStorage(root)
+    fence = _local_fence(storage)
+    generation = fence.current_generation() if fence is not None else 0
+    return collect_residue(
+        storage,
+        current_generation=generation,
+        min_age_seconds=min_age_seconds,
+        max_entries=max_entries,
+    )
+
+
+def export(
+    root: str,
+    ref: str,
+    out_dir: str,
+    model_config: dict[str, Any],
+    tokenizer_path: str | None,
+) -> ReleaseManifest:
+    storage, found = find(root, ref)
+    if storage.is_local and os.path.realpath(out_dir).startswith(os.path.realpath(storage.root)):
+        raise CheckpointError(
+            f"export folder {out_dir} is inside the checkpoint folder; exports are kept apart "
+            "from training state. Choose a folder outside it, e.g. <root>/runs/<run>/exports/."
+        )
+    return export_model(
+        storage, found, out_dir, model_config=model_config, tokenizer_path=tokenizer_path
+    )

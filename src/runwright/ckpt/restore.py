@@ -1,0 +1,200 @@
+"""Restore: choose the newest committed checkpoint that verifies, check it fits, load it.
+
+Only committed checkpoints count (catalog.py). Candidates are tried newest first; one that fails
+verification (or the optional smoke check) is skipped with a recorded reason and the next older
+one is tried. The compatibility check (compat.py) decides exact load, DCP resharding, or refusal.
+Loading is plain `torch.distributed.checkpoint.load` into a state dict shaped like the live one.
+"""
+
+import math
+import time
+from collections.abc import Callable
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from pydantic import BaseModel, ConfigDict, Field
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+from torch.distributed.checkpoint.state_dict import get_model_state_dict
+
+from runwright.ckpt.catalog import CommittedCheckpoint, restore_candidates
+from runwright.ckpt.compat import CurrentRun, RestoreMode, decide
+from runwright.ckpt.errors import IncompatibleCheckpointError, NoUsableCheckpointError
+from runwright.ckpt.fence import Fence
+from runwright.ckpt.manifest import CheckpointManifest
+from runwright.ckpt.state import TrainState, apply, apply_rng, capture_rng, skeleton
+from runwright.ckpt.storage import CheckpointStorage
+from runwright.ckpt.verify import VerifyMode, verify_checkpoint
+
+
+class Fallback(BaseModel):
+    """A committed checkpoint restore skipped, and why."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    checkpoint_id: str
+    """The skipped checkpoint."""
+    step: int
+    """Its step."""
+    reason: str
+    """Why it was skipped (names the failing file or the smoke-check figures)."""
+
+
+class SmokeCheck(BaseModel):
+    """One forward step after loading, compared with the loss recorded at save time."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    expected_loss: float
+    """Loss recorded in the manifest."""
+    observed_loss: float
+    """Loss the smoke check computed after loading."""
+    relative_tolerance: float
+    """Allowed |observed - expected| / max(1, |expected|)."""
+    passed: bool
+    """Whether the difference is within tolerance."""
+
+
+class RestoreResult(BaseModel):
+    """What restore loaded; identical on every rank except `rng_restored`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    checkpoint_id: str
+    """The checkpoint loaded."""
+    step: int
+    """Its step: training continues at step + 1."""
+    folder: str
+    """Its folder under the checkpoint root."""
+    mode: RestoreMode
+    """exact, or reshard (world size or layout changed)."""
+    counters: dict[str, int]
+    """Progress counters restored into TrainState.counters."""
+    data_cursor: dict[str, object] | None
+    """The data cursor recorded in the manifest (rank 0's loader state)."""
+    rng_restored: bool
+    """True if this rank got back its own RNG streams (exact mode); after resharding the
+    trainer reseeds, since rank k of the new layout has no stream of its own."""
+    fallbacks: list[Fallback] = Field(default_factory=list)
+    """Newer committed checkpoints skipped, newest first."""
+    verify_mode: VerifyMode
+    """How checksums were checked."""
+    smoke: SmokeCheck | None = None
+    """Smoke check result, if one ran."""
+    seconds: float
+    """Wall time of the restore."""
+
+
+def current_run(
+    state: TrainState,
+    world_size: int,
+    layout: dict[str, int],
+    tokenizer_hash: str | None,
+    data_manifest_id: str | None,
+) -> CurrentRun:
+    schema = {
+        name: (list(value.shape), str(value.dtype))
+        for name, value in get_model_state_dict(state.model).items()
+    }
+    return CurrentRun(
+        world_size=world_size,
+        parallel_layout=layout,
+        tokenizer_hash=tokenizer_hash,
+        data_manifest_id=data_manifest_id,
+        model_schema=schema,
+    )
+
+
+def choose(
+    storage: CheckpointStorage,
+    fence: Fence | None,
+    current: CurrentRun,
+    verify_mode: VerifyMode,
+    excluded: dict[str, Fallback],
+) -> tuple[CommittedCheckpoint, RestoreMode] | list[Fallback] | None:
+    """The newest candidate that fits and verifies, or every fallback if none did, or None when
+    the run has no committed checkpoint. Refusal (incompatible) raises."""
+    candidates = restore_candidates(storage, fence)
+    if not candidates:
+        return None
+    fallbacks = [
+        excluded[c.record.checkpoint_id] for c in candidates if c.record.checkpoint_id in excluded
+    ]
+    for candidate in candidates:
+        if candidate.record.checkpoint_id in excluded:
+            continue
+        mode = decide(candidate.manifest, current)
+        report = verify_checkpoint(storage, candidate.path, candidate.manifest, verify_mode)
+        if report.ok:
+            return candidate, mode
+        fallback = Fallback(
+            checkpoint_id=candidate.record.checkpoint_id,
+            step=candidate.record.step,
+            reason="verification failed: " + report.summary(),
+        )
+        excluded[candidate.record.checkpoint_id] = fallback
+        fallbacks.append(fallback)
+    return fallbacks
+
+
+def no_usable(fallbacks: list[Fallback]) -> NoUsableCheckpointError:
+    lines = "; ".join(f"{f.checkpoint_id} (step {f.step}): {f.reason}" for f in fallbacks)
+    return NoUsableCheckpointError(
+        f"no committed checkpoint verified: {lines}. Inspect them with `runwright ckpt verify`; "
+        "to start over, move the checkpoint folder aside."
+    )
+
+
+def load_into(
+    state: TrainState,
+    storage: CheckpointStorage,
+    path: str,
+    manifest: CheckpointManifest,
+    mode: RestoreMode,
+    rank: int,
+    process_group: dist.ProcessGroup | None,
+) -> tuple[dict[str, object], bool]:
+    """DCP-load `path` into the live state; returns (progress record, rng_restored)."""
+    source_rank = rank if mode == RestoreMode.EXACT else None
+    sd = skeleton(state, rank, source_rank)
+    reader = FileSystemReader(path) if storage.is_local else FsspecReader(path)
+    dcp.load(sd, storage_reader=reader, process_group=process_group, no_dist=process_group is None)
+    progress = apply(state, sd, source_rank)
+    if source_rank is None and state.data_loader is not None and manifest.data_cursor is not None:
+        state.data_loader.load_state_dict(manifest.data_cursor)
+    return progress, source_rank is not None
+
+
+def smoke(
+    smoke_check: Callable[[], float], expected: float, relative_tolerance: float
+) -> SmokeCheck:
+    """Run the user's one-step loss function without disturbing the restored RNG streams."""
+    streams = capture_rng()
+    observed = float(smoke_check())
+    apply_rng(streams)
+    passed = math.isfinite(observed) and abs(observed - expected) <= relative_tolerance * max(
+        1.0, abs(expected)
+    )
+    return SmokeCheck(
+        expected_loss=expected,
+        observed_loss=observed,
+        relative_tolerance=relative_tolerance,
+        passed=passed,
+    )
+
+
+def elapsed(started: float) -> float:
+    return time.perf_counter() - started
+
+
+__all__ = [
+    "Fallback",
+    "IncompatibleCheckpointError",
+    "RestoreResult",
+    "SmokeCheck",
+    "choose",
+    "current_run",
+    "load_into",
+    "no_usable",
+    "smoke",
+]

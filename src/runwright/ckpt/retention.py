@@ -1,0 +1,71 @@
+"""Which committed checkpoints to keep: pure planning, then a crash-safe delete.
+
+Rules: keep the newest `keep_last`; keep every checkpoint whose step is a multiple of
+`keep_every_steps`; always keep the newest checkpoint whose health verdict is not UNHEALTHY (the
+newest that passed validation) and the one the fence's latest pointer names, whatever the other
+rules say. Deleting removes the commit record first (fsynced), so a crash mid-delete leaves
+residue that restore ignores, never a committed checkpoint with missing shards.
+"""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict
+from runwright.ckpt.storage import CheckpointStorage
+
+
+class RetentionEntry(BaseModel):
+    """What retention needs to know about one committed checkpoint."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    checkpoint_id: str
+    """The checkpoint."""
+    folder: str
+    """Its folder under the checkpoint root."""
+    step: int
+    """Its step."""
+    health: HealthVerdict = HealthVerdict.UNKNOWN
+    """Health verdict from its manifest."""
+
+
+class RetentionPlan(BaseModel):
+    """Folders to keep (with the first reason) and folders to delete."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    keep: dict[str, str] = Field(default_factory=dict)
+    """Folder -> why it is kept."""
+    delete: list[str] = Field(default_factory=list)
+    """Folders to delete, oldest first."""
+
+
+def plan_retention(
+    entries: list[RetentionEntry],
+    *,
+    keep_last: int,
+    keep_every_steps: int | None = None,
+    latest_checkpoint_id: str | None = None,
+) -> RetentionPlan:
+    ordered = sorted(entries, key=lambda e: e.step, reverse=True)
+    keep: dict[str, str] = {}
+    for entry in ordered[:keep_last]:
+        keep.setdefault(entry.folder, f"among the newest {keep_last}")
+    if keep_every_steps:
+        for entry in ordered:
+            if entry.step % keep_every_steps == 0:
+                keep.setdefault(entry.folder, f"step is a multiple of {keep_every_steps}")
+    validated = next((e for e in ordered if e.health != HealthVerdict.UNHEALTHY), None)
+    if validated is not None:
+        keep.setdefault(validated.folder, "newest checkpoint that passed validation")
+    for entry in ordered:
+        if entry.checkpoint_id == latest_checkpoint_id:
+            keep.setdefault(entry.folder, "named by the latest pointer")
+    delete = [e.folder for e in reversed(ordered) if e.folder not in keep]
+    return RetentionPlan(keep=keep, delete=delete)
+
+
+def delete_checkpoint(storage: CheckpointStorage, folder: str) -> int:
+    """Uncommit (remove COMMITTED, fsynced) then delete the folder; returns bytes freed."""
+    path = storage.path(folder)
+    storage.remove_file(f"{path}/{COMMIT_FILE}")
+    return storage.remove_tree(path)

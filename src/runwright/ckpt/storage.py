@@ -1,0 +1,189 @@
+"""Where a run's checkpoints live: a local folder or any fsspec URL.
+
+Layout (ARCHITECTURE.md, "Storage layout"):
+`<ckpt_root>/staging/<ckpt_id>/` while shards are written, `<ckpt_root>/<step>-<ckpt_id>/` once
+moved, with shards + manifest.json + COMMITTED.
+
+Local disks get the POSIX durability rules: every file is fsynced before it is renamed, every
+rename is followed by an fsync of the folders involved, and a file is replaced with `os.replace`
+(never delete-then-rename). Object stores have no atomic rename: shards are written straight into
+the final folder and the commit record, written last, is what makes the checkpoint visible.
+"""
+
+import contextlib
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import fsspec
+
+from runwright.ckpt.errors import CheckpointError
+
+STAGING = "staging"
+_FOLDER = re.compile(r"^(?P<step>\d+)-(?P<id>g\d{6,}-[0-9a-f]{12})$")
+
+
+def parse_folder(name: str) -> tuple[int, str] | None:
+    """`<step>-<ckpt_id>` -> (step, ckpt_id); None for anything else."""
+    match = _FOLDER.match(name)
+    return (int(match["step"]), match["id"]) if match else None
+
+
+def folder_name(step: int, checkpoint_id: str) -> str:
+    return f"{step:010d}-{checkpoint_id}"
+
+
+def fsync_dir(path: str | Path) -> None:
+    """fsync a folder so a rename or create inside it survives power loss (POSIX rename(2) makes
+    the name change atomic, not durable)."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointStorage:
+    """File operations on one run's checkpoint root, local or fsspec."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        text = os.fspath(root)
+        self.is_local = "://" not in text or text.startswith("file://")
+        if self.is_local:
+            local = Path(text.removeprefix("file://")).absolute()
+            self.root = str(local)
+            self.fs = fsspec.filesystem("file")
+        else:
+            self.fs, _ = fsspec.core.url_to_fs(text)
+            self.root = text.rstrip("/")
+
+    # paths -----------------------------------------------------------------------------------
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def staging_path(self, checkpoint_id: str) -> str:
+        return self.path(STAGING, checkpoint_id)
+
+    def write_path(self, step: int, checkpoint_id: str) -> str:
+        """Where shards are written: staging on a local disk, the final folder on object stores."""
+        if self.is_local:
+            return self.staging_path(checkpoint_id)
+        return self.path(folder_name(step, checkpoint_id))
+
+    def contains(self, path: str) -> bool:
+        """True if `path` lies strictly inside this root (GC never touches anything else)."""
+        if self.is_local:
+            root = os.path.realpath(self.root)
+            real = os.path.realpath(path)
+            return real != root and os.path.commonpath([root, real]) == root
+        return path.startswith(self.root + "/") and ".." not in path.split("/")
+
+    # reads -----------------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        return self.fs.exists(path)
+
+    def read_bytes(self, path: str) -> bytes:
+        with self.fs.open(path, "rb") as handle:
+            return handle.read()
+
+    @contextlib.contextmanager
+    def open_read(self, path: str) -> Iterator[IO[bytes]]:
+        with self.fs.open(path, "rb") as handle:
+            yield handle
+
+    def size_bytes(self, path: str) -> int:
+        return int(self.fs.size(path))
+
+    def list_names(self, path: str) -> list[str]:
+        if not self.fs.exists(path):
+            return []
+        return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
+
+    def age_seconds(self, path: str) -> float:
+        """Seconds since the newest modification of anything directly in `path`."""
+        if self.is_local:
+            stamps = [os.stat(path).st_mtime]
+            with contextlib.suppress(FileNotFoundError):
+                stamps += [e.stat().st_mtime for e in os.scandir(path)]
+            return time.time() - max(stamps)
+        try:
+            info = self.fs.info(path)
+        except FileNotFoundError:
+            return 0.0
+        stamp = info.get("mtime") or info.get("LastModified") or info.get("created")
+        if stamp is None:
+            return float("inf")
+        seconds = stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
+        return time.time() - seconds
+
+    # writes ----------------------------------------------------------------------------------
+    def makedirs(self, path: str) -> None:
+        self.fs.makedirs(path, exist_ok=True)
+        if self.is_local:
+            fsync_dir(os.path.dirname(path))
+
+    def write_durable(self, path: str, data: bytes) -> None:
+        """Create or replace `path` with `data` so that a reader sees the old bytes or the new
+        bytes, never a prefix: tmp file, fsync, os.replace, fsync folder (local); one put
+        (object stores, where an object appears whole or not at all)."""
+        if not self.is_local:
+            self.fs.pipe_file(path, data)
+            return
+        tmp = f"{path}.tmp-{os.getpid()}"
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        fsync_dir(os.path.dirname(path))
+
+    def move_to_final(self, step: int, checkpoint_id: str) -> str:
+        """Move a staged checkpoint to `<step>-<ckpt_id>/` (local: one atomic rename plus fsyncs;
+        object stores: nothing to move). Returns the final path."""
+        final = self.path(folder_name(step, checkpoint_id))
+        if not self.is_local:
+            return final
+        staged = self.staging_path(checkpoint_id)
+        if os.path.exists(final):
+            raise CheckpointError(
+                f"{final} already exists; checkpoint ids are unique, so this folder was left by "
+                "another writer with the same id. Remove it or run `runwright ckpt gc`."
+            )
+        os.rename(staged, final)
+        fsync_dir(self.root)
+        fsync_dir(self.path(STAGING))
+        return final
+
+    def remove_file(self, path: str) -> None:
+        if not self.contains(path):
+            raise CheckpointError(f"refusing to remove {path}: it is outside {self.root}")
+        if self.fs.exists(path):
+            self.fs.rm_file(path)
+            if self.is_local:
+                fsync_dir(os.path.dirname(path))
+
+    def remove_tree(self, path: str) -> int:
+        """Delete a folder inside the root; returns bytes freed. Idempotent."""
+        if not self.contains(path):
+            raise CheckpointError(f"refusing to remove {path}: it is outside {self.root}")
+        if not self.fs.exists(path):
+            return 0
+        freed = 0
+        if self.is_local:
+            if os.path.islink(path):
+                os.unlink(path)
+                return 0
+            for dirpath, _dirs, files in os.walk(path):
+                for name in files:
+                    with contextlib.suppress(FileNotFoundError):
+                        freed += os.lstat(os.path.join(dirpath, name)).st_size
+            shutil.rmtree(path, ignore_errors=True)
+            fsync_dir(os.path.dirname(path))
+            return freed
+        freed = sum(int(i.get("size") or 0) for i in self.fs.find(path, detail=True).values())
+        self.fs.rm(path, recursive=True)
+        return freed

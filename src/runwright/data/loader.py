@@ -1,0 +1,470 @@
+"""DataLoader: a deterministic, resumable mixture/packing loader for any PyTorch script.
+
+Pipeline (all bounded, so a slow consumer applies back-pressure all the way to planning):
+
+    planner thread --plans--> read_workers threads --out of order--> reorder buffer
+        --in order--> sequencer thread --> prefetch queue (prefetch_batches) --> __next__
+
+The planner takes a reorder slot before planning a step and the sequencer returns it when the
+batch leaves the reorder buffer, so at most `reorder_capacity` batches are being read or waiting
+to be reordered, plus `prefetch_batches` finished ones. Each batch carries the cursor *after* it;
+`state_dict()` returns the cursor of the last batch handed to the caller, never one the prefetch
+ran ahead to, so restoring it neither skips nor repeats.
+"""
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from queue import Empty, Full, Queue
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from pydantic import Field, ValidationError
+
+from runwright.data.cursor import DataCursor, Record, reconcile
+from runwright.data.dataset import OpenDataset, Verification, open_dataset
+from runwright.data.errors import CursorMismatchError, DataError, ManifestError
+from runwright.data.ledger import ConsumptionLedger, record_step
+from runwright.data.manifest import DatasetManifest
+from runwright.data.mixture import MIXTURES
+from runwright.data.packing import PACKERS, fill_rows
+from runwright.data.permute import SHUFFLES
+from runwright.data.planner import BatchPlan, Planner
+from runwright.data.stream import DocStream, SourceTable, StreamState
+from runwright.spec import DataSpec, canonical_json, sha256_hex
+
+_POLL_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One optimizer step's rows for this rank."""
+
+    tokens: torch.Tensor
+    """Input ids, int64 (rows, S)."""
+    labels: torch.Tensor
+    """Target ids, int64 (rows, S)."""
+    loss_mask: torch.Tensor
+    """1.0 where the label counts, float32 (rows, S)."""
+    position_ids: torch.Tensor
+    """Positions that restart at every document, int64 (rows, S)."""
+    segment_ids: torch.Tensor
+    """Document number within the row (0 = padding), int32 (rows, S)."""
+    device_tokens: int
+    """Tokens fed to the model (rows * S)."""
+    padded_tokens: int
+    """Inputs that are padding."""
+    loss_tokens: int
+    """Labels that count in the loss."""
+    step: int
+    """Global step this batch belongs to."""
+    first_sample: int
+    """First global sample of the step (all ranks)."""
+    end_sample: int
+    """One past the step's last global sample."""
+
+    def __getitem__(self, key: str) -> Any:
+        return getattr(self, key)
+
+
+class LoaderStats(Record):
+    """Input-pipeline health, as Prometheus-style names."""
+
+    input_wait_seconds_total: float = Field(ge=0)
+    """Time the caller spent waiting in __next__ for a batch."""
+    last_input_wait_seconds: float = Field(ge=0)
+    """Wait of the most recent batch."""
+    queue_depth: int = Field(ge=0)
+    """Finished batches waiting in the prefetch queue."""
+    reorder_depth: int = Field(ge=0)
+    """Batches read but waiting for an earlier one in the reorder buffer."""
+    bytes_read_total: int = Field(ge=0)
+    """Token bytes copied out of shards."""
+    batches_total: int = Field(ge=0)
+    """Batches handed to the caller."""
+    loss_tokens_total: int = Field(ge=0)
+    """Loss tokens handed to the caller on this rank."""
+    padded_tokens_total: int = Field(ge=0)
+    """Padding handed to the caller on this rank."""
+
+
+_END = object()
+
+
+class DataLoader:
+    """Yields this rank's share of each global step, resumable from `state_dict()`.
+
+    `global_batch_samples` packed sequences make a global step; rank `dp_rank` of `dp_size`
+    gets `global_batch_samples // dp_size` of them. `resume` decides what `load_state_dict`
+    accepts: `exact` refuses a cursor of another dataset, tokenizer, algorithm version, mixture,
+    seed or sequence length; `coverage` keeps only per-source progress.
+    """
+
+    def __init__(
+        self,
+        dataset_path: str | Path | None,
+        data_spec: DataSpec,
+        *,
+        global_batch_samples: int,
+        dp_rank: int = 0,
+        dp_size: int = 1,
+        epochs: int | None = None,
+        resume: Literal["exact", "coverage"] = "exact",
+        tokenizer_sha256: str | None = None,
+        verification: Verification = "digest",
+        cache_dir: str | Path | None = None,
+        read_workers: int | None = None,
+        prefetch_batches: int | None = None,
+        reorder_capacity: int | None = None,
+    ) -> None:
+        if dp_size < 1 or not 0 <= dp_rank < dp_size:
+            raise DataError(f"dp_rank={dp_rank} must lie in [0, dp_size={dp_size})")
+        if global_batch_samples < 1 or global_batch_samples % dp_size:
+            raise DataError(
+                f"global_batch_samples={global_batch_samples} must be a positive multiple of "
+                f"dp_size={dp_size}; try {max(dp_size, global_batch_samples // dp_size * dp_size)}"
+            )
+        path = dataset_path if dataset_path is not None else data_spec.dataset
+        if path is None:
+            raise DataError("no dataset: pass dataset_path or set data.dataset in the spec")
+        self.spec = data_spec
+        self.global_batch_samples = global_batch_samples
+        self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.epochs = epochs
+        self.resume = resume
+        self.read_workers = read_workers or data_spec.read_workers
+        self.prefetch_batches = prefetch_batches or data_spec.prefetch_batches
+        self.reorder_capacity = reorder_capacity or max(2, 2 * self.read_workers)
+        self.dataset: OpenDataset = open_dataset(
+            path, verification=verification, cache_dir=cache_dir, split="train"
+        )
+        manifest = self.dataset.manifest
+        if data_spec.manifest_id and data_spec.manifest_id != manifest.dataset_id:
+            raise ManifestError(
+                f"dataset at {path} has id {manifest.dataset_id}, the spec expects "
+                f"{data_spec.manifest_id}; point data.dataset at the right build or update "
+                "data.manifest_id"
+            )
+        if tokenizer_sha256 and tokenizer_sha256 != manifest.tokenizer.sha256:
+            raise ManifestError(
+                f"dataset tokenizer {manifest.tokenizer.sha256[:12]} differs from the expected "
+                f"{tokenizer_sha256[:12]}; rebuild the dataset with that tokenizer"
+            )
+        self._shuffle = SHUFFLES.get(data_spec.shuffle)
+        self._mixture = MIXTURES.get(data_spec.mixture.algorithm)
+        self._packer = PACKERS.get(data_spec.packing)
+        train = [s for s in manifest.shards if s.split == "train"]
+        self._tokens = [self.dataset.shards[s.name].tokens for s in train]
+        self._itemsize = self._tokens[0].dtype.itemsize if self._tokens else 2
+        self.sources = self._source_tables()
+        self._origin = self._identity_cursor()
+        self._cursor = self._origin
+        self._ledger = ConsumptionLedger()
+        self._wait_total = 0.0
+        self._wait_last = 0.0
+        self._bytes = 0
+        self._batches = 0
+        self._loss_tokens = 0
+        self._padded_tokens = 0
+        self._bytes_lock = threading.Lock()
+        self._threads: list[threading.Thread] = []
+        self._stop = threading.Event()
+        self._finished = False
+
+    # ---- identity ----------------------------------------------------------------------------
+
+    @property
+    def manifest(self) -> DatasetManifest:
+        return self.dataset.manifest
+
+    @property
+    def dataset_id(self) -> str:
+        return self.manifest.dataset_id
+
+    @property
+    def eod_token_id(self) -> int:
+        return self.manifest.tokenizer.eod_token_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.manifest.tokenizer.vocab_size
+
+    def _source_tables(self) -> list[SourceTable]:
+        manifest = self.manifest
+        train = [s for s in manifest.shards if s.split == "train"]
+        shard_index = {s.name: i for i, s in enumerate(train)}
+        available = manifest.sources("train")
+        mix = self.spec.mixture
+        if mix.sources:
+            wanted = [(s.name, float(s.weight), s.exhaustion) for s in mix.sources]
+        else:
+            # No weights: every source in proportion to its size, each read once per epoch.
+            wanted = []
+            for name in available:
+                mine = [s for s in train if s.source == name]
+                size = sum(s.documents if mix.unit == "documents" else s.tokens for s in mine)
+                wanted.append((name, float(size), "renormalise"))
+        tables = []
+        for name, weight, exhaustion in wanted:
+            if name not in available:
+                raise DataError(
+                    f"mixture source {name!r} is not in dataset {manifest.dataset_id[:12]}; its "
+                    f"train sources are {available}"
+                )
+            names, lengths = self.dataset.source_documents(name)
+            if lengths.shape[0] == 0:
+                raise DataError(f"mixture source {name!r} has no train documents; remove it")
+            shard = np.concatenate(
+                [
+                    np.full(self.dataset.shards[n].documents, shard_index[n], dtype=np.int64)
+                    for n in names
+                ]
+            )
+            offset = np.concatenate([self.dataset.shards[n].token_offsets for n in names])
+            tables.append(SourceTable(name, lengths, shard, offset, weight, exhaustion))
+        return tables
+
+    def _identity_cursor(self) -> DataCursor:
+        mix = self.spec.mixture
+        mixture_key = {
+            "unit": mix.unit,
+            "sources": [[t.name, t.weight, t.exhaustion] for t in self.sources],
+        }
+        names = [t.name for t in self.sources]
+        return DataCursor(
+            dataset_id=self.manifest.dataset_id,
+            tokenizer_sha256=self.manifest.tokenizer.sha256,
+            shuffle=self.spec.shuffle,
+            mixture=mix.algorithm,
+            packing=self.spec.packing,
+            mixture_sha256=sha256_hex(canonical_json(mixture_key)),
+            seed=self.spec.seed,
+            sequence_length=self.spec.sequence_length,
+            source_draws=dict.fromkeys(names, 0),
+            source_units=dict.fromkeys(names, 0),
+        )
+
+    # ---- cursor and ledger -------------------------------------------------------------------
+
+    @property
+    def cursor(self) -> DataCursor:
+        """Cursor after the last batch handed to the caller."""
+        return self._cursor
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._cursor.model_dump(mode="json")
+
+    def load_state_dict(self, state: dict[str, Any], *, coverage_only: bool | None = None) -> None:
+        """Continue after the batches a saved cursor says were consumed."""
+        try:
+            saved = DataCursor.model_validate(state)
+        except ValidationError as exc:
+            raise CursorMismatchError(f"not a runwright data cursor: {exc}") from None
+        coverage = self.resume == "coverage" if coverage_only is None else coverage_only
+        cursor = reconcile(saved, self._origin, coverage)
+        self._shutdown()
+        self._cursor = cursor
+        self._finished = False
+
+    @property
+    def ledger(self) -> ConsumptionLedger:
+        return self._ledger
+
+    @property
+    def stats(self) -> LoaderStats:
+        return LoaderStats(
+            input_wait_seconds_total=self._wait_total,
+            last_input_wait_seconds=self._wait_last,
+            queue_depth=self._prefetch.qsize() if self._threads else 0,
+            reorder_depth=len(self._reorder) if self._threads else 0,
+            bytes_read_total=self._bytes,
+            batches_total=self._batches,
+            loss_tokens_total=self._loss_tokens,
+            padded_tokens_total=self._padded_tokens,
+        )
+
+    # ---- pipeline ----------------------------------------------------------------------------
+
+    def _make_planner(self) -> Planner:
+        c = self._cursor
+        names = [t.name for t in self.sources]
+        state = StreamState(
+            epoch=c.epoch,
+            draws=[c.source_draws.get(n, 0) for n in names],
+            units=[c.source_units.get(n, 0) for n in names],
+        )
+        unit = self.spec.mixture.unit
+        doc_units = None
+        if unit != "documents":
+            packer, seq = self._packer, self.spec.sequence_length
+
+            def doc_units(lengths: np.ndarray) -> np.ndarray:
+                return packer.units(lengths, unit, seq)
+
+        stream = DocStream(
+            sources=self.sources,
+            shuffle=self._shuffle,
+            mixture=self._mixture,
+            doc_units=doc_units,
+            dataset_id=self.manifest.dataset_id,
+            seed=self.spec.seed,
+            state=state,
+            epochs=self.epochs,
+        )
+        return Planner(
+            stream,
+            self._packer,
+            self.sources,
+            c,
+            global_batch_samples=self.global_batch_samples,
+            dp_rank=self.dp_rank,
+            dp_size=self.dp_size,
+        )
+
+    def _start(self) -> None:
+        self._stop = threading.Event()
+        self._slots = threading.Semaphore(self.reorder_capacity)
+        self._work: Queue[tuple[int, Any]] = Queue()
+        self._reorder: dict[int, Any] = {}
+        self._reorder_cond = threading.Condition()
+        self._prefetch: Queue[Any] = Queue(maxsize=self.prefetch_batches)
+        planner = self._make_planner()
+        self._threads = [threading.Thread(target=self._plan_loop, args=(planner,), daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._read_loop, daemon=True) for _ in range(self.read_workers)
+        ]
+        self._threads.append(threading.Thread(target=self._sequence_loop, daemon=True))
+        for t in self._threads:
+            t.start()
+
+    def _plan_loop(self, planner: Planner) -> None:
+        seq = 0
+        while not self._stop.is_set():
+            if not self._slots.acquire(timeout=_POLL_SECONDS):
+                continue
+            try:
+                plan: Any = planner.next_batch()
+            except Exception as exc:  # delivered to the caller in order, then re-raised there
+                plan = exc
+            self._work.put((seq, _END if plan is None else plan))
+            if plan is None or isinstance(plan, Exception):
+                return
+            seq += 1
+
+    def _read_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                seq, item = self._work.get(timeout=_POLL_SECONDS)
+            except Empty:
+                continue
+            if isinstance(item, BatchPlan):
+                try:
+                    item = self._materialise(item)
+                except Exception as exc:
+                    item = exc
+            with self._reorder_cond:
+                self._reorder[seq] = item
+                self._reorder_cond.notify_all()
+
+    def _sequence_loop(self) -> None:
+        seq = 0
+        while not self._stop.is_set():
+            with self._reorder_cond:
+                if seq not in self._reorder:
+                    self._reorder_cond.wait(timeout=_POLL_SECONDS)
+                    continue
+                item = self._reorder.pop(seq)
+            self._slots.release()
+            while not self._stop.is_set():
+                try:
+                    self._prefetch.put(item, timeout=_POLL_SECONDS)
+                    break
+                except Full:
+                    continue
+            if item is _END or isinstance(item, Exception):
+                return
+            seq += 1
+
+    def _materialise(self, plan: BatchPlan) -> tuple[Batch, DataCursor]:
+        tokens, shard, offset = self._tokens, plan.doc_shard.tolist(), plan.doc_offset.tolist()
+
+        def read(j: int, first: int, count: int) -> np.ndarray:
+            start = offset[j] + first
+            return tokens[shard[j]][start : start + count]
+
+        arrays = fill_rows(
+            plan.rows,
+            self.spec.sequence_length,
+            self.eod_token_id,
+            plan.pieces,
+            plan.doc_length,
+            read,
+        )
+        _, doc, first, stop, _ = plan.pieces
+        real = np.clip(np.minimum(stop, plan.doc_length[doc]) - first, 0, None)
+        with self._bytes_lock:
+            self._bytes += int(real.sum()) * self._itemsize
+        batch = Batch(
+            tokens=torch.from_numpy(arrays["tokens"]),
+            labels=torch.from_numpy(arrays["labels"]),
+            loss_mask=torch.from_numpy(arrays["loss_mask"]),
+            position_ids=torch.from_numpy(arrays["position_ids"]),
+            segment_ids=torch.from_numpy(arrays["segment_ids"]),
+            device_tokens=arrays["device_tokens"],
+            padded_tokens=arrays["padded_tokens"],
+            loss_tokens=arrays["loss_tokens"],
+            step=plan.step,
+            first_sample=plan.first_sample,
+            end_sample=plan.end_sample,
+        )
+        return batch, plan.cursor
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        if self._finished:
+            raise StopIteration
+        if not self._threads:
+            self._start()
+        began = time.perf_counter()
+        item = self._prefetch.get()
+        waited = time.perf_counter() - began
+        self._wait_total += waited
+        self._wait_last = waited
+        if item is _END:
+            self._finished = True
+            self._shutdown()
+            raise StopIteration
+        if isinstance(item, Exception):
+            self._finished = True
+            self._shutdown()
+            raise item
+        batch, cursor = item
+        self._cursor = cursor
+        self._ledger = record_step(
+            self._ledger, self.dataset_id, batch.step, batch.first_sample, batch.end_sample
+        )
+        self._batches += 1
+        self._loss_tokens += batch.loss_tokens
+        self._padded_tokens += batch.padded_tokens
+        return batch
+
+    def _shutdown(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=5)
+        self._threads = []
+
+    def close(self) -> None:
+        """Stop the reader threads; the cursor and ledger stay readable."""
+        self._shutdown()
+
+    def __enter__(self) -> "DataLoader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

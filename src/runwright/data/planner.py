@@ -1,0 +1,211 @@
+"""Global-step planning: which pieces of which documents make this rank's rows of each step.
+
+Global sample g (a packed row) starts at stream position g * stride. Global step k consumes
+samples [k*B, (k+1)*B) for global batch B, and data-parallel rank r of D reads
+[k*B + r*B/D, k*B + (r+1)*B/D). Every rank walks the same document stream (cheap: lengths
+only) and reads tokens only for its own rows, so the global sequence does not depend on D and a
+cursor taken under one D resumes under another.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from runwright.data.cursor import DataCursor, PackerResidual
+from runwright.data.packing import Packer
+from runwright.data.stream import DocBlock, DocStream, SourceTable, StreamState
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One global step, seen from one rank: what to read and where the cursor lands."""
+
+    step: int
+    """Global step number."""
+    first_sample: int
+    """First global sample of the step."""
+    end_sample: int
+    """One past its last global sample."""
+    rows: int
+    """Rows this rank materialises."""
+    pieces: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    """(row, doc, first, stop, column); doc indexes the per-batch tables below."""
+    doc_shard: np.ndarray
+    """Shard index of each piece document."""
+    doc_offset: np.ndarray
+    """First token of each piece document within its shard."""
+    doc_length: np.ndarray
+    """Tokens of each piece document."""
+    cursor: DataCursor
+    """Cursor after this step has been consumed."""
+
+
+class Planner:
+    """Turns the document stream into BatchPlans for one rank, starting from a cursor."""
+
+    def __init__(
+        self,
+        stream: DocStream,
+        packer: Packer,
+        sources: list[SourceTable],
+        cursor: DataCursor,
+        *,
+        global_batch_samples: int,
+        dp_rank: int,
+        dp_size: int,
+    ) -> None:
+        self.stream = stream
+        self.packer = packer
+        self.sources = sources
+        self.template = cursor
+        self.seq = cursor.sequence_length
+        self.global_batch = global_batch_samples
+        self.local_rows = global_batch_samples // dp_size
+        self.first_local = dp_rank * self.local_rows
+        self.stride = packer.stride(self.seq)
+        self.extent = self.seq + 1 if self.stride == self.seq else 1
+        self.step = cursor.step
+        self.sample = cursor.position
+        self.pos = 0
+        self._blocks: list[tuple[int, DocBlock]] = []
+        self._base = 0
+        self._src = np.zeros(0, dtype=np.int64)
+        self._draw = np.zeros(0, dtype=np.int64)
+        self._doc = np.zeros(0, dtype=np.int64)
+        self._len = np.zeros(0, dtype=np.int64)
+        self._start = np.zeros(0, dtype=np.int64)
+        self._end = np.zeros(0, dtype=np.int64)
+        if cursor.residual is not None:
+            self._seed_residual(cursor.residual)
+
+    def _seed_residual(self, residual: PackerResidual) -> None:
+        names = [s.name for s in self.sources]
+        i = names.index(residual.source)
+        epoch = self.stream.state.epoch
+        doc = self.stream.lookup(i, np.array([residual.draw], dtype=np.int64), epoch)
+        length = self.sources[i].lengths[doc]
+        units = np.ones(1, dtype=np.int64)
+        if self.stream.doc_units is not None:
+            units = self.stream.doc_units(length)
+        st = self.stream.state
+        before_draws = list(st.draws)
+        before_units = list(st.units)
+        before_draws[i] -= 1
+        before_units[i] -= int(units[0])
+        block = DocBlock(
+            epoch=epoch,
+            start_draws=tuple(before_draws),
+            start_units=tuple(before_units),
+            source=np.array([i], dtype=np.int64),
+            draw=np.array([residual.draw], dtype=np.int64),
+            doc=doc,
+            length=length,
+            units=units,
+        )
+        self._append(block, first_start=-residual.token_offset)
+
+    def _append(self, block: DocBlock, first_start: int | None = None) -> None:
+        spans = self.packer.spans(block.length)
+        origin = (
+            (int(self._end[-1]) if self._end.shape[0] else 0)
+            if first_start is None
+            else (first_start)
+        )
+        ends = origin + np.cumsum(spans)
+        self._blocks.append((self._base + self._src.shape[0], block))
+        self._src = np.concatenate([self._src, block.source])
+        self._draw = np.concatenate([self._draw, block.draw])
+        self._doc = np.concatenate([self._doc, block.doc])
+        self._len = np.concatenate([self._len, block.length])
+        self._start = np.concatenate([self._start, ends - spans])
+        self._end = np.concatenate([self._end, ends])
+
+    def _cover(self, position: int) -> bool:
+        """Extend the window until a document ends after `position`; False at stream end."""
+        while not self._end.shape[0] or int(self._end[-1]) <= position:
+            block = self.stream.next_block()
+            if block is None:
+                return False
+            if len(block):
+                self._append(block)
+        return True
+
+    def _state_before(self, j: int) -> StreamState:
+        absolute = self._base + j
+        for first, block in reversed(self._blocks):
+            if first <= absolute:
+                return block.state_before(absolute - first)
+        raise AssertionError("window index before the first block")
+
+    def _cursor_at(self, position: int, step: int, sample: int) -> DataCursor:
+        j = int(np.searchsorted(self._end, position, side="right"))
+        start = int(self._start[j])
+        residual = None
+        if start == position:
+            state = self._state_before(j)
+        else:
+            state = self._state_before(j + 1)
+            residual = PackerResidual(
+                source=self.sources[int(self._src[j])].name,
+                draw=int(self._draw[j]),
+                token_offset=position - start,
+            )
+        names = [s.name for s in self.sources]
+        return self.template.model_copy(
+            update={
+                "epoch": state.epoch,
+                "step": step,
+                "position": sample,
+                "source_draws": dict(zip(names, state.draws, strict=True)),
+                "source_units": dict(zip(names, state.units, strict=True)),
+                "residual": residual,
+            }
+        )
+
+    def _trim(self, position: int) -> None:
+        keep = int(np.searchsorted(self._end, position, side="right"))
+        if keep == 0:
+            return
+        self._base += keep
+        self._src, self._draw = self._src[keep:], self._draw[keep:]
+        self._doc, self._len = self._doc[keep:], self._len[keep:]
+        self._start, self._end = self._start[keep:], self._end[keep:]
+        while len(self._blocks) > 1 and self._blocks[1][0] <= self._base:
+            self._blocks.pop(0)
+
+    def next_batch(self) -> BatchPlan | None:
+        """Plan the next global step, or None when the stream cannot fill a whole step."""
+        new_pos = self.pos + self.global_batch * self.stride
+        last_end = new_pos - self.stride + self.extent
+        if not self._cover(max(last_end - 1, new_pos)):
+            return None
+        starts = self.pos + (self.first_local + np.arange(self.local_rows)) * self.stride
+        row, doc, first, stop, col = self.packer.pieces(
+            starts, self._start, self._end, self._len, self.seq
+        )
+        used, local_doc = np.unique(doc, return_inverse=True)
+        src = self._src[used]
+        docs = self._doc[used]
+        shard = np.empty(used.shape[0], dtype=np.int64)
+        offset = np.empty(used.shape[0], dtype=np.int64)
+        for i in np.unique(src):
+            sel = src == i
+            table = self.sources[int(i)]
+            shard[sel] = table.shard[docs[sel]]
+            offset[sel] = table.offset[docs[sel]]
+        plan = BatchPlan(
+            step=self.step,
+            first_sample=self.sample,
+            end_sample=self.sample + self.global_batch,
+            rows=self.local_rows,
+            pieces=(row, local_doc, first, stop, col),
+            doc_shard=shard,
+            doc_offset=offset,
+            doc_length=self._len[used],
+            cursor=self._cursor_at(new_pos, self.step + 1, self.sample + self.global_batch),
+        )
+        self.pos = new_pos
+        self.step += 1
+        self.sample += self.global_batch
+        self._trim(new_pos)
+        return plan

@@ -1,5 +1,146 @@
-"""`runwright data ...` commands."""
+"""`runwright data ...` commands: build, inspect and verify content-addressed datasets."""
+
+import os
+from pathlib import Path
 
 import typer
+from rich.table import Table
 
-app = typer.Typer(help="data commands.", no_args_is_help=True)
+from runwright.cli.render import console, guarded, print_json
+
+app = typer.Typer(help="Build, inspect and verify datasets.", no_args_is_help=True)
+
+
+def _root(root: Path | None) -> Path:
+    return root or Path(os.environ.get("RUNWRIGHT_ROOT") or ".runwright")
+
+
+def _variables(pairs: list[str]) -> dict[str, str]:
+    from runwright.data.errors import RecipeError
+
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise RecipeError(f"--set expects NAME=VALUE, got {pair!r}")
+        out[key] = value
+    return out
+
+
+@app.command()
+@guarded
+def build(
+    recipe: Path = typer.Argument(..., help="Recipe file (YAML or JSON)."),
+    root: Path | None = typer.Option(
+        None, "--root", help="runwright root; default $RUNWRIGHT_ROOT or .runwright/."
+    ),
+    set_: list[str] = typer.Option(
+        [], "--set", help="Recipe variable NAME=VALUE, replacing ${NAME} (repeatable)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Build the dataset a recipe describes into <root>/datasets/<dataset_id>/.
+
+    Re-running redoes only unfinished partitions; bad records go to quarantine/ with reasons.
+    """
+    from runwright.data.build import build_dataset
+
+    result = build_dataset(
+        recipe,
+        _root(root),
+        variables=_variables(set_),
+        show_progress=not as_json,
+        console=None if as_json else console,
+    )
+    summary = {
+        "dataset_id": result.dataset_id,
+        "folder": str(result.folder),
+        "partitions_run": result.partitions_run,
+        "partitions_reused": result.partitions_reused,
+        "quarantined": result.quarantined,
+        "seconds": round(result.seconds, 3),
+    }
+    if as_json:
+        print_json(summary)
+        return
+    console.print(f"dataset [bold]{result.dataset_id}[/]")
+    console.print(f"  folder      {result.folder}")
+    console.print(
+        f"  partitions  {result.partitions_run} run, {result.partitions_reused} reused; "
+        f"{result.quarantined} records quarantined; {result.seconds:.1f} s"
+    )
+
+
+@app.command()
+@guarded
+def inspect(
+    path: str = typer.Argument(..., help="Dataset folder or fsspec URL."),
+    as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
+) -> None:
+    """Show a dataset's identity and statistics."""
+    from runwright.data.report import describe_dataset
+
+    info = describe_dataset(path)
+    if as_json:
+        print_json(info)
+        return
+    console.print(f"dataset [bold]{info['dataset_id']}[/] ({info['name']})")
+    tok = info["tokenizer"]
+    console.print(
+        f"tokenizer {tok['sha256'][:16]}  vocab {tok['vocab_size']}  "
+        f"eod {tok['eod_token']!r}={tok['eod_token_id']}"
+    )
+    table = Table("split", "source", "documents", "tokens", "chars/token", "shards", "bytes")
+    for row in info["sources"]:
+        table.add_row(
+            row["split"],
+            row["source"],
+            f"{row['documents']:,}",
+            f"{row['tokens']:,}",
+            f"{row['chars_per_token']:.2f}",
+            str(row["shards"]),
+            f"{row['bytes']:,}",
+        )
+    console.print(table)
+    drops = Table("source", "read", "filtered", "exact dup", "near dup", "quarantined")
+    for source, read in info["records_read"].items():
+        drops.add_row(
+            source,
+            f"{read:,}",
+            ", ".join(f"{k}={v}" for k, v in info["filtered"].get(source, {}).items()) or "0",
+            str(info["exact_duplicates"].get(source, 0)),
+            str(info["near_duplicates"].get(source, 0)),
+            str(info["quarantined"].get(source, 0)),
+        )
+    console.print(drops)
+    split = info["split"]
+    console.print(
+        f"eval {split['eval_documents']} documents (fraction {split['eval_fraction']}); "
+        f"{split['train_removed_as_eval_duplicates']} train documents removed as near "
+        f"duplicates of eval; duplicate rate {info['duplicate_rate']:.2%}"
+    )
+
+
+@app.command()
+@guarded
+def verify(
+    path: str = typer.Argument(..., help="Dataset folder or fsspec URL."),
+    as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
+) -> None:
+    """Re-hash every shard against the manifest; exit status 1 names any that do not match."""
+    from runwright.data.report import verify_dataset
+
+    report = verify_dataset(path)
+    if as_json:
+        print_json(report.model_dump())
+    else:
+        for shard in report.shards:
+            mark = "[green]ok[/]" if shard.ok else "[red]CORRUPT[/]"
+            console.print(f"{mark}  {shard.name}  {'; '.join(shard.problems)}")
+        console.print(
+            f"tokenizer {'[green]ok[/]' if report.tokenizer_ok else '[red]MISMATCH[/]'}; "
+            f"dataset {report.dataset_id[:16]}: "
+            + ("[green]verified[/]" if report.ok else f"[red]{len(report.corrupt)} corrupt[/]")
+        )
+    if not report.ok:
+        raise typer.Exit(code=1)

@@ -1,0 +1,458 @@
+"""`runwright data build`: recipe -> content-addressed dataset folder.
+
+Stages: list inputs -> partitions (read, normalise, filter, hash, MinHash; in parallel processes)
+-> exact dedup, eval split, near dedup (one pass, in order) -> tokenizer (load or train on train)
+-> tokenize and shard -> manifest (sealed: dataset_id = sha256 of its canonical form).
+
+Fault handling (seed 000, "data processing DAG retry boundaries"): a finished partition writes a
+completion marker keyed by its inputs and stage parameters, so a re-run redoes only what did not
+finish; I/O errors retry with doubling backoff up to `max_attempts` and, if they persist, fail
+the build naming the partitions to re-run; deterministic errors (undecodable bytes, schema
+mismatch, oversized record, unparseable file) send the record to `quarantine/` with its reason and
+the build continues. Work files live in `<root>/datasets/.work/<recipe key>/`.
+"""
+
+import json
+import pickle
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from runwright import __version__
+from runwright.data.clean import first_rejection, make_filters, normalise
+from runwright.data.dedup import MINHASH_SCHEME, Candidate, decide, signature, text_hash
+from runwright.data.errors import BuildError
+from runwright.data.indexed import token_dtype
+from runwright.data.manifest import (
+    BuildInfo,
+    DatasetManifest,
+    InputRecord,
+    Lineage,
+    SourceStatistics,
+    SplitBoundary,
+    StageRecord,
+    Statistics,
+    write_manifest,
+)
+from runwright.data.pretokenized import length_histogram
+from runwright.data.recipe import NearDedupSpec, NormaliseSpec, Recipe, SourceSpec, load_recipe
+from runwright.data.shards import ShardSet
+from runwright.data.sources import READERS, InputFile, list_inputs, read_bytes
+from runwright.data.tokenizer import load_tokenizer, save_and_describe, train_bpe
+from runwright.spec import canonical_json, sha256_hex
+
+BUILD_ALGORITHM = "build-v1"
+TRANSIENT = (TimeoutError, ConnectionError, InterruptedError, BlockingIOError)
+T = TypeVar("T")
+
+
+def with_retries(
+    fn: Callable[[], T],
+    attempts: int,
+    backoff_seconds: float,
+    sleep: Callable[[float], None] = time.sleep,
+    transient: tuple[type[BaseException], ...] = TRANSIENT,
+) -> T:
+    """Call fn, retrying transient errors with doubling delays (b, 2b, 4b, ...)."""
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except transient:
+            if attempt == attempts - 1:
+                raise
+            sleep(backoff_seconds * (1 << attempt))
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class PartitionTask:
+    """One unit of work: some input files of one source."""
+
+    source: SourceSpec
+    normalise: NormaliseSpec
+    filters: list[Any]
+    near: NearDedupSpec | None
+    inputs: list[InputFile]
+    key: str
+    out: Path
+    attempts: int
+    backoff_seconds: float
+
+
+@dataclass
+class PartitionResult:
+    """What a partition produced (pickled next to its marker)."""
+
+    inputs: list[tuple[str, int, str]] = field(default_factory=list)
+    docs: list[tuple[str, bytes, Any]] = field(default_factory=list)
+    records_read: int = 0
+    filtered: dict[str, int] = field(default_factory=dict)
+    quarantine: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_partition(task: PartitionTask) -> str:
+    """Process one partition and write its result and marker; returns its key."""
+    result = PartitionResult()
+    filters = make_filters(task.filters)
+    reader = READERS.get(task.source.kind)
+    for item in task.inputs:
+        data = with_retries(lambda u=item.url: read_bytes(u), task.attempts, task.backoff_seconds)
+        result.inputs.append((item.relative, len(data), sha256_hex(data)))
+        try:
+            records = list(reader.items(task.source, data, item.relative))
+        except Exception as exc:  # a custom extractor failing is a property of this input
+            records = []
+            result.quarantine.append(
+                {"input": item.relative, "record": 0, "reason": "reader-error", "detail": repr(exc)}
+            )
+        for rec in records:
+            result.records_read += 1
+            if rec.text is not None and len(rec.text) > task.source.max_record_chars:
+                rec = type(rec)(rec.record, None, "oversized-record", f"{len(rec.text)} chars")
+            if rec.text is None:
+                result.quarantine.append(
+                    {
+                        "input": item.relative,
+                        "record": rec.record,
+                        "reason": rec.reason,
+                        "detail": rec.detail,
+                    }
+                )
+                continue
+            text = normalise(rec.text, task.normalise)
+            reason = first_rejection(text, filters)
+            if reason is not None:
+                result.filtered[reason] = result.filtered.get(reason, 0) + 1
+                continue
+            sig = signature(text, task.near) if task.near is not None else None
+            result.docs.append((text, text_hash(text), sig))
+    tmp = task.out.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(task.out)
+    task.out.with_suffix(".done").write_text(task.key)
+    return task.key
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A finished build."""
+
+    dataset_id: str
+    folder: Path
+    manifest: DatasetManifest
+    partitions_run: int
+    partitions_reused: int
+    quarantined: int
+    seconds: float
+
+
+@contextmanager
+def _progress(show: bool, console: Console | None) -> Iterator[Progress | None]:
+    if not show:
+        yield None
+        return
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as progress:
+        yield progress
+
+
+def _lineage_sources(recipe: Recipe) -> list[dict[str, Any]]:
+    # Paths stay out of the hashed part: they are machine-specific; inputs are recorded by
+    # relative path and digest instead.
+    return [s.model_dump(exclude={"paths", "files_per_partition"}) for s in recipe.sources]
+
+
+def build_dataset(
+    recipe: Recipe | str | Path,
+    root: str | Path,
+    *,
+    variables: dict[str, str] | None = None,
+    show_progress: bool = False,
+    console: Console | None = None,
+) -> BuildResult:
+    """Build (or find already built) the dataset a recipe describes under `<root>/datasets/`."""
+    began = time.perf_counter()
+    recipe_path = ""
+    if not isinstance(recipe, Recipe):
+        recipe_path = str(recipe)
+        recipe = load_recipe(recipe, variables)
+    root = Path(root)
+    hashed_recipe = recipe.model_dump(exclude={"build"})
+    hashed_recipe["sources"] = _lineage_sources(recipe)
+    work = root / "datasets" / ".work" / sha256_hex(canonical_json(hashed_recipe))[:16]
+    parts_dir = work / "partitions"
+    parts_dir.mkdir(parents=True, exist_ok=True)
+    near = recipe.dedup.near
+    with _progress(show_progress, console) as progress:
+        tasks: list[PartitionTask] = []
+        for source in recipe.sources:
+            inputs = list_inputs(source)
+            size = source.files_per_partition
+            for k in range(0, len(inputs), size):
+                chunk = inputs[k : k + size]
+                key = sha256_hex(
+                    canonical_json(
+                        {
+                            "source": source.model_dump(exclude={"paths"}),
+                            "normalise": recipe.normalise.model_dump(),
+                            "filters": [f.model_dump() for f in recipe.filters],
+                            "near": near.model_dump() if near else None,
+                            "inputs": [[i.url, i.size] for i in chunk],
+                        }
+                    )
+                )
+                tasks.append(
+                    PartitionTask(
+                        source=source,
+                        normalise=recipe.normalise,
+                        filters=list(recipe.filters),
+                        near=near,
+                        inputs=chunk,
+                        key=key,
+                        out=parts_dir / f"{source.name}-{k // size:05d}.pkl",
+                        attempts=recipe.build.max_attempts,
+                        backoff_seconds=recipe.build.backoff_seconds,
+                    )
+                )
+        todo = [
+            t
+            for t in tasks
+            if not (
+                t.out.with_suffix(".done").exists()
+                and t.out.with_suffix(".done").read_text() == t.key
+            )
+        ]
+        _run_partitions(todo, recipe.build.workers, progress)
+        return _assemble(
+            recipe, recipe_path, root, work, tasks, len(todo), began, progress, console
+        )
+
+
+def _run_partitions(todo: list[PartitionTask], workers: int, progress: Progress | None) -> None:
+    bar = progress.add_task("read, clean, hash", total=len(todo)) if progress else None
+    failed: list[str] = []
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 and len(todo) > 1 else None
+    with pool or nullcontext():
+        if pool is not None:
+            futures = {pool.submit(run_partition, t): t for t in todo}
+            done_iter = ((futures[f], f) for f in as_completed(futures))
+        else:
+            done_iter = ((t, None) for t in todo)
+        for task, future in done_iter:
+            try:
+                future.result() if future is not None else run_partition(task)
+            except (OSError, *TRANSIENT) as exc:
+                failed.append(f"{task.out.stem} ({type(exc).__name__}: {exc})")
+            if progress is not None and bar is not None:
+                progress.advance(bar)
+    if failed:
+        raise BuildError(
+            "these partitions could not be read after retries: "
+            + "; ".join(failed)
+            + ". Fix access to their inputs and run the build again: finished partitions are "
+            "kept and only these are redone."
+        )
+
+
+def _assemble(
+    recipe: Recipe,
+    recipe_path: str,
+    root: Path,
+    work: Path,
+    tasks: list[PartitionTask],
+    partitions_run: int,
+    began: float,
+    progress: Progress | None,
+    console: Console | None,
+) -> BuildResult:
+    sources = [s.name for s in recipe.sources]
+    records_read = dict.fromkeys(sources, 0)
+    filtered: dict[str, dict[str, int]] = {s: {} for s in sources}
+    quarantine: list[dict[str, Any]] = []
+    inputs: list[InputRecord] = []
+    texts: list[str] = []
+    candidates: list[Candidate] = []
+    for task in tasks:
+        with open(task.out, "rb") as fh:
+            part: PartitionResult = pickle.load(fh)
+        name = task.source.name
+        records_read[name] += part.records_read
+        for reason, n in part.filtered.items():
+            filtered[name][reason] = filtered[name].get(reason, 0) + n
+        quarantine += [{"source": name, **q} for q in part.quarantine]
+        inputs += [
+            InputRecord(source=name, path=rel, bytes=size, sha256=digest)
+            for rel, size, digest in part.inputs
+        ]
+        for text, digest, sig in part.docs:
+            texts.append(text)
+            candidates.append(Candidate(name, digest, sig))
+    decisions = decide(candidates, recipe.dedup, recipe.eval)
+    exact = dict.fromkeys(sources, 0)
+    near = dict.fromkeys(sources, 0)
+    removed_for_eval = 0
+    for c, d in zip(candidates, decisions, strict=True):
+        if d.reason == "exact-duplicate":
+            exact[c.source] += 1
+        elif d.reason is not None:
+            near[c.source] += 1
+            removed_for_eval += d.reason == "near-duplicate-of-eval"
+
+    out = work / "out"
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    train_texts = (t for t, d in zip(texts, decisions, strict=True) if d.split == "train")
+    if recipe.tokenizer.path is not None:
+        tok, trained = load_tokenizer(recipe.tokenizer), False
+    else:
+        tok, trained = train_bpe(train_texts, recipe.tokenizer), True
+    tok_record = save_and_describe(tok, out, recipe.tokenizer, trained)
+    dtype = token_dtype(tok_record.vocab_size)
+    shards = ShardSet(out, dtype, recipe.max_tokens_per_shard)
+    counts: dict[tuple[str, str], dict[str, Any]] = {}
+    kept = [k for k, d in enumerate(decisions) if d.split is not None]
+    bar = progress.add_task("tokenize, shard", total=len(kept)) if progress else None
+    chunk = 512
+    for start in range(0, len(kept), chunk):
+        idx = kept[start : start + chunk]
+        encoded = tok.encode_batch([texts[k] for k in idx], add_special_tokens=False)
+        for k, enc in zip(idx, encoded, strict=True):
+            split = decisions[k].split or "train"
+            source = candidates[k].source
+            shards.add(source, split, enc.ids)
+            c = counts.setdefault((split, source), {"docs": 0, "tokens": 0, "chars": 0, "lens": []})
+            c["docs"] += 1
+            c["tokens"] += len(enc.ids)
+            c["chars"] += len(texts[k])
+            c["lens"].append(len(enc.ids))
+        if progress is not None and bar is not None:
+            progress.advance(bar, len(idx))
+    records = shards.finish()
+
+    splits: dict[str, dict[str, SourceStatistics]] = {}
+    for (split, source), c in sorted(counts.items()):
+        splits.setdefault(split, {})[source] = SourceStatistics(
+            documents=c["docs"],
+            tokens=c["tokens"],
+            chars=c["chars"],
+            chars_per_token=round(c["chars"] / c["tokens"], 4) if c["tokens"] else 0.0,
+            length_histogram=length_histogram(c["lens"]),
+        )
+    quarantined = dict.fromkeys(sources, 0)
+    for q in quarantine:
+        quarantined[q["source"]] += 1
+    near_spec = recipe.dedup.near
+    manifest = DatasetManifest(
+        name=recipe.name,
+        shards=records,
+        tokenizer=tok_record,
+        lineage=Lineage(
+            recipe_name=recipe.name,
+            inputs=inputs,
+            stages=[
+                StageRecord(name="read", parameters={"sources": _lineage_sources(recipe)}),
+                StageRecord(name="normalise", parameters=recipe.normalise.model_dump()),
+                StageRecord(
+                    name="filter", parameters={"filters": [f.model_dump() for f in recipe.filters]}
+                ),
+                StageRecord(name="exact-dedup", parameters={"enabled": recipe.dedup.exact}),
+                StageRecord(
+                    name="near-dedup",
+                    parameters={**near_spec.model_dump(), "scheme": MINHASH_SCHEME}
+                    if near_spec
+                    else {"enabled": False},
+                ),
+                StageRecord(name="eval-split", parameters=recipe.eval.model_dump()),
+                StageRecord(
+                    name="tokenize",
+                    parameters={
+                        "trained": trained,
+                        "train": recipe.tokenizer.train.model_dump()
+                        if recipe.tokenizer.train
+                        else None,
+                        "eod_token": recipe.tokenizer.eod_token,
+                    },
+                ),
+                StageRecord(
+                    name="shard",
+                    parameters={
+                        "format": "megatron-mmidx-v1",
+                        "dtype": dtype.name,
+                        "max_tokens_per_shard": recipe.max_tokens_per_shard,
+                    },
+                ),
+            ],
+            code_version=f"runwright {__version__} {BUILD_ALGORITHM}",
+        ),
+        split=SplitBoundary(
+            eval_fraction=recipe.eval.fraction,
+            eval_seed=recipe.eval.seed,
+            eval_documents=sum(s.documents for s in splits.get("eval", {}).values()),
+            train_removed_as_eval_duplicates=removed_for_eval,
+            near_dedup_threshold=near_spec.threshold if near_spec else None,
+        ),
+        statistics=Statistics(
+            splits=splits,
+            records_read=records_read,
+            filtered=filtered,
+            exact_duplicates=exact,
+            near_duplicates=near,
+            quarantined=quarantined,
+            duplicate_rate=round((sum(exact.values()) + sum(near.values())) / len(candidates), 6)
+            if candidates
+            else 0.0,
+        ),
+        tags=recipe.tags,
+    ).sealed()
+    quarantine_file = None
+    if quarantine:
+        qdir = out / "quarantine"
+        qdir.mkdir()
+        with open(qdir / "records.jsonl", "w", encoding="utf-8") as fh:
+            for q in quarantine:
+                fh.write(json.dumps(q, sort_keys=True) + "\n")
+        quarantine_file = "quarantine/records.jsonl"
+    seconds = time.perf_counter() - began
+    manifest = manifest.model_copy(
+        update={
+            "build": BuildInfo(
+                created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+                recipe_path=recipe_path,
+                quarantine_file=quarantine_file,
+                seconds=round(seconds, 3),
+            )
+        }
+    )
+    write_manifest(out, manifest)
+    final = root / "datasets" / manifest.dataset_id
+    if final.exists():
+        shutil.rmtree(out)
+    else:
+        out.replace(final)
+    if console is not None and quarantine:
+        console.print(f"{len(quarantine)} records quarantined: see {final / quarantine_file}")
+    return BuildResult(
+        dataset_id=manifest.dataset_id,
+        folder=final,
+        manifest=manifest,
+        partitions_run=partitions_run,
+        partitions_reused=len(tasks) - partitions_run,
+        quarantined=len(quarantine),
+        seconds=seconds,
+    )

@@ -1,0 +1,34 @@
+"""`runwright report RUN`: write a run's evidence chain as report.json and report.html."""
+
+from pathlib import Path
+
+import typer
+
+from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store
+from runwright.cli.render import console, guarded, print_json
+from runwright.govern.report import build_report
+
+app = typer.Typer()
+
+
+@app.command()
+@guarded
+def report(
+    run_id: str = typer.Argument(..., help="Run id (or a unique prefix of it)."),
+    out: Path | None = typer.Option(
+        None, "--out", help="Folder for report.json and report.html (default: <root>/runs/RUN/)."
+    ),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """Write a run's report: code, environment, spec, plan, data, checkpoint lineage, incidents,
+    interventions, cost split and final metrics, with loss, throughput, system and data charts
+    on one time axis."""
+    resolved, st = open_store(root, store)
+    run = st.get_run(run_id)
+    paths = build_report(st, run.run_id, out or resolved / "runs" / run.run_id)
+    if json_out:
+        print_json({"run_id": run.run_id, **paths.model_dump(mode="json")})
+        return
+    console.print(f"report of run {run.run_id}:\n  {paths.json_path}\n  {paths.html_path}")

@@ -1,0 +1,179 @@
+"""The recovery half of a run's evidence chain: every incident with its classification and
+recovery, and every intervention (cancel, stale writes rejected, budget).
+
+Seed 004 ("recovery must prove equivalence"): classify the failure, roll back to the newest
+trusted checkpoint, and write the recovery into the evidence chain: what failed, when it was
+noticed, what was restored, how many steps and tokens were lost and replayed, how long it took.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from runwright.observe.accounting import RecoveryWindow
+from runwright.observe.timeline import StepPoint, number
+from runwright.store import EventRecord, RunRecord
+
+INTERVENTION_TYPES = ("STALE_WRITE_REJECTED", "BUDGET_WARNING")
+# Terminal reasons that mean someone or something outside the training stopped the run.
+INTERVENING_REASONS = ("USER_CANCELLED", "PREEMPTED", "BUDGET_EXCEEDED")
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Incident(Record):
+    """One failure and what the platform did about it."""
+
+    generation: int
+    """Generation that failed."""
+    detected_unix_s: float
+    """FAILURE_CLASSIFIED time."""
+    failure_class: str | None
+    """Class given by the controller."""
+    rank: int | None
+    """Rank blamed, if any."""
+    message: str | None
+    """Classifier's message."""
+    last_healthy_step: int | None
+    """Highest healthy step before detection."""
+    detection_seconds: float | None
+    """Last healthy step's end to detection (how long the failure went unnoticed)."""
+    recovery_started_unix_s: float | None = None
+    """RECOVERY_STARTED time."""
+    recovered: bool = False
+    """A RECOVERY_SUCCEEDED followed."""
+    restored_step: int | None = None
+    """Step of the checkpoint restored."""
+    restored_checkpoint_id: str | None = None
+    """Checkpoint restored."""
+    lost_steps: int | None = None
+    """Steps executed after the restored checkpoint and lost."""
+    replayed_tokens: int | None = None
+    """Tokens re-executed to make up the lost steps."""
+    recovery_seconds: float | None = None
+    """As the controller measured it (RECOVERY_SUCCEEDED)."""
+    time_to_healthy_seconds: float | None = None
+    """Detection to the first healthy step after the restore, from the timeline."""
+
+
+class Intervention(Record):
+    """Something that acted on the run from outside the training loop."""
+
+    time_unix_s: float
+    """When."""
+    kind: str
+    """cancel, stale_write_rejected, budget_warning, or the terminal reason."""
+    generation: int
+    """Generation at the time."""
+    step: int | None
+    """Step at the time."""
+    detail: str
+    """What happened, in words."""
+
+
+def _int(value: Any) -> int | None:
+    number_ = number({"v": value}, "v")
+    return int(number_) if number_ is not None else None
+
+
+def incidents(
+    events: Sequence[EventRecord],
+    steps: Sequence[StepPoint],
+    windows: Sequence[RecoveryWindow],
+) -> list[Incident]:
+    """One incident per failed generation (its first FAILURE_CLASSIFIED), with the recovery
+    events that follow it up to the next failure."""
+    to_healthy = {
+        w.generation: w.healthy_unix_s - w.detected_unix_s
+        for w in windows
+        if w.healthy_unix_s is not None
+    }
+    failures = [e for e in events if e.type == "FAILURE_CLASSIFIED"]
+    firsts: dict[int, EventRecord] = {}
+    for event in failures:
+        firsts.setdefault(event.generation, event)
+    ordered = sorted(firsts.values(), key=lambda e: e.time_unix_s)
+    found: list[Incident] = []
+    for index, failure in enumerate(ordered):
+        until = ordered[index + 1].time_unix_s if index + 1 < len(ordered) else float("inf")
+        before = [p for p in steps if p.end_unix_s <= failure.time_unix_s]
+        last = max(before, key=lambda p: p.end_unix_s) if before else None
+        attrs = failure.attributes
+        fields: dict[str, Any] = {
+            "generation": failure.generation,
+            "detected_unix_s": failure.time_unix_s,
+            "failure_class": attrs.get("failure_class"),
+            "rank": _int(attrs.get("rank")),
+            "message": str(attrs["message"]) if attrs.get("message") else None,
+            "last_healthy_step": max(p.step for p in before) if before else None,
+            "detection_seconds": failure.time_unix_s - last.end_unix_s if last else None,
+            "time_to_healthy_seconds": to_healthy.get(failure.generation),
+        }
+        for event in events:
+            if not failure.time_unix_s <= event.time_unix_s < until:
+                continue
+            a = event.attributes
+            if event.type == "RECOVERY_STARTED" and "recovery_started_unix_s" not in fields:
+                fields["recovery_started_unix_s"] = event.time_unix_s
+            elif event.type == "RESTORED":
+                fields["restored_step"] = event.step
+                fields["restored_checkpoint_id"] = event.checkpoint_id
+            elif event.type == "RECOVERY_SUCCEEDED":
+                fields["recovered"] = True
+                fields["lost_steps"] = _int(a.get("lost_steps"))
+                fields["replayed_tokens"] = _int(a.get("replayed_tokens"))
+                fields["recovery_seconds"] = number(a, "recovery_seconds")
+                restored = _int(a.get("restored_step"))
+                if fields.get("restored_step") is None and restored is not None:
+                    fields["restored_step"] = restored
+        found.append(Incident(**fields))
+    return found
+
+
+def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Intervention]:
+    """Cancels, rejected stale writes, budget warnings, and a terminal reason that came from
+    outside the training (cancel, preemption, budget)."""
+    found: list[Intervention] = []
+    for event in events:
+        a = event.attributes
+        if event.type == "STATE_CHANGED" and a.get("to_state") == "CANCELLED":
+            detail = f"cancelled ({a.get('reason', 'no reason')})"
+            if a.get("detail"):
+                detail += f": {a['detail']}"
+            kind = "cancel"
+        elif event.type == "STALE_WRITE_REJECTED":
+            detail = (
+                f"{a.get('rejected_type', 'write')} from generation "
+                f"{a.get('writer_generation', '?')} rejected (run at generation "
+                f"{a.get('run_generation', event.generation)})"
+            )
+            kind = "stale_write_rejected"
+        elif event.type == "BUDGET_WARNING":
+            detail = ", ".join(f"{k}={v}" for k, v in sorted(a.items())) or "budget warning"
+            kind = "budget_warning"
+        else:
+            continue
+        found.append(
+            Intervention(
+                time_unix_s=event.time_unix_s,
+                kind=kind,
+                generation=event.generation,
+                step=event.step,
+                detail=detail,
+            )
+        )
+    reason = run.terminal_reason
+    if reason in INTERVENING_REASONS and not any(i.kind == "cancel" for i in found):
+        found.append(
+            Intervention(
+                time_unix_s=run.updated_unix_s,
+                kind=str(reason).lower(),
+                generation=run.generation,
+                step=run.last_step,
+                detail=run.state_detail or f"run ended {reason}",
+            )
+        )
+    return sorted(found, key=lambda i: i.time_unix_s)

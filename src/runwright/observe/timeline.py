@@ -1,0 +1,262 @@
+"""A run's events folded onto one shared time axis: one point per optimizer step (all ranks
+merged) plus markers for checkpoints, incidents, restores and interventions.
+
+Seed 004 ("watch four signals while running"): loss, throughput, system and data must sit on one
+time line so that a loader stall, a step-time drift and a checkpoint pause can be seen together.
+This module is pure: it takes `EventRecord`s and returns records; the report and the accounting
+read the same points, so their numbers agree.
+
+Event contract read here (ARCHITECTURE.md "Event", issue 6): one `STEP_HEALTHY` per rank per
+optimizer step with attributes `rank`, `loss`, `grad_norm`, `lr`, `step_seconds`,
+`device_tokens`, `padded_tokens`, `loss_tokens`, `samples` and the phase times
+`*_seconds` of `PHASES`. Token counts are the rank's own; `step_seconds` is the rank's whole
+step, phases included. Any attribute may be missing.
+"""
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from runwright.store import EventRecord
+
+STEP_HEALTHY = "STEP_HEALTHY"
+CHECKPOINT_COMMITTED = "CHECKPOINT_COMMITTED"
+# The per-step phases of the runtime's step timeline (issue 6), in the order they happen.
+PHASES = (
+    "data_wait_seconds",
+    "h2d_seconds",
+    "forward_seconds",
+    "backward_seconds",
+    "grad_sync_seconds",
+    "optimizer_seconds",
+    "checkpoint_stall_seconds",
+    "logging_seconds",
+)
+TOKEN_KINDS = ("device", "padded", "loss")
+# Event type -> marker kind drawn as a vertical line on every chart.
+MARKER_KINDS = {
+    CHECKPOINT_COMMITTED: "checkpoint",
+    "FAILURE_CLASSIFIED": "incident",
+    "NAN_DETECTED": "incident",
+    "RESTORED": "restore",
+    "BUDGET_WARNING": "intervention",
+    "STALE_WRITE_REJECTED": "intervention",
+}
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class StepPoint(Record):
+    """One optimizer step of one generation, every rank's report merged."""
+
+    generation: int
+    """Generation (attempt) that executed the step."""
+    step: int
+    """Global optimizer step number."""
+    end_unix_s: float
+    """When the last rank reported the step healthy."""
+    step_seconds: float | None
+    """Slowest rank's step time: a synchronous step waits for it."""
+    rank_step_seconds: dict[int, float]
+    """Each rank's own step time."""
+    loss: float | None
+    """Mean loss over ranks, weighted by loss tokens when every rank reports them."""
+    grad_norm: float | None
+    """Largest gradient norm any rank reported."""
+    lr: float | None
+    """Learning rate (rank 0's, else any rank's)."""
+    device_tokens: int
+    """Tokens fed to the devices, summed over ranks."""
+    padded_tokens: int
+    """Padding tokens, summed over ranks."""
+    loss_tokens: int
+    """Tokens that carried loss, summed over ranks."""
+    samples: int
+    """Samples, summed over ranks."""
+    rank_seconds: float
+    """Sum of the ranks' step times (the input-wait share's denominator)."""
+    phase_seconds: dict[str, float]
+    """Each phase summed over ranks (divide by `ranks` for the mean)."""
+    checkpoint_stall_seconds: float
+    """Longest checkpoint stall any rank reported inside this step."""
+    ranks: int
+    """Ranks that reported the step."""
+    replay: bool = False
+    """True when an earlier generation had already completed this step (re-executed after a
+    restore)."""
+
+    @property
+    def start_unix_s(self) -> float:
+        return self.end_unix_s - (self.step_seconds or 0.0)
+
+    @property
+    def data_wait_seconds(self) -> float:
+        return self.phase_seconds.get("data_wait_seconds", 0.0)
+
+
+class Marker(Record):
+    """A moment drawn across every chart: a checkpoint commit, an incident, a restore."""
+
+    kind: str
+    """checkpoint, incident, restore or intervention."""
+    time_unix_s: float
+    """When it happened."""
+    label: str
+    """Short text shown beside the line."""
+    generation: int
+    """Generation it belongs to."""
+    step: int | None = None
+    """Step it refers to, when it has one."""
+
+
+class Timeline(Record):
+    """A run on one time axis."""
+
+    steps: list[StepPoint] = Field(default_factory=list)
+    """Step points in time order."""
+    markers: list[Marker] = Field(default_factory=list)
+    """Markers in time order."""
+    ranks: list[int] = Field(default_factory=list)
+    """Every rank that reported a step."""
+
+
+def number(attributes: Mapping[str, Any], key: str) -> float | None:
+    """An attribute as a float, or None when it is absent or not a finite number."""
+    value = attributes.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    value = float(value)
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _merge(generation: int, step: int, events: list[EventRecord]) -> StepPoint:
+    rank_seconds: dict[int, float] = {}
+    phases: dict[str, float] = {}
+    totals = dict.fromkeys(("device_tokens", "padded_tokens", "loss_tokens", "samples"), 0)
+    losses: list[tuple[float, float | None]] = []
+    grad_norms: list[float] = []
+    lr: float | None = None
+    stall = 0.0
+    for index, event in enumerate(events):
+        attrs = event.attributes
+        rank = attrs.get("rank")
+        rank = rank if isinstance(rank, int) else index
+        seconds = number(attrs, "step_seconds")
+        if seconds is not None:
+            rank_seconds[rank] = max(seconds, rank_seconds.get(rank, 0.0))
+        for phase in PHASES:
+            value = number(attrs, phase)
+            if value is not None:
+                phases[phase] = phases.get(phase, 0.0) + value
+        for key in totals:
+            value = number(attrs, key)
+            totals[key] += int(value) if value is not None else 0
+        loss = number(attrs, "loss")
+        if loss is not None:
+            losses.append((loss, number(attrs, "loss_tokens")))
+        grad = number(attrs, "grad_norm")
+        if grad is not None:
+            grad_norms.append(grad)
+        rank_lr = number(attrs, "lr")
+        if rank_lr is not None and (lr is None or rank == 0):
+            lr = rank_lr
+        stall = max(stall, number(attrs, "checkpoint_stall_seconds") or 0.0)
+    return StepPoint(
+        generation=generation,
+        step=step,
+        end_unix_s=max(e.time_unix_s for e in events),
+        step_seconds=max(rank_seconds.values()) if rank_seconds else None,
+        rank_step_seconds=rank_seconds,
+        loss=_mean_loss(losses),
+        grad_norm=max(grad_norms) if grad_norms else None,
+        lr=lr,
+        rank_seconds=sum(rank_seconds.values()),
+        phase_seconds=phases,
+        checkpoint_stall_seconds=stall,
+        ranks=len(events),
+        **totals,
+    )
+
+
+def _mean_loss(losses: list[tuple[float, float | None]]) -> float | None:
+    # Weighted by loss tokens: the global loss of a data-parallel step is the token-weighted mean
+    # of the ranks' losses (each rank averages over its own loss tokens).
+    if not losses:
+        return None
+    weights = [w for _, w in losses]
+    if all(w is not None and w > 0 for w in weights):
+        total = sum(w for w in weights if w is not None)
+        return sum(loss * (w or 0.0) for loss, w in losses) / total
+    return sum(loss for loss, _ in losses) / len(losses)
+
+
+def step_points(events: Iterable[EventRecord]) -> list[StepPoint]:
+    """Merge every rank's STEP_HEALTHY of a step into one point; mark replayed steps.
+
+    A step is a replay when a point of an earlier generation already completed it: the run
+    restored an older checkpoint and executes it again (seed 000: "lost steps, recomputed
+    tokens"). Each step number counts once as progress, at its first execution.
+    """
+    grouped: dict[tuple[int, int], list[EventRecord]] = {}
+    for event in events:
+        if event.type == STEP_HEALTHY and event.step is not None:
+            grouped.setdefault((event.generation, event.step), []).append(event)
+    points = sorted(
+        (_merge(gen, step, group) for (gen, step), group in grouped.items()),
+        key=lambda p: (p.end_unix_s, p.generation, p.step),
+    )
+    done_before: dict[int, int] = {}  # generation -> highest step completed before it started
+    highest = -1
+    marked: list[StepPoint] = []
+    for point in points:
+        floor = done_before.setdefault(point.generation, highest)
+        marked.append(point.model_copy(update={"replay": point.step <= floor}))
+        highest = max(highest, point.step)
+    return marked
+
+
+def markers(events: Iterable[EventRecord]) -> list[Marker]:
+    """Vertical lines of the charts; one per committed checkpoint even if every rank reports
+    it."""
+    seen: set[str] = set()
+    found: list[Marker] = []
+    for event in events:
+        kind = MARKER_KINDS.get(event.type)
+        if kind is None:
+            continue
+        if event.type == CHECKPOINT_COMMITTED:
+            key = event.checkpoint_id or f"step-{event.step}-g{event.generation}"
+            if key in seen:
+                continue
+            seen.add(key)
+        found.append(
+            Marker(
+                kind=kind,
+                time_unix_s=event.time_unix_s,
+                label=_label(event),
+                generation=event.generation,
+                step=event.step,
+            )
+        )
+    return sorted(found, key=lambda m: m.time_unix_s)
+
+
+def _label(event: EventRecord) -> str:
+    attrs = event.attributes
+    if event.type == CHECKPOINT_COMMITTED:
+        return f"ckpt @{event.step}"
+    if event.type == "FAILURE_CLASSIFIED":
+        return f"{attrs.get('failure_class', 'failure')} (rank {attrs.get('rank', '?')})"
+    if event.type == "RESTORED":
+        return f"restored @{event.step}"
+    return event.type.lower().replace("_", " ")
+
+
+def build_timeline(events: Iterable[EventRecord]) -> Timeline:
+    events = list(events)
+    points = step_points(events)
+    ranks = sorted({rank for p in points for rank in p.rank_step_seconds})
+    return Timeline(steps=points, markers=markers(events), ranks=ranks)

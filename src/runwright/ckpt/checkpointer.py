@@ -268,6 +268,7 @@ class Checkpointer:
             if min_age_seconds is None
             else min_age_seconds,
             in_flight=in_flight,
+            latest_step=latest.step if (latest := self.fence.latest()) is not None else None,
         )
         if report.removed:
             self._emit(CheckpointEventType.RESIDUE_COLLECTED, None, None, report.model_dump())

@@ -19,6 +19,7 @@ kill the process there.
 
 import hashlib
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -140,12 +141,15 @@ def persist(
         thread_count=thread_count,
     )
     try:
-        dcp.save(
-            snap.state_dict,
-            storage_writer=writer,
-            process_group=process_group,
-            no_dist=process_group is None,
-        )
+        with warnings.catch_warnings():
+            # single-process saves are intended; DCP warns about them on every call
+            warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+            dcp.save(
+                snap.state_dict,
+                storage_writer=writer,
+                process_group=process_group,
+                no_dist=process_group is None,
+            )
     finally:
         writer.shutdown()
     timings["write"] = time.perf_counter() - started

@@ -1,9 +1,11 @@
 """Garbage collection of staging residue: bounded, idempotent, confined to one run's folder.
 
 Residue is anything a crash or a refused publish leaves behind: `staging/<id>/` folders,
-`<step>-<id>/` folders without a valid commit record or with a REJECTED marker, and `*.tmp-*`
-files. An entry is collected when its generation (encoded in the checkpoint id) is older than the
-current one (its writer is fenced and can never commit) or when nothing in it changed for
+`<step>-<id>/` folders without a valid commit record or with a REJECTED marker, committed folders
+of a fenced generation newer than the latest pointer (killed between commit record and publish),
+and `*.tmp-*` files. An entry is collected when its generation (encoded in the checkpoint id) is
+older than the current one (its writer is fenced and can never commit) or when nothing in it
+changed for
 `min_age_seconds` (its writer is gone). Entries a live writer in this process is filling are
 never touched. At most `max_entries` entries are removed per call, so one call has bounded cost;
 running it again continues where it stopped.
@@ -38,7 +40,10 @@ def collect_residue(
     min_age_seconds: float,
     in_flight: frozenset[str] = frozenset(),
     max_entries: int = 64,
+    latest_step: int | None = None,
 ) -> GcReport:
+    """One bounded pass. `latest_step` (the fence's pointer) also marks committed folders of an
+    older generation beyond it as residue: their publish never happened and never can."""
     candidates: list[tuple[str, str, str | None]] = []
     for name in storage.list_names(storage.path(STAGING)):
         candidates.append((f"{STAGING}/{name}", "staging folder", name))
@@ -52,6 +57,12 @@ def collect_residue(
         found = read_committed(storage, name)
         if isinstance(found, str):
             candidates.append((name, found, parsed[1]))
+        elif (
+            latest_step is not None
+            and found.record.step > latest_step
+            and found.record.generation < current_generation
+        ):
+            candidates.append((name, "committed but never published (writer fenced)", parsed[1]))
     removed: dict[str, str] = {}
     kept: dict[str, str] = {}
     freed = 0

@@ -155,6 +155,7 @@ def collect(root: str, min_age_seconds: float, max_entries: int) -> GcReport:
         current_generation=generation,
         min_age_seconds=min_age_seconds,
         max_entries=max_entries,
+        latest_step=latest.step if fence and (latest := fence.latest()) else None,
     )
 
 

@@ -8,6 +8,7 @@ Loading is plain `torch.distributed.checkpoint.load` into a state dict shaped li
 
 import math
 import time
+import warnings
 from collections.abc import Callable
 
 import torch.distributed as dist
@@ -158,7 +159,11 @@ def load_into(
     source_rank = rank if mode == RestoreMode.EXACT else None
     sd = skeleton(state, rank, source_rank)
     reader = FileSystemReader(path) if storage.is_local else FsspecReader(path)
-    dcp.load(sd, storage_reader=reader, process_group=process_group, no_dist=process_group is None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(
+            sd, storage_reader=reader, process_group=process_group, no_dist=process_group is None
+        )
     progress = apply(state, sd, source_rank)
     if source_rank is None and state.data_loader is not None and manifest.data_cursor is not None:
         state.data_loader.load_state_dict(manifest.data_cursor)

@@ -1,0 +1,44 @@
+"""Child process of the crash-consistency tests: commit step 1, then die during step 2's save.
+
+Usage: python crash_child.py ROOT KILL_AT KILL_BYTES
+KILL_AT is a CommitStep value; with `write_shards`, the process dies once KILL_BYTES bytes of
+shards are written. The process SIGKILLs itself, so nothing after the kill point runs.
+"""
+
+import os
+import signal
+import sys
+
+from ckpt_helpers import make_state
+
+from runwright.ckpt import Checkpointer, CommitStep, LocalFence, MemorySink
+from runwright.spec.policies import CheckpointSpec
+
+
+class KillAt:
+    def __init__(self, step: str, kill_bytes: int) -> None:
+        self.step, self.kill_bytes, self.armed = CommitStep(step), kill_bytes, False
+
+    def reached(self, step: CommitStep, bytes_written: int = 0) -> None:
+        if not self.armed or step != self.step:
+            return
+        if step != CommitStep.WRITE_SHARDS or bytes_written >= self.kill_bytes:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+def main() -> None:
+    root, kill_at, kill_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    fence = LocalFence(root)
+    fence.advance_generation()
+    probe = KillAt(kill_at, kill_bytes)
+    saver = Checkpointer(
+        root, policy=CheckpointSpec(), fence=fence, probe=probe, events=MemorySink()
+    )
+    saver.save(1, make_state(seed=1, width=256))
+    probe.armed = True
+    saver.save(2, make_state(seed=2, width=256))
+    print("survived")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""`runwright ckpt list|inspect|verify|gc|export --json` against a real checkpoint folder."""
+
+import json
+
+from ckpt_helpers import make_state
+from safetensors.torch import load_file
+from typer.testing import CliRunner
+
+from runwright.ckpt import Checkpointer, MemorySink
+from runwright.cli.main import app
+from runwright.spec.policies import CheckpointSpec
+
+runner = CliRunner()
+
+
+def _run(*args: str) -> tuple[int, object]:
+    done = runner.invoke(app, ["ckpt", *args, "--json"])
+    return done.exit_code, json.loads(done.stdout) if done.stdout.strip() else done.output
+
+
+def test_ckpt_commands(tmp_path):
+    root = tmp_path / "runs" / "r1" / "checkpoints"
+    state = make_state(seed=3)
+    saver = Checkpointer(str(root), policy=CheckpointSpec(), events=MemorySink())
+    saver.save(1, state)
+    saver.save(2, state)
+    (root / "staging" / "g000000-0123456789ab").mkdir(parents=True)
+    code, listed = _run("list", "r1", "--root", str(tmp_path))
+    assert code == 0 and [c["step"] for c in listed["committed"]] == [2, 1]
+    assert listed["committed"][0]["latest"]
+    code, shown = _run("inspect", str(root), "1")
+    assert code == 0 and shown["manifest"]["step"] == 1
+    code, reports = _run("verify", str(root))
+    assert code == 0 and all(r["ok"] for r in reports)
+    code, report = _run("gc", str(root), "--min-age-seconds", "0")
+    assert code == 0 and "staging/g000000-0123456789ab" in report["removed"]
+    config = tmp_path / "config.json"
+    config.write_text('{"d_model": 64}')
+    out = tmp_path / "export"
+    code, release = _run("export", str(root), "--out", str(out), "--model-config", str(config))
+    assert code == 0 and release["source_step"] == 2
+    weights = load_file(out / "model.safetensors")
+    assert weights["0.weight"].equal(state.model.state_dict()["0.weight"])
+    assert {f["name"] for f in release["files"]} == {"config.json", "model.safetensors"}
+    shard = next(root.glob("0000000002-*")) / "__0_0.distcp"
+    shard.write_bytes(b"x" + shard.read_bytes()[1:])
+    code, reports = _run("verify", str(root), "2")
+    assert code == 1 and reports[0]["problems"][0]["file"] == "__0_0.distcp"
+    code, _ = _run("export", str(root), "--out", str(root / "x"))
+    assert code == 2

@@ -431,7 +431,15 @@ class DataLoader:
         if not self._threads:
             self._start()
         began = time.perf_counter()
-        item = self._prefetch.get()
+        while True:
+            try:
+                item = self._prefetch.get(timeout=_POLL_SECONDS)
+                break
+            except Empty:
+                if not any(t.is_alive() for t in self._threads):
+                    raise DataError(
+                        "the loader's reader threads stopped; recreate the loader"
+                    ) from None
         waited = time.perf_counter() - began
         self._wait_total += waited
         self._wait_last = waited

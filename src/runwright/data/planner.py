@@ -139,7 +139,7 @@ class Planner:
 
     def _cursor_at(self, position: int, step: int, sample: int) -> DataCursor:
         j = int(np.searchsorted(self._end, position, side="right"))
-        start = int(self._start[j])
+        start = int(self._start[j]) if j < self._end.shape[0] else position
         residual = None
         if start == position:
             state = self._state_before(j)
@@ -177,8 +177,11 @@ class Planner:
         """Plan the next global step, or None when the stream cannot fill a whole step."""
         new_pos = self.pos + self.global_batch * self.stride
         last_end = new_pos - self.stride + self.extent
-        if not self._cover(max(last_end - 1, new_pos)):
+        if not self._cover(last_end - 1):
             return None
+        # The cursor needs the document at new_pos; at the very end of a finite stream there is
+        # none, and the cursor is the state after the last document.
+        self._cover(new_pos)
         starts = self.pos + (self.first_local + np.arange(self.local_rows)) * self.stride
         row, doc, first, stop, col = self.packer.pieces(
             starts, self._start, self._end, self._len, self.seq

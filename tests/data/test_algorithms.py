@@ -1,0 +1,112 @@
+"""Property tests of the pure, versioned algorithms: shuffle, mixture, packing."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runwright.data import MIXTURES, PACKERS, SHUFFLES, UnknownAlgorithmError, pack_documents
+from runwright.data.mixture import mixture_sequence
+
+permute = SHUFFLES.get("permute-v1")
+
+
+@given(n=st.integers(1, 5000), key=st.integers(0, 2**63))
+@settings(max_examples=60, deadline=None)
+def test_permutation_is_a_bijection(n: int, key: int) -> None:
+    out = permute.permute(np.arange(n), n, key)
+    assert out.min() >= 0 and out.max() < n
+    assert np.array_equal(np.sort(out), np.arange(n))
+
+
+@given(n=st.integers(2, 10_000), key=st.integers(0, 2**63), data=st.data())
+@settings(max_examples=40, deadline=None)
+def test_permutation_is_random_access(n: int, key: int, data: st.DataObject) -> None:
+    # Sample k computed alone equals sample k of the materialised permutation.
+    k = data.draw(st.integers(0, n - 1))
+    whole = permute.permute(np.arange(n), n, key)
+    assert permute.permute(np.array([k]), n, key)[0] == whole[k]
+
+
+def test_permutation_depends_on_key() -> None:
+    a = permute.permute(np.arange(1000), 1000, 1)
+    b = permute.permute(np.arange(1000), 1000, 2)
+    assert not np.array_equal(a, b)
+    assert not np.array_equal(a, np.arange(1000))
+
+
+@given(
+    weights=st.lists(st.floats(0.01, 100.0), min_size=1, max_size=8),
+    draws=st.integers(1, 600),
+)
+@settings(max_examples=120, deadline=None)
+def test_quota_prefix_error_is_within_one_sample(weights: list[float], draws: int) -> None:
+    seq = mixture_sequence("quota-v1", weights, draws)
+    shares = np.asarray(weights) / sum(weights)
+    counts = np.zeros(len(weights))
+    for k, i in enumerate(seq, start=1):
+        counts[i] += 1
+        assert np.max(np.abs(counts - shares * k)) <= 1.0 + 1e-9
+
+
+def test_categorical_matches_expected_proportions() -> None:
+    seq = np.asarray(mixture_sequence("categorical-v1", [3.0, 1.0], 20_000, key=7))
+    # Binomial(20000, 0.25): sd = sqrt(20000 * 0.25 * 0.75) = 61 draws; allow 5 sd.
+    assert abs(int((seq == 1).sum()) - 5000) < 5 * 61
+
+
+def test_mixtures_are_deterministic_and_keyed() -> None:
+    a = mixture_sequence("categorical-v1", [1.0, 1.0], 200, key=1)
+    assert a == mixture_sequence("categorical-v1", [1.0, 1.0], 200, key=1)
+    assert a != mixture_sequence("categorical-v1", [1.0, 1.0], 200, key=2)
+
+
+def test_unknown_algorithm_names_the_known_ones() -> None:
+    with pytest.raises(UnknownAlgorithmError, match="quota-v1"):
+        MIXTURES.get("quota-v9")
+    with pytest.raises(UnknownAlgorithmError, match="concat-v1"):
+        PACKERS.get("concat-v2")
+
+
+documents = st.lists(
+    st.lists(st.integers(1, 999), min_size=0, max_size=60).map(np.asarray), min_size=1, max_size=40
+)
+
+
+@given(docs=documents, seq_len=st.integers(1, 64))
+@settings(max_examples=120, deadline=None)
+def test_concat_conserves_tokens(docs: list[np.ndarray], seq_len: int) -> None:
+    eod = 0
+    stream = np.concatenate([np.append(d.astype(np.int64), eod) for d in docs])
+    out = pack_documents(docs, seq_len, "concat-v1", eod)
+    rows = out["tokens"].shape[0]
+    assert rows == (0 if stream.size < seq_len + 1 else (stream.size - seq_len - 1) // seq_len + 1)
+    # Inputs are the stream in order, labels the stream shifted by one: nothing lost or doubled.
+    assert np.array_equal(out["tokens"].reshape(-1), stream[: rows * seq_len])
+    assert np.array_equal(out["labels"].reshape(-1), stream[1 : rows * seq_len + 1])
+    assert out["padded_tokens"] == 0
+    assert out["device_tokens"] == rows * seq_len
+    assert out["loss_tokens"] == int(out["loss_mask"].sum())
+    # Positions restart at every document: position 0 exactly where the segment changes.
+    seg, pos = out["segment_ids"], out["position_ids"]
+    starts = np.ones_like(seg, dtype=bool)
+    starts[:, 1:] = seg[:, 1:] != seg[:, :-1]
+    assert np.array_equal(pos == 0, starts)
+    # A label is masked only where it belongs to the next document.
+    crosses = out["tokens"] == eod
+    assert np.array_equal(out["loss_mask"] == 0, crosses)
+
+
+@given(docs=documents, seq_len=st.integers(1, 64))
+@settings(max_examples=120, deadline=None)
+def test_pad_keeps_one_document_per_row(docs: list[np.ndarray], seq_len: int) -> None:
+    out = pack_documents(docs, seq_len, "pad-v1", 0)
+    assert out["tokens"].shape == (len(docs), seq_len)
+    kept = [min(d.size + 1, seq_len + 1) for d in docs]
+    # Each row trains on its document's kept tokens (the EOD included), minus the first input.
+    assert out["loss_tokens"] == sum(k - 1 for k in kept)
+    assert out["padded_tokens"] == sum(seq_len - min(k, seq_len) for k in kept)
+    assert set(np.unique(out["segment_ids"])) <= {0, 1}
+    for r, d in enumerate(docs):
+        n = min(d.size, seq_len)
+        assert np.array_equal(out["tokens"][r, :n], d[:n])

@@ -54,16 +54,24 @@ def test_two_rank_job_succeeds_with_events_in_order(tmp_path):
     assert run.last_heartbeat_unix_s is not None
 
 
-def test_failing_worker_ends_failed_with_exit_recorded(tmp_path):
+def test_failing_worker_is_retried_then_fails_permanently(tmp_path):
+    """Exit code 3 at step 3 on rank 1, every time: one retry (user_code allows one), then the
+    same signature again stops the run as FAILED_PERMANENT instead of a retry storm."""
     store, run = drive(tmp_path, skeleton_spec(args=["--fail-at-step", "3", "--fail-rank", "1"]))
     assert run.state == "FAILED"
-    assert run.terminal_reason == "FAILED_RECOVERABLE"
-    (attempt,) = store.attempts(run.run_id)
-    assert attempt.exit_code not in (0, None)
-    exited = [e for e in store.events(run.run_id) if e.type == "WORKER_GROUP_EXITED"]
-    assert exited and exited[0].attributes["exit_code"] == attempt.exit_code
+    assert run.terminal_reason == "FAILED_PERMANENT"
+    attempts = store.attempts(run.run_id)
+    assert [a.generation for a in attempts] == [1, 2]
+    assert all(a.exit_code not in (0, None) for a in attempts)
+    assert {a.failure_class for a in attempts} == {"user_code"}
+    events = store.events(run.run_id)
+    classified = [e for e in events if e.type == "FAILURE_CLASSIFIED"]
+    assert [e.attributes["exit_code"] for e in classified] == [a.exit_code for a in attempts]
+    assert classified[0].attributes["signature"] == classified[1].attributes["signature"]
     assert "injected failure at step 3" in _rank_logs(tmp_path, run.run_id)
-    assert store.events(run.run_id)[-1].type == "RUN_FINISHED"
+    assert events[-1].type == "RUN_FINISHED"
+    bundle = tmp_path / "runs" / run.run_id / "diagnostics" / "gen00002" / "bundle.json"
+    assert "injected failure" in bundle.read_text()
 
 
 def test_idempotent_submit_starts_nothing(tmp_path):

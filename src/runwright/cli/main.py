@@ -2,7 +2,7 @@
 
 import typer
 
-from runwright.cli import ckpt, data, demo, plan, runs, spec
+from runwright.cli import ckpt, data, demo, plan, report, runs, spec
 
 app = typer.Typer(
     name="runwright",
@@ -18,6 +18,7 @@ app.add_typer(ckpt.app, name="ckpt")
 app.add_typer(plan.app, name="plan")
 app.registered_commands.extend(runs.app.registered_commands)
 app.registered_commands.extend(demo.app.registered_commands)
+app.registered_commands.extend(report.app.registered_commands)
 
 
 def main() -> None:

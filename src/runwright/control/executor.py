@@ -1,14 +1,14 @@
 """The local executor: launches a run's worker group under torchrun on this machine.
 
-One generation = one torchrun process group in its own session, so stopping a generation kills
-every rank it started and nothing else. Each rank gets the run id, generation, run folder, the
+One generation = one supervisor (control/supervise.py) running torchrun, in a session of its own
+so the group outlives a controller restart; stopping a generation kills every process of its tree
+and nothing else. Each rank gets the run id, generation, run folder, the
 spec and its rank-manifest entry through environment variables (runtime/context.py).
 """
 
 import contextlib
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from runwright.control.processes import is_alive, kill_tree
 from runwright.errors import LaunchError
 from runwright.runtime.context import (
     ENV_GENERATION,
@@ -48,32 +49,72 @@ def entrypoint_argv(spec: JobSpec, workdir: Path) -> list[str]:
     return [str(script), *spec.code.args]
 
 
+# poll() result for a group whose supervisor vanished without writing its exit status (e.g. the
+# machine or the supervisor was killed): the process was lost.
+EXIT_LOST = -1000
+PID_FILE = "pid"
+EXIT_FILE = "exit_status"
+
+
 @dataclass
 class WorkerGroup:
-    """A launched generation: the torchrun process and where its logs go."""
+    """A launched generation: its supervisor process, exit file and logs."""
 
     generation: int
-    process: subprocess.Popen[bytes]
+    pid: int
+    exit_file: Path
     log_path: Path
     log_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+    """Set when this controller launched the group; None for an adopted one."""
 
     def poll(self) -> int | None:
-        return self.process.poll()
-
-    def stop(self, grace_seconds: float) -> int:
-        """SIGTERM the whole group, then SIGKILL after the grace period. Returns the exit code."""
-        if self.process.poll() is None:
-            self._signal(signal.SIGTERM)
+        if self.process is not None:
+            code = self.process.poll()
+            if code is None:
+                return None
+        if self.exit_file.exists():
             try:
-                self.process.wait(timeout=grace_seconds)
-            except subprocess.TimeoutExpired:
-                self._signal(signal.SIGKILL)
-                self.process.wait(timeout=30)
-        return self.process.returncode
+                return int(self.exit_file.read_text().strip())
+            except ValueError:
+                return EXIT_LOST
+        if self.process is None and is_alive(self.pid):
+            return None
+        return EXIT_LOST if self.process is None else self.process.returncode
 
-    def _signal(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, sig)
+    def stop(self, grace_seconds: float, worker_pids: list[int] | None = None) -> int | None:
+        """SIGTERM every process of the group, SIGKILL what is left after the grace period."""
+        kill_tree(self.pid, worker_pids or [], grace_seconds)
+        if self.process is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=30)
+        return self.poll()
+
+
+def adopt(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
+    """Find generation `generation`'s group left by an earlier controller, if it still runs or
+    left an exit status."""
+    gen_dir = run_dir(root, run_id) / "attempts" / f"gen{generation:05d}"
+    try:
+        pid = int((gen_dir / PID_FILE).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return WorkerGroup(
+        generation=generation,
+        pid=pid,
+        exit_file=gen_dir / EXIT_FILE,
+        log_path=gen_dir / "torchrun.log",
+        log_dir=gen_dir / "ranks",
+    )
+
+
+def launched_generations(root: Path, run_id: str) -> list[int]:
+    attempts = run_dir(root, run_id) / "attempts"
+    if not attempts.is_dir():
+        return []
+    return sorted(
+        int(p.name.removeprefix("gen")) for p in attempts.glob("gen*") if (p / PID_FILE).exists()
+    )
 
 
 class LocalExecutor:
@@ -98,6 +139,7 @@ class LocalExecutor:
         root: Path,
         workdir: Path,
         rank_manifest: list[RankEntry],
+        extra_env: dict[str, str] | None = None,
     ) -> WorkerGroup:
         folder = run_dir(root, run_id)
         gen_dir = folder / "attempts" / f"gen{generation:05d}"
@@ -118,8 +160,14 @@ class LocalExecutor:
             # Ranks are processes on few cores; one intra-op thread each avoids oversubscription.
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
         }
         argv = [
+            sys.executable,
+            "-m",
+            "runwright.control.supervise",
+            str(gen_dir / EXIT_FILE),
+            "--",
             sys.executable,
             "-m",
             "torch.distributed.run",
@@ -150,7 +198,12 @@ class LocalExecutor:
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start torchrun: {exc}") from None
-        (gen_dir / "pid").write_text(f"{process.pid} {time.time()}\n")
+        (gen_dir / PID_FILE).write_text(f"{process.pid} {time.time()}\n")
         return WorkerGroup(
-            generation=generation, process=process, log_path=log_path, log_dir=gen_dir / "ranks"
+            generation=generation,
+            pid=process.pid,
+            exit_file=gen_dir / EXIT_FILE,
+            log_path=log_path,
+            log_dir=gen_dir / "ranks",
+            process=process,
         )

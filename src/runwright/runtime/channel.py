@@ -53,7 +53,13 @@ class ChannelWriter:
         self._counter = 0
 
     def send(
-        self, type_: str, *, step: int | None = None, event_id: str | None = None, **fields: Any
+        self,
+        type_: str,
+        *,
+        step: int | None = None,
+        event_id: str | None = None,
+        generation: int | None = None,
+        **fields: Any,
     ) -> ChannelMessage:
         with self._lock:
             self._counter += 1

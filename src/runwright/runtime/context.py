@@ -11,18 +11,26 @@ import threading
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runwright.errors import RunwrightError
 from runwright.runtime.channel import HEARTBEAT, ChannelWriter
 from runwright.runtime.rank_manifest import RankEntry
+from runwright.runtime.steploop import StepLoop
+from runwright.runtime.stop import StopWatcher
 from runwright.spec import JobSpec, ResolvedPlan, spec_from_mapping
+
+if TYPE_CHECKING:
+    from runwright.ckpt import Checkpointer
 
 ENV_RUN_ID = "RUNWRIGHT_RUN_ID"
 ENV_GENERATION = "RUNWRIGHT_GENERATION"
 ENV_RUN_DIR = "RUNWRIGHT_RUN_DIR"
 ENV_SPEC_FILE = "RUNWRIGHT_SPEC_FILE"
 ENV_RANK_MANIFEST = "RUNWRIGHT_RANK_MANIFEST"
+# JSON list of [first, last] step ranges whose batches a restarted group must skip (after a
+# non-finite loss, recovery.on_nan: rollback_skip).
+ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"
 DEFAULT_HEARTBEAT_SECONDS = 2.0
 
 
@@ -41,6 +49,10 @@ class RunContext:
     channel: ChannelWriter
     managed: bool
     """True when started by a runwright controller; False under plain torchrun."""
+    stop_watcher: StopWatcher
+    skip_steps: list[tuple[int, int]] = field(default_factory=list)
+    """Inclusive step ranges whose batches are consumed without an update."""
+    _checkpointers: list[Any] = field(default_factory=list, repr=False)
     _stop_heartbeat: threading.Event = field(default_factory=threading.Event, repr=False)
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
 
@@ -64,6 +76,32 @@ class RunContext:
             event_id=f"g{self.generation}-r{self.rank}-step{step}",
             **metrics,
         )
+
+    def adopt_generation(self, generation: int) -> None:
+        """Take the fencing token a cancel handed over: later events and the final checkpoint
+        are written under it."""
+        self.generation = generation
+        self.channel.generation = generation
+        for checkpointer in self._checkpointers:
+            checkpointer.generation = generation
+
+    def checkpointer(self, **kwargs: Any) -> "Checkpointer":
+        """A `runwright.ckpt.Checkpointer` bound to this run: its fence, its generation, its
+        event channel, and the spec's checkpoint policy (keyword arguments override)."""
+        from runwright.runtime.checkpoints import make_checkpointer
+
+        checkpointer = make_checkpointer(self, **kwargs)
+        self._checkpointers.append(checkpointer)
+        return checkpointer
+
+    def step_loop(
+        self, start_step: int, total_steps: int, spike_factor: float | None = None
+    ) -> StepLoop:
+        """Iterate steps start_step+1..total_steps, stopping early at a boundary on request."""
+        return StepLoop(self, start_step, total_steps, spike_factor=spike_factor)
+
+    def should_skip(self, step: int) -> bool:
+        return any(first <= step <= last for first, last in self.skip_steps)
 
     def start_heartbeat(self, interval_seconds: float) -> None:
         def beat() -> None:
@@ -119,7 +157,12 @@ def init(heartbeat: bool = True) -> RunContext:
     if manifest_file:
         entries = [RankEntry.model_validate(e) for e in json.loads(Path(manifest_file).read_text())]
         entry = entries[rank] if rank < len(entries) else None
+    skip = [(int(a), int(b)) for a, b in json.loads(os.environ.get(ENV_SKIP_STEPS) or "[]")]
+    watcher = StopWatcher(run_dir, generation)
+    watcher.install_signal_handler()
     ctx = RunContext(
+        stop_watcher=watcher,
+        skip_steps=skip,
         run_id=run_id,
         generation=generation,
         rank=rank,

@@ -1,0 +1,80 @@
+"""Cancel: record the intent and bump the generation first, then ask the workers to stop.
+
+`runwright cancel RUN` works from any process, with or without a live controller: the store
+transition to CANCELLED (reason USER_CANCELLED) bumps the generation in the same statement, the
+checkpoint fence is raised to the new generation, and the running group is asked to stop at its
+next step boundary. The stop request hands that group the new generation, so its stop-step
+checkpoint is the one write still accepted; every older writer is fenced off. The controller that
+drives the run (or the next one to start) gives the group the grace period and then kills it.
+"""
+
+from pathlib import Path
+
+from runwright.control.executor import run_dir
+from runwright.control.fencing import raise_fence
+from runwright.control.states import TERMINAL, RunState, TerminalReason, advance
+from runwright.runtime.stop import write_stop_request
+from runwright.spec import spec_from_mapping
+from runwright.store import NewEvent, Outcome, RunRecord, Store, WriteResult
+
+ACTIVE = {RunState.STARTING, RunState.RUNNING, RunState.CHECKPOINTING}
+
+
+def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user") -> WriteResult:
+    run = store.get_run(run_id)
+    if RunState(run.state) in TERMINAL:
+        return WriteResult(
+            outcome=Outcome.ALREADY_APPLIED, run=run, detail=f"run is already {run.state}"
+        )
+    result = advance(
+        store, run.run_id, RunState.CANCELLED, reason=TerminalReason.USER_CANCELLED, detail=why
+    )
+    if result.outcome is not Outcome.APPLIED or result.run is None:
+        return result
+    new = result.run
+    _event(
+        store,
+        new,
+        "STATE_CHANGED",
+        from_state=run.state,
+        to_state="CANCELLED",
+        reason="USER_CANCELLED",
+        detail=why,
+    )
+    raise_fence(Path(run.root), run.run_id, new.generation)
+    if RunState(run.state) in ACTIVE:
+        spec = spec_from_mapping(run.spec)
+        save = spec.checkpoint.enabled and spec.checkpoint.save_on_stop
+        write_stop_request(
+            run_dir(Path(run.root), run.run_id),
+            run.generation,
+            "cancel",
+            save=save,
+            fence_generation=new.generation,
+        )
+        _event(
+            store,
+            new,
+            "STOP_REQUESTED",
+            reason="cancel",
+            save=save,
+            stopping_generation=run.generation,
+        )
+    return result
+
+
+def _event(store: Store, run: RunRecord, type_: str, **attributes: object) -> None:
+    import time
+
+    store.append_event(
+        NewEvent(
+            event_id=f"{run.run_id}:g{run.generation}:{type_}:cancel",
+            run_id=run.run_id,
+            generation=run.generation,
+            type=type_,
+            step=run.last_step,
+            time_unix_s=time.time(),
+            attributes={k: v for k, v in attributes.items() if v is not None},
+        ),
+        fenced=False,
+    )

@@ -1,0 +1,244 @@
+"""Recovery starts with classification (seed 003): turn what a failed generation left behind into
+one failure class, the first failing rank, and a signature that says whether it repeats.
+
+Evidence, strongest first: the watchdog's verdict (hang / no progress), the workers' own events
+(NAN_DETECTED, STOP_ACKNOWLEDGED for a preemption), torchrun's per-rank error files written by
+`torch.distributed.elastic.multiprocessing.errors.record` (the earliest timestamp is the rank that
+failed first, not the last one to time out), the root-cause exit code torchrun logged (a rank
+killed by a signal), and finally the group's own exit status.
+"""
+
+import json
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from runwright.control.executor import EXIT_LOST
+from runwright.spec import FailureClass
+
+# Classes whose cause travels with the code or data: retrying the same inputs fails the same way.
+DETERMINISTIC = frozenset(
+    {FailureClass.USER_CODE, FailureClass.OOM, FailureClass.DATA, FailureClass.NAN_INF}
+)
+
+# Exception names and message fragments, checked in order against the first failing rank's error.
+PATTERNS: list[tuple[FailureClass, re.Pattern[str]]] = [
+    (FailureClass.OOM, re.compile(r"OutOfMemoryError|out of memory|MemoryError", re.I)),
+    (FailureClass.NAN_INF, re.compile(r"NonFiniteError|LossSpikeError|non-finite", re.I)),
+    (
+        FailureClass.DATA,
+        re.compile(
+            r"ShardCorruptError|CursorMismatchError|SourceExhaustedError|ManifestError|DataError"
+        ),
+    ),
+    (
+        FailureClass.STORAGE,
+        re.compile(
+            r"CheckpointStorageError|BackgroundSaveError|No space left|Errno 28|Errno 5\]|"
+            r"Read-only file system|Stale file handle",
+            re.I,
+        ),
+    ),
+    (
+        FailureClass.INFRASTRUCTURE,
+        re.compile(
+            r"RendezvousError|DistNetworkError|DistStoreError|Address already in use|"
+            r"Connection reset by peer|Broken pipe|Gloo.*(timeout|connect)",
+            re.I,
+        ),
+    ),
+]
+ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+
+
+class Classification(BaseModel):
+    """The verdict on one failed generation."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    failure_class: FailureClass
+    rank: int | None
+    """The first failing rank, when known."""
+    message: str
+    step: int | None
+    """The last healthy step of the failed generation."""
+    signature: str
+    """Equal signatures mean the same failure again (class, error and step)."""
+    evidence: str
+    """Which evidence decided the class."""
+
+    @property
+    def deterministic(self) -> bool:
+        return self.failure_class in DETERMINISTIC
+
+
+class ErrorRecord(BaseModel):
+    """One rank's error file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rank: int
+    message: str
+    timestamp_s: float
+    traceback: str
+
+
+def read_error_files(log_dir: Path) -> list[ErrorRecord]:
+    """torchrun's `<log_dir>/<rdzv id>/attempt_<n>/<local rank>/error.json`, earliest first."""
+    records = []
+    for path in log_dir.glob("*/attempt_*/*/error.json"):
+        try:
+            body = json.loads(path.read_text())["message"]
+            info = body.get("extraInfo", {}) if isinstance(body, dict) else {}
+            message = body["message"] if isinstance(body, dict) else str(body)
+            records.append(
+                ErrorRecord(
+                    rank=int(path.parent.name),
+                    message=str(message),
+                    timestamp_s=float(info.get("timestamp", 0) or 0),
+                    traceback=str(info.get("py_callstack", ""))[-4000:],
+                )
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return sorted(records, key=lambda r: (r.timestamp_s, r.rank))
+
+
+def rank_tracebacks(log_dir: Path) -> dict[int, str]:
+    """The last exception line of each rank whose stderr shows a Python traceback (a rank that
+    failed without `@record`, e.g. before the runtime was set up)."""
+    found: dict[int, str] = {}
+    for path in log_dir.glob("*/attempt_*/*/stderr.log"):
+        try:
+            text = path.read_bytes()[-20_000:].decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        if "Traceback (most recent call last)" not in text:
+            continue
+        tail = text.rsplit("Traceback (most recent call last)", 1)[1]
+        lines = [ln for ln in tail.splitlines() if ln.strip() and not ln.startswith((" ", "\t"))]
+        if lines:
+            found[int(path.parent.name)] = lines[-1].strip()
+    return found
+
+
+def _signature(cls: FailureClass, text: str, step: int | None) -> str:
+    first_line = text.strip().splitlines()[0] if text.strip() else ""
+    # Numbers that change between attempts (pids, addresses) must not hide a repeat.
+    normalised = re.sub(r"0x[0-9a-f]+|\b\d{4,}\b", "#", first_line)[:200]
+    return f"{cls}|{normalised}|step={step}"
+
+
+def classify(
+    *,
+    exit_code: int | None,
+    watchdog_class: FailureClass | None,
+    watchdog_detail: str,
+    watchdog_rank: int | None,
+    nan_rank_step: tuple[int, int] | None,
+    preempted: bool,
+    log_dir: Path,
+    torchrun_log: str,
+    last_step: int | None,
+    ranks_started: int,
+    world_size: int,
+) -> Classification:
+    def verdict(
+        cls: FailureClass,
+        rank: int | None,
+        message: str,
+        evidence: str,
+        step: int | None = last_step,
+    ) -> Classification:
+        return Classification(
+            failure_class=cls,
+            rank=rank,
+            message=message,
+            step=step,
+            signature=_signature(cls, message, step),
+            evidence=evidence,
+        )
+
+    if watchdog_class is not None:
+        return verdict(watchdog_class, watchdog_rank, watchdog_detail, "watchdog")
+    if preempted:
+        return verdict(
+            FailureClass.PREEMPTION,
+            None,
+            "SIGTERM: the group stopped at a step boundary for a preemption",
+            "STOP_ACKNOWLEDGED event",
+        )
+    if nan_rank_step is not None:
+        rank, step = nan_rank_step
+        return verdict(
+            FailureClass.NAN_INF,
+            rank,
+            f"non-finite loss or gradient at step {step}",
+            "NAN_DETECTED event",
+            step=step,
+        )
+    errors = read_error_files(log_dir)
+    if errors:
+        first = errors[0]
+        text = f"{first.message}\n{first.traceback}"
+        for cls, pattern in PATTERNS:
+            if pattern.search(text):
+                return verdict(cls, first.rank, first.message, "torchrun error file")
+        return verdict(FailureClass.USER_CODE, first.rank, first.message, "torchrun error file")
+    if exit_code == EXIT_LOST:
+        return verdict(
+            FailureClass.NODE_LOST,
+            None,
+            "the worker group's supervisor vanished without an exit status",
+            "supervisor exit file missing",
+        )
+    root = ROOT_CAUSE.search(torchrun_log)
+    tracebacks = rank_tracebacks(log_dir)
+    if root is not None:
+        # torchrun's root cause is the first rank observed failing; other ranks' tracebacks
+        # (e.g. "Connection closed by peer") are usually symptoms of it.
+        rank, code = int(root.group(1)), int(root.group(2))
+        if code == -9:
+            return verdict(
+                FailureClass.NODE_LOST,
+                rank,
+                f"rank {rank} was killed (SIGKILL)",
+                "torchrun root cause exit code -9",
+            )
+        if code == -15:
+            return verdict(
+                FailureClass.PREEMPTION,
+                rank,
+                f"rank {rank} got SIGTERM",
+                "torchrun root cause exit code -15",
+            )
+        message = tracebacks.get(rank) or f"rank {rank} exited with code {code}"
+        for cls, pattern in PATTERNS:
+            if pattern.search(message):
+                return verdict(cls, rank, message, "torchrun root cause")
+        if ranks_started < world_size and rank not in tracebacks:
+            return verdict(
+                FailureClass.INFRASTRUCTURE,
+                rank,
+                f"{message} before every rank started",
+                "torchrun root cause before start-up finished",
+            )
+        return verdict(FailureClass.USER_CODE, rank, message, "torchrun root cause")
+    if tracebacks:
+        rank = min(tracebacks)
+        message = tracebacks[rank]
+        for cls, pattern in PATTERNS:
+            if pattern.search(message):
+                return verdict(cls, rank, message, "rank stderr traceback")
+        return verdict(FailureClass.USER_CODE, rank, message, "rank stderr traceback")
+    if ranks_started < world_size:
+        return verdict(
+            FailureClass.INFRASTRUCTURE,
+            None,
+            f"the worker group exited with {exit_code} before every rank started",
+            "launch",
+        )
+    return verdict(
+        FailureClass.USER_CODE, None, f"the worker group exited with {exit_code}", "exit status"
+    )

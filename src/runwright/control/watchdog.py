@@ -1,0 +1,83 @@
+"""The watchdog: a run is alive only if every rank beats and the run makes progress.
+
+Watching only for process exit lets a hung collective sit for hours; a SIGSTOPped rank, a
+deadlock or a stuck storage call all leave the processes alive. Per generation the watchdog keeps
+each rank's newest heartbeat and the time the step last advanced, and returns a verdict:
+- HANG: a rank has been silent longer than recovery.heartbeat_timeout_seconds (before its first
+  beat, the start-up allowance is progress_timeout_seconds: imports and rendezvous take time);
+- NO_PROGRESS: beats arrive but no step advanced for progress_timeout_seconds. During the first
+  recovery.warmup_steps steps (compilation, first reads) the allowance is three times that.
+"""
+
+import time
+from dataclasses import dataclass, field
+
+from runwright.spec import FailureClass, RecoverySpec
+
+WARMUP_ALLOWANCE_FACTOR = 3.0
+
+
+@dataclass
+class Verdict:
+    failure_class: FailureClass
+    rank: int | None
+    detail: str
+
+
+@dataclass
+class Watchdog:
+    recovery: RecoverySpec
+    world_size: int
+    started_monotonic: float = field(default_factory=time.monotonic)
+    start_step: int = 0
+    beats: dict[int, float] = field(default_factory=dict)
+    """rank -> monotonic time of its newest heartbeat or event."""
+    last_step: int | None = None
+    last_advance: float = field(default_factory=time.monotonic)
+    paused: bool = False
+    """Set while the group is stopping on request; a save may legitimately take a while."""
+
+    def beat(self, rank: int) -> None:
+        self.beats[rank] = time.monotonic()
+
+    def step(self, rank: int, step: int) -> None:
+        self.beat(rank)
+        if self.last_step is None or step > self.last_step:
+            self.last_step = step
+            self.last_advance = time.monotonic()
+
+    def check(self, now: float | None = None) -> Verdict | None:
+        if self.paused:
+            return None
+        now = time.monotonic() if now is None else now
+        rec = self.recovery
+        for rank in range(self.world_size):
+            seen = self.beats.get(rank)
+            if seen is None:
+                silent = now - self.started_monotonic
+                if silent > rec.progress_timeout_seconds:
+                    return Verdict(
+                        FailureClass.HANG,
+                        rank,
+                        f"rank {rank} never sent a heartbeat in {silent:.0f} s after launch",
+                    )
+            elif now - seen > rec.heartbeat_timeout_seconds:
+                return Verdict(
+                    FailureClass.HANG,
+                    rank,
+                    f"rank {rank} silent for "
+                    f"{now - seen:.1f} s (heartbeat timeout "
+                    f"{rec.heartbeat_timeout_seconds:g} s)",
+                )
+        steps_done = (self.last_step or self.start_step) - self.start_step
+        allowance = rec.progress_timeout_seconds * (
+            WARMUP_ALLOWANCE_FACTOR if steps_done < rec.warmup_steps else 1.0
+        )
+        if len(self.beats) == self.world_size and now - self.last_advance > allowance:
+            return Verdict(
+                FailureClass.NO_PROGRESS,
+                None,
+                f"no step past {self.last_step} for {now - self.last_advance:.0f} s "
+                f"(allowance {allowance:g} s)",
+            )
+        return None

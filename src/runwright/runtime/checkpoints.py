@@ -1,0 +1,71 @@
+"""Checkpoints under the control plane: the runtime binds `runwright.ckpt` to the run.
+
+- Checkpoint events go to the controller through the file channel (`ChannelSink`), where the
+  controller mirrors each commit into the store's fenced latest pointer.
+- The fence is the run's `LocalFence` under `<run_dir>/checkpoints/`, whose generation file the
+  controller raises whenever it bumps the run's generation, so a stale worker cannot publish even
+  while the controller is down; no database connection is needed in the worker.
+"""
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch.distributed as dist
+
+from runwright.ckpt import Checkpointer, LocalFence
+from runwright.ckpt.events import CheckpointEvent
+
+if TYPE_CHECKING:
+    from runwright.runtime.context import RunContext
+
+
+def checkpoint_root(run_dir: Path) -> Path:
+    return run_dir / "checkpoints"
+
+
+class ChannelSink:
+    """An `EventSink` that forwards checkpoint events into the worker's channel."""
+
+    def __init__(self, ctx: "RunContext") -> None:
+        self.ctx = ctx
+
+    def emit(self, event: CheckpointEvent) -> None:
+        self.ctx.channel.send(
+            str(event.type),
+            step=event.step,
+            checkpoint_id=event.checkpoint_id,
+            world_size=self.ctx.world_size,
+            attributes=dict(event.attributes),
+            generation=event.generation,
+        )
+
+
+def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
+    spec = ctx.spec
+    defaults: dict[str, Any] = {}
+    if spec is not None:
+        defaults = {
+            "policy": spec.checkpoint,
+            "spec_hash": spec.spec_hash,
+            "parallel_layout": {
+                "dp": int(spec.plan.dp.value or 1),
+                "tp": spec.parallelism.tp,
+                "pp": spec.parallelism.pp,
+            },
+        }
+    root = checkpoint_root(ctx.run_dir)
+    fence = LocalFence(root)
+    if not ctx.managed:
+        # Standalone: this start fences off any writer left from an earlier one; the other
+        # ranks read the new generation only after rank 0 has written it.
+        if ctx.rank == 0:
+            fence.advance_generation()
+        if dist.is_available() and dist.is_initialized():
+            dist.barrier()
+    return Checkpointer(
+        str(root),
+        fence=fence,
+        generation=ctx.generation if ctx.managed else None,
+        events=ChannelSink(ctx),
+        **{**defaults, **kwargs},
+    )

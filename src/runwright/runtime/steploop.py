@@ -1,0 +1,183 @@
+"""The step loop helper: step boundaries, stop requests, the non-finite guard and the per-rank
+timeline of phases.
+
+    loop = ctx.step_loop(start_step=restored_step, total_steps=plan_steps)
+    for step in loop:                        # stops early, at a boundary, on a stop request
+        with loop.phase("data_wait"): batch = next(batches)
+        with loop.phase("forward"): loss = model(batch)
+        with loop.phase("backward"): loss.backward()
+        loop.guard(step, loss=loss, grad_norm=norm)   # raises before the optimizer commits
+        with loop.phase("optimizer"): opt.step()
+        loop.complete(step, loss=loss, lr=lr, device_tokens=..., loss_tokens=...)
+    if loop.stop_request: ...save and exit
+
+The timeline is one JSON line per step per rank in `<run_dir>/timeline/gen<G>-rank<R>.jsonl`,
+written with a plain buffered append (no fsync): it is telemetry, not state.
+"""
+
+import json
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runwright.errors import RunwrightError
+from runwright.runtime.stop import StopRequest, agree_on_stop
+
+if TYPE_CHECKING:
+    from runwright.runtime.context import RunContext
+
+PHASES = (
+    "data_wait",
+    "h2d",
+    "forward",
+    "backward",
+    "grad_sync",
+    "optimizer",
+    "checkpoint_stall",
+    "logging",
+)
+
+
+class NonFiniteError(RunwrightError):
+    """A loss or gradient norm was NaN/Inf; the step did not commit. The controller's policy
+    (recovery.on_nan) decides between rolling back past the batch range and failing."""
+
+    def __init__(self, step: int, what: str, value: float) -> None:
+        self.step, self.what, self.value = step, what, value
+        super().__init__(f"non-finite {what}={value} at step {step}; the step was not committed")
+
+
+class LossSpikeError(RunwrightError):
+    """The loss jumped far above its recent average; treated like a non-finite step."""
+
+
+def _as_float(value: Any) -> float:
+    return float(value.detach().item()) if hasattr(value, "detach") else float(value)
+
+
+class StepLoop:
+    """Iterates optimizer steps and records what each one cost."""
+
+    def __init__(
+        self,
+        ctx: "RunContext",
+        start_step: int,
+        total_steps: int,
+        spike_factor: float | None = None,
+        spike_window: int = 20,
+    ) -> None:
+        self.ctx = ctx
+        self.start_step = start_step
+        self.total_steps = total_steps
+        self.stop_request: StopRequest | None = None
+        self.spike_factor = spike_factor
+        self._recent: list[float] = []
+        self._spike_window = spike_window
+        self._phases: dict[str, float] = {}
+        self._step_started = 0.0
+        timeline_dir = ctx.run_dir / "timeline"
+        timeline_dir.mkdir(parents=True, exist_ok=True)
+        self.timeline_path: Path = (
+            timeline_dir / f"gen{ctx.generation:05d}-rank{ctx.rank:05d}.jsonl"
+        )
+        self._timeline = open(self.timeline_path, "a", encoding="utf-8")  # noqa: SIM115
+
+    def __iter__(self) -> Iterator[int]:
+        step = self.start_step
+        try:
+            while step < self.total_steps:
+                request = agree_on_stop(self.ctx.stop_watcher.local_request())
+                if request is not None:
+                    # Every rank takes the controller's own request when there is one, so a
+                    # cancel's new fencing token reaches the ranks that only saw the flag.
+                    request = self.ctx.stop_watcher.read_file() or request
+                    if request.fence_generation is not None:
+                        self.ctx.adopt_generation(request.fence_generation)
+                    self.stop_request = request
+                    self.ctx.event(
+                        "STOP_ACKNOWLEDGED",
+                        step=step,
+                        reason=request.reason,
+                        save=request.save,
+                        event_id=f"g{self.ctx.generation}-r{self.ctx.rank}-stop",
+                    )
+                    return
+                step += 1
+                self._phases = dict.fromkeys(PHASES, 0.0)
+                self._step_started = time.perf_counter()
+                yield step
+        finally:
+            self._timeline.flush()
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._phases[name] = self._phases.get(name, 0.0) + time.perf_counter() - started
+
+    def add_phase_seconds(self, name: str, seconds: float) -> None:
+        """Account time measured elsewhere (e.g. the loader's input wait, a checkpoint stall)."""
+        self._phases[name] = self._phases.get(name, 0.0) + seconds
+
+    def guard(self, step: int, *, loss: Any, grad_norm: Any | None = None) -> None:
+        """Refuse to commit a step whose loss or gradient norm is not finite (or spiked)."""
+        for what, value in (("loss", loss), ("grad_norm", grad_norm)):
+            if value is None:
+                continue
+            number = _as_float(value)
+            if not math.isfinite(number):
+                self.ctx.event(
+                    "NAN_DETECTED",
+                    step=step,
+                    what=what,
+                    value=str(number),
+                    event_id=f"g{self.ctx.generation}-r{self.ctx.rank}-nan{step}",
+                )
+                raise NonFiniteError(step, what, number)
+        if self.spike_factor and len(self._recent) >= self._spike_window:
+            mean = sum(self._recent) / len(self._recent)
+            number = _as_float(loss)
+            if number > self.spike_factor * mean:
+                self.ctx.event("LOSS_SPIKE", step=step, loss=number, mean=mean)
+                raise LossSpikeError(
+                    f"loss {number:.4g} at step {step} exceeds "
+                    f"{self.spike_factor} x recent mean {mean:.4g}"
+                )
+
+    def complete(self, step: int, **metrics: Any) -> None:
+        """Record the step: STEP_HEALTHY to the controller, a line to the timeline."""
+        loss = metrics.get("loss")
+        if loss is not None:
+            metrics["loss"] = _as_float(loss)
+            self._recent = [*self._recent[-(self._spike_window - 1) :], metrics["loss"]]
+        started = time.perf_counter()
+        step_seconds = started - self._step_started
+        phase_seconds = {f"{k}_seconds": round(v, 6) for k, v in self._phases.items()}
+        record = {
+            "step": step,
+            "time_unix_s": time.time(),
+            "step_seconds": step_seconds,
+            **phase_seconds,
+            **{k: _plain(v) for k, v in metrics.items()},
+        }
+        self.ctx.step_healthy(
+            step, **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")}
+        )
+        self._timeline.write(json.dumps(record) + "\n")
+        self._phases["logging"] = time.perf_counter() - started
+
+    def close(self) -> None:
+        if not self._timeline.closed:
+            self._timeline.close()
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "detach"):
+        value = value.detach()
+        return value.item() if value.numel() == 1 else value.tolist()
+    return value

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store
 from runwright.cli.render import console, guarded, print_json
+from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
@@ -96,6 +97,32 @@ def submit(
         console.print(f"run {final.run_id} ended {final.state} ({final.terminal_reason})")
     if final.state != "SUCCEEDED":
         raise typer.Exit(code=1)
+
+
+@app.command()
+@guarded
+def cancel(
+    run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
+    reason: str = typer.Option("cancelled by the user", "--reason", help="Recorded with the run."),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """Cancel a run: record the intent and fence the workers first, then let them save at the
+    next step boundary; the controller kills them after recovery.stop_grace_seconds."""
+    _, st = open_store(root, store)
+    result = request_cancel(st, run_id, reason)
+    if json_out:
+        print_json({"run_id": result.run.run_id if result.run else run_id,
+                    "outcome": str(result.outcome), "detail": result.detail,
+                    "state": result.run.state if result.run else None})
+        return
+    if result.outcome.value == "APPLIED":
+        console.print(f"cancel recorded for {result.run.run_id}; generation "
+                      f"{result.run.generation} fences the old workers, which stop at their next "
+                      "step boundary")
+    else:
+        console.print(f"nothing to cancel: {result.detail or result.outcome}")
 
 
 @app.command("controller", hidden=True)

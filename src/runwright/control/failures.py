@@ -178,9 +178,31 @@ def classify(
             "NAN_DETECTED event",
             step=step,
         )
+    root = ROOT_CAUSE.search(torchrun_log)
+    root_rank = int(root.group(1)) if root else None
+    root_code = int(root.group(2)) if root else None
+    # torchrun's root cause is the first rank observed failing; a rank killed by a signal leaves
+    # no error file, and the other ranks' errors ("Connection closed by peer") are symptoms.
+    if root_code == -9:
+        return verdict(
+            FailureClass.NODE_LOST,
+            root_rank,
+            f"rank {root_rank} was killed (SIGKILL)",
+            "torchrun root cause exit code -9",
+        )
+    if root_code == -15:
+        return verdict(
+            FailureClass.PREEMPTION,
+            root_rank,
+            f"rank {root_rank} got SIGTERM",
+            "torchrun root cause exit code -15",
+        )
     errors = read_error_files(log_dir)
-    if errors:
+    # The root-cause rank's own error file; without a root cause, the earliest one.
+    first = next((e for e in errors if e.rank == root_rank), None)
+    if first is None and root is None and errors:
         first = errors[0]
+    if first is not None:
         text = f"{first.message}\n{first.traceback}"
         for cls, pattern in PATTERNS:
             if pattern.search(text):
@@ -193,26 +215,9 @@ def classify(
             "the worker group's supervisor vanished without an exit status",
             "supervisor exit file missing",
         )
-    root = ROOT_CAUSE.search(torchrun_log)
     tracebacks = rank_tracebacks(log_dir)
     if root is not None:
-        # torchrun's root cause is the first rank observed failing; other ranks' tracebacks
-        # (e.g. "Connection closed by peer") are usually symptoms of it.
         rank, code = int(root.group(1)), int(root.group(2))
-        if code == -9:
-            return verdict(
-                FailureClass.NODE_LOST,
-                rank,
-                f"rank {rank} was killed (SIGKILL)",
-                "torchrun root cause exit code -9",
-            )
-        if code == -15:
-            return verdict(
-                FailureClass.PREEMPTION,
-                rank,
-                f"rank {rank} got SIGTERM",
-                "torchrun root cause exit code -15",
-            )
         message = tracebacks.get(rank) or f"rank {rank} exited with code {code}"
         for cls, pattern in PATTERNS:
             if pattern.search(message):

@@ -18,6 +18,33 @@ NEXT_ACTION = {
 }
 
 
+INCIDENT_TYPES = (
+    "FAILURE_CLASSIFIED",
+    "RECOVERY_STARTED",
+    "RECOVERY_SUCCEEDED",
+    "STALE_WRITE_REJECTED",
+    "BUDGET_WARNING",
+    "BUDGET_EXCEEDED",
+    "STOP_REQUESTED",
+    "ORPHAN_KILLED",
+)
+INCIDENT_KEYS = (
+    "failure_class",
+    "rank",
+    "message",
+    "reason",
+    "action",
+    "lost_steps",
+    "recovery_seconds",
+    "restored_step",
+    "not_before_unix_s",
+    "kind",
+    "detail",
+    "rejected_type",
+    "writer_generation",
+)
+
+
 def run_summary(store: Store, run_id: str) -> dict[str, Any]:
     run = store.get_run(run_id)
     events = store.events(run.run_id)
@@ -33,6 +60,19 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
         if e.type == "STATE_CHANGED"
     ]
     attempts = [a.model_dump(mode="json") for a in store.attempts(run.run_id)]
+    incidents = [
+        {
+            "type": e.type,
+            "generation": e.generation,
+            "step": e.step,
+            **{k: e.attributes.get(k) for k in INCIDENT_KEYS if k in e.attributes},
+        }
+        for e in events
+        if e.type in INCIDENT_TYPES
+    ]
+    pending = next(
+        (e for e in reversed(events) if e.type in ("RECOVERY_STARTED", "RECOVERY_SUCCEEDED")), None
+    )
     return {
         "run_id": run.run_id,
         "name": run.name,
@@ -49,6 +89,12 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
         "state_history": ["CREATED", *[h["state"] for h in history]],
         "transitions": history,
         "attempts": attempts,
+        "incidents": incidents,
+        "pending_recovery": (
+            pending.attributes
+            if pending is not None and pending.type == "RECOVERY_STARTED"
+            else None
+        ),
         "event_count": len(events),
         "events": [e.model_dump(mode="json") for e in events],
     }
@@ -74,10 +120,22 @@ def describe_run(summary: dict[str, Any]) -> str:
             f"attempt gen {attempt['generation']}: world size {attempt['world_size']}, "
             f"exit {'running' if ended is None and not attempt['ended_unix_s'] else ended}"
         )
+    if summary["latest_checkpoint_id"]:
+        lines.append(f"latest committed checkpoint {summary['latest_checkpoint_id']}")
+    for incident in summary["incidents"]:
+        lines.append("  " + _incident_line(incident))
     if summary["state_detail"]:
         lines.append(f"why: {summary['state_detail']}")
+    pending = summary["pending_recovery"]
     if state in TERMINAL:
         lines.append("the run is finished; nothing more will happen")
+    elif state is RunState.RECOVERING and pending:
+        wait = float(pending.get("not_before_unix_s") or 0) - time.time()
+        verb = "requeue" if pending.get("action") == "requeue" else "restart"
+        lines.append(
+            f"next: {verb} from the newest committed checkpoint"
+            + (f" in {wait:.0f} s (backoff)" if wait > 0 else " now")
+        )
     else:
         lines.append(f"next: {NEXT_ACTION[state]}")
     return "\n".join(lines)
@@ -102,3 +160,22 @@ def _short(value: Any) -> str:
         return f"{value:.4g}"
     text = str(value)
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _incident_line(incident: dict[str, Any]) -> str:
+    kind = incident["type"]
+    if kind == "FAILURE_CLASSIFIED":
+        return (
+            f"gen {incident['generation']}: {incident.get('failure_class')} on rank "
+            f"{incident.get('rank')} at step {incident.get('step')}: {incident.get('message')}"
+        )
+    if kind == "RECOVERY_STARTED":
+        return f"gen {incident['generation']}: {incident.get('action')} - {incident.get('reason')}"
+    if kind == "RECOVERY_SUCCEEDED":
+        return (
+            f"gen {incident['generation']}: recovered from step "
+            f"{incident.get('restored_step')}, lost {incident.get('lost_steps')} steps, "
+            f"{incident.get('recovery_seconds')} s to recover"
+        )
+    details = {k: v for k, v in incident.items() if k not in ("type", "generation", "step")}
+    return f"gen {incident['generation']}: {kind} {details}"

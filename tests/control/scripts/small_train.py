@@ -1,0 +1,115 @@
+"""A small data-parallel training script for the recovery tests, built only on public APIs.
+
+Every rank fits a linear model (DDP over gloo) on batches that are a pure function of the global
+step, checkpoints through `ctx.checkpointer()`, reports through the runtime's step loop, and can
+inject the faults the tests need. `--once-dir` makes an injected fault fire only on the first
+attempt (a marker file remembers it fired), as a transient fault would.
+"""
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel
+
+import runwright.runtime
+from runwright.ckpt import TrainState
+
+
+class Position:
+    """The data cursor: how many global samples were consumed."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+
+    def state_dict(self) -> dict[str, int]:
+        return {"samples": self.samples}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.samples = int(state["samples"])
+
+
+def fire_once(once_dir: str | None, name: str) -> bool:
+    if once_dir is None:
+        return True
+    marker = Path(once_dir) / name
+    if marker.exists():
+        return False
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text("fired\n")
+    return True
+
+
+@record
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--step-sleep", type=float, default=0.0)
+    parser.add_argument("--nan-at-step", type=int)
+    parser.add_argument("--raise-at-step", type=int)
+    parser.add_argument("--once-dir")
+    args = parser.parse_args()
+
+    ctx = runwright.runtime.init()
+    dist.init_process_group("gloo")
+    spec, plan = ctx.spec, ctx.plan
+    assert spec is not None and plan is not None
+    total = int(plan.total_steps.value)
+    per_rank = int(plan.global_batch_samples.value) // ctx.world_size
+    torch.manual_seed(spec.training.seed)
+    model = DistributedDataParallel(torch.nn.Linear(8, 1))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.training.optimizer.lr)
+    position = Position()
+    state = TrainState(model=model, optimizer=optimizer, data_loader=position)
+    ckpt = ctx.checkpointer()
+    restored = ckpt.restore(state)
+    step = restored.step if restored else 0
+    ctx.event(
+        "RESTORED",
+        step=step,
+        checkpoint_id=restored.checkpoint_id if restored else None,
+        event_id=f"g{ctx.generation}-r{ctx.rank}-restored",
+    )
+    loop = ctx.step_loop(step, total)
+    for step in loop:
+        g = torch.Generator().manual_seed(10_000 * step + ctx.rank)
+        x = torch.randn(per_rank, 8, generator=g)
+        y = x.sum(dim=1, keepdim=True)
+        if ctx.should_skip(step):
+            position.samples += per_rank * ctx.world_size
+            loop.complete(step, skipped=True, samples=per_rank)
+            continue
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        if step == args.nan_at_step and ctx.rank == 1 and fire_once(args.once_dir, "nan"):
+            loss = loss * float("nan")
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        loop.guard(step, loss=loss, grad_norm=grad_norm)
+        optimizer.step()
+        optimizer.zero_grad()
+        position.samples += per_rank * ctx.world_size
+        if step == args.raise_at_step and ctx.rank == 0:
+            raise ValueError(f"deterministic bug at step {step}")
+        loop.complete(
+            step,
+            loss=loss,
+            grad_norm=grad_norm,
+            samples=per_rank,
+            device_tokens=per_rank * 8,
+            loss_tokens=per_rank,
+        )
+        ckpt.maybe_save(step, state, loss=float(loss))
+        time.sleep(args.step_sleep)
+    if loop.stop_request is not None and loop.stop_request.save:
+        ckpt.maybe_save(step, state, stopping=True)
+    ckpt.close()
+    ctx.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

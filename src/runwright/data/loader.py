@@ -157,7 +157,8 @@ class DataLoader:
         self._mixture = MIXTURES.get(data_spec.mixture.algorithm)
         self._packer = PACKERS.get(data_spec.packing)
         train = [s for s in manifest.shards if s.split == "train"]
-        self._tokens = [self.dataset.shards[s.name].tokens for s in train]
+        # Plain ndarray views: slicing a np.memmap subclass costs ~1.5 us more per piece.
+        self._tokens = [np.asarray(self.dataset.shards[s.name].tokens) for s in train]
         self._itemsize = self._tokens[0].dtype.itemsize if self._tokens else 2
         self.sources = self._source_tables()
         self._origin = self._identity_cursor()
@@ -389,19 +390,15 @@ class DataLoader:
             seq += 1
 
     def _materialise(self, plan: BatchPlan) -> tuple[Batch, DataCursor]:
-        tokens, shard, offset = self._tokens, plan.doc_shard.tolist(), plan.doc_offset.tolist()
-
-        def read(j: int, first: int, count: int) -> np.ndarray:
-            start = offset[j] + first
-            return tokens[shard[j]][start : start + count]
-
         arrays = fill_rows(
             plan.rows,
             self.spec.sequence_length,
             self.eod_token_id,
             plan.pieces,
             plan.doc_length,
-            read,
+            self._tokens,
+            plan.doc_shard,
+            plan.doc_offset,
         )
         _, doc, first, stop, _ = plan.pieces
         real = np.clip(np.minimum(stop, plan.doc_length[doc]) - first, 0, None)

@@ -16,7 +16,6 @@ Counts per row: device tokens = S; padded tokens = inputs with segment 0; loss t
 the loss mask.
 """
 
-from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -121,35 +120,58 @@ def fill_rows(
     eod_id: int,
     pieces: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray],
     lengths: np.ndarray,
-    read: Callable[[int, int, int], np.ndarray],
+    storage: list[np.ndarray],
+    doc_storage: np.ndarray,
+    doc_offset: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    """Materialise rows from pieces; `read(doc, first, count)` returns a document's tokens.
+    """Materialise rows from pieces.
 
-    Returns numpy arrays `tokens`, `labels`, `position_ids` (int64), `segment_ids` (int32),
-    `loss_mask` (float32) of shape (rows, S), and the counts `device_tokens`, `padded_tokens`,
-    `loss_tokens`.
+    Piece document j's tokens are `storage[doc_storage[j]][doc_offset[j]:][:lengths[j]]`. Returns
+    numpy arrays `tokens`, `labels`, `position_ids` (int64), `segment_ids` (int32), `loss_mask`
+    (float32) of shape (rows, S), and the counts `device_tokens`, `padded_tokens`,
+    `loss_tokens`. The loop does three slice copies per piece; everything else is vectorised.
     """
     width = sequence_length + 1
-    ids = np.full((rows, width), eod_id, dtype=np.int64)
-    seg = np.zeros((rows, width), dtype=np.int32)
-    pos = np.zeros((rows, width), dtype=np.int64)
-    row_of, doc_of, first_of, stop_of, col_of = (p.tolist() for p in pieces)
-    seg_no = 0
-    prev_row = -1
-    for r, j, a, b, c in zip(row_of, doc_of, first_of, stop_of, col_of, strict=True):
+    row, doc, first, stop, col = pieces
+    n = stop - first
+    real = np.clip(np.minimum(stop, lengths[doc]) - first, 0, None)
+    src = doc_offset[doc] + first
+    ids = np.empty((rows, width), dtype=np.int64)
+    seg = np.empty((rows, width), dtype=np.int32)
+    pos = np.empty((rows, width), dtype=np.int64)
+    arange = _ARANGE
+    seg_no, prev_row = 0, -1
+    for r, c, k, m, arr, s in zip(
+        row.tolist(),
+        col.tolist(),
+        n.tolist(),
+        real.tolist(),
+        doc_storage[doc].tolist(),
+        src.tolist(),
+        strict=True,
+    ):
         seg_no = seg_no + 1 if r == prev_row else 1
         prev_row = r
-        n = b - a
-        length = int(lengths[j])
-        real = min(b, length) - a
-        if real > 0:
-            ids[r, c : c + real] = read(j, a, real)
-        seg[r, c : c + n] = seg_no
-        pos[r, c : c + n] = _ARANGE[:n]
-    # A label counts when it continues the input's document: same segment, not padding.
-    mask = (seg[:, 1:] == seg[:, :-1]) & (seg[:, :-1] != 0)
-    loss_mask = mask.astype(np.float32)
-    padded = int(np.count_nonzero(seg[:, :-1] == 0))
+        ids[r, c : c + m] = storage[arr][s : s + m]
+        if m < k:
+            ids[r, c + m] = eod_id
+        seg[r, c : c + k] = seg_no
+        pos[r, c : c + k] = arange[:k]
+    # Where each row's content ends; the rest is padding (pad-v1 only).
+    ends = np.zeros(rows, dtype=np.int64)
+    np.maximum.at(ends, row, col + n)
+    loss_mask = np.ones((rows, sequence_length), dtype=np.float32)
+    # A label that starts the next document is not predicted from this one's context.
+    inner = (col + n < ends[row]) & (col + n - 1 < sequence_length)
+    loss_mask[row[inner], (col + n - 1)[inner]] = 0.0
+    padded = 0
+    for r in np.flatnonzero(ends < width).tolist():
+        e = int(ends[r])
+        ids[r, e:] = eod_id
+        seg[r, e:] = 0
+        pos[r, e:] = 0
+        loss_mask[r, max(e - 1, 0) :] = 0.0
+        padded += sequence_length - min(e, sequence_length)
     return {
         "tokens": ids[:, :-1],
         "labels": ids[:, 1:],
@@ -158,7 +180,7 @@ def fill_rows(
         "loss_mask": loss_mask,
         "device_tokens": rows * sequence_length,
         "padded_tokens": padded,
-        "loss_tokens": int(np.count_nonzero(mask)),
+        "loss_tokens": int(np.count_nonzero(loss_mask)),
     }
 
 
@@ -183,5 +205,7 @@ def pack_documents(
         eod_id,
         pieces,
         lengths,
-        lambda j, a, n: documents[j][a : a + n],
+        [np.asarray(d, dtype=np.int64) for d in documents],
+        np.arange(len(documents), dtype=np.int64),
+        np.zeros(len(documents), dtype=np.int64),
     )

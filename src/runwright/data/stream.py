@@ -153,13 +153,14 @@ class DocStream:
         for i in active:
             if self.sources[i].exhaustion != "repeat":
                 count = min(count, self.sources[i].documents - st.draws[i])
-        # Look-ahead: each active source can be chosen at most `count` times in this block.
+        # Token units need each source's next document lengths while choosing (look-ahead);
+        # the documents unit does not, so only the chosen draws are permuted.
         ahead_doc: dict[int, np.ndarray] = {}
         ahead_units: dict[int, list[int]] = {}
-        for i in active:
-            draws = np.arange(st.draws[i], st.draws[i] + count, dtype=np.int64)
-            ahead_doc[i] = self.lookup(i, draws, st.epoch)
-            if self.doc_units is not None:
+        if self.doc_units is not None:
+            for i in active:
+                draws = np.arange(st.draws[i], st.draws[i] + count, dtype=np.int64)
+                ahead_doc[i] = self.lookup(i, draws, st.epoch)
                 lengths = self.sources[i].lengths[ahead_doc[i]]
                 ahead_units[i] = self.doc_units(lengths).tolist()
         total_weight = sum(self.sources[i].weight for i in active)
@@ -186,8 +187,12 @@ class DocStream:
         doc = np.empty(count, dtype=np.int64)
         for k, i in enumerate(active):
             sel = np.flatnonzero(local == k)
-            draw[sel] = st.draws[i] + np.arange(sel.shape[0])
-            doc[sel] = ahead_doc[i][: sel.shape[0]]
+            mine = st.draws[i] + np.arange(sel.shape[0], dtype=np.int64)
+            draw[sel] = mine
+            if i in ahead_doc:
+                doc[sel] = ahead_doc[i][: sel.shape[0]]
+            elif sel.shape[0]:
+                doc[sel] = self.lookup(i, mine, st.epoch)
         length = np.empty(count, dtype=np.int64)
         for i in active:
             sel = source == i

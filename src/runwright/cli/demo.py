@@ -1,15 +1,13 @@
 """`runwright demo`: the README's main command."""
 
-from importlib import resources
+import json
 from pathlib import Path
 
 import typer
+from rich.table import Table
 
 from runwright.cli.options import RootOption, StoreOption, open_store
-from runwright.cli.render import console, guarded, print_json
-from runwright.control.controller import Controller
-from runwright.control.summary import event_line, run_summary
-from runwright.spec import parse_text, spec_from_mapping
+from runwright.cli.render import console, err_console, guarded
 
 app = typer.Typer()
 
@@ -19,28 +17,53 @@ app = typer.Typer()
 def demo(
     root: Path | None = RootOption,
     store: str | None = StoreOption,
+    seed: int | None = typer.Option(None, help="Seed of the fault step (random by default)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON summary object."),
 ) -> None:
-    """Run the walking skeleton: a 2-rank torchrun job driven to SUCCEEDED, with its events."""
-    text = resources.files("runwright.demo").joinpath("skeleton.yaml").read_text()
-    spec = spec_from_mapping(parse_text(text, "yaml", "skeleton.yaml"), "skeleton.yaml")
+    """Build a dataset, run the reference trainer on 2 ranks, kill one rank, recover, run a
+    fault-free reference, prove the two are bitwise the same run, and write the report."""
+    from runwright.demo.run import run_demo
+
     resolved, st = open_store(root, store)
-    printer = None if json_out else (lambda e: console.print(event_line(e), highlight=False))
-    controller = Controller(st, resolved, on_event=printer)
-    run, _ = controller.submit(spec, Path.cwd())
-    if not json_out:
-        console.print(f"[bold]runwright demo[/]: run {run.run_id} in {resolved}")
-    final = controller.drive(run.run_id)
-    summary = run_summary(st, final.run_id)
+    out = err_console if json_out else console
+    result = run_demo(resolved, st, console=out, show=not json_out, seed=seed)
     if json_out:
-        summary.pop("events")
-        print_json(summary)
+        print(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
-        console.print(f"\nrun id        {final.run_id}")
-        console.print("state history " + " -> ".join(summary["state_history"]))
-        console.print(
-            f"final state   {final.state} ({final.terminal_reason}), last step "
-            f"{final.last_step}, {summary['event_count']} events"
-        )
-    if final.state != "SUCCEEDED":
+        table = Table(title="runwright demo", show_header=False)
+        table.add_column("what")
+        table.add_column("value")
+
+        def pct(v: float | None) -> str:
+            return "-" if v is None else f"{100 * v:.1f} %"
+
+        rows = [
+            ("run", result.run_id),
+            ("state history", " -> ".join(result.state_history)),
+            ("fault", f"SIGKILL rank 1 at step {result.fault_step}"),
+            ("recovered", str(result.recovered)),
+            ("lost steps", str(result.lost_steps)),
+            ("recovery time", f"{result.recovery_seconds} s"),
+            ("ETTR", pct(result.ettr)),
+            ("loss tokens/s", f"{result.loss_tokens_per_second or 0:,.0f}"),
+            ("input-wait share", pct(result.input_wait_share)),
+            ("checkpoint exposure", pct(result.checkpoint_exposure)),
+            ("final loss", f"{result.final_loss:.4f}" if result.final_loss else "-"),
+            ("reference run", result.reference_run_id),
+            (
+                "equivalence",
+                result.equivalence
+                + (
+                    f" (first difference: {result.first_difference})"
+                    if result.first_difference
+                    else ""
+                ),
+            ),
+            ("dataset", result.dataset_path),
+            ("report", result.report_html_path),
+        ]
+        for name, value in rows:
+            table.add_row(name, value)
+        console.print(table)
+    if not result.recovered or result.equivalence != "bitwise-equal":
         raise typer.Exit(code=1)

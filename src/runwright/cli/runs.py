@@ -14,6 +14,7 @@ from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
+from runwright.govern.compare import compare_runs
 from runwright.spec import load_spec
 from runwright.store import EventRecord
 
@@ -113,14 +114,21 @@ def cancel(
     _, st = open_store(root, store)
     result = request_cancel(st, run_id, reason)
     if json_out:
-        print_json({"run_id": result.run.run_id if result.run else run_id,
-                    "outcome": str(result.outcome), "detail": result.detail,
-                    "state": result.run.state if result.run else None})
+        print_json(
+            {
+                "run_id": result.run.run_id if result.run else run_id,
+                "outcome": str(result.outcome),
+                "detail": result.detail,
+                "state": result.run.state if result.run else None,
+            }
+        )
         return
     if result.outcome.value == "APPLIED":
-        console.print(f"cancel recorded for {result.run.run_id}; generation "
-                      f"{result.run.generation} fences the old workers, which stop at their next "
-                      "step boundary")
+        console.print(
+            f"cancel recorded for {result.run.run_id}; generation "
+            f"{result.run.generation} fences the old workers, which stop at their next "
+            "step boundary"
+        )
     else:
         console.print(f"nothing to cancel: {result.detail or result.outcome}")
 
@@ -219,3 +227,29 @@ def list_runs(
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_unix_s)),
         )
     console.print(table)
+
+
+@app.command()
+@guarded
+def compare(
+    run_a: str = typer.Argument(..., help="A run (e.g. one that failed and recovered)."),
+    run_b: str = typer.Argument(..., help="The run to compare it with (e.g. a fault-free one)."),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """Prove recovery equivalence: final parameters bit-identical, consumed-sample ledgers
+    identical, loss curves identical after the restored step. Exit 1 when they differ."""
+    _, st = open_store(root, store)
+    result = compare_runs(st, run_a, run_b)
+    if json_out:
+        print_json(result.model_dump(mode="json"))
+    else:
+        console.print(
+            f"{result.equivalence}: {result.parameters_compared} parameters, "
+            f"{result.steps_compared} steps compared (restored steps "
+            f"{result.restored_steps or '-'})"
+            + (f"; first difference {result.first_difference}" if result.first_difference else "")
+        )
+    if result.equivalence != "bitwise-equal":
+        raise typer.Exit(code=1)

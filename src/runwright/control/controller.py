@@ -276,8 +276,12 @@ class Controller:
             if run.state == RunState.STARTING:
                 self._move(run, RunState.RUNNING)
                 run = self.store.get_run(run.run_id)
-            self._finish(run, RunState.SUCCEEDED, TerminalReason.COMPLETED,
-                         f"the worker group finished at step {run.last_step}")
+            self._finish(
+                run,
+                RunState.SUCCEEDED,
+                TerminalReason.COMPLETED,
+                f"the worker group finished at step {run.last_step}",
+            )
         else:
             self._recover(run, spec, sup, exit_code, None)
 

@@ -84,6 +84,11 @@ class Ingestor:
                     if isinstance(v, int | float | str | bool)
                 },
             )
+        elif message.type == "CHECKPOINT_DELETED" and message.attributes.get("folder"):
+            folder = checkpoint_root(run_dir(self.root, self.run_id)) / str(
+                message.attributes["folder"]
+            )
+            self.store.checkpoints.mark_deleted(self.run_id, str(folder))
         return outcome
 
 

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 STAGED = "STAGED"
 COMMITTED = "COMMITTED"
+DELETED = "DELETED"
 
 
 class CheckpointCatalog:
@@ -142,6 +143,20 @@ class CheckpointCatalog:
             run=run,
             detail=f"step {step} is older than the latest checkpoint {run.latest_checkpoint_id}",
         )
+
+    def mark_deleted(self, run_id: str, path: str) -> Outcome:
+        """Retention removed the checkpoint at `path`; the row stays, as history."""
+        with self._engine.begin() as conn:
+            changed = conn.execute(
+                checkpoints.update()
+                .where(
+                    checkpoints.c.run_id == run_id,
+                    checkpoints.c.path == path,
+                    checkpoints.c.status != DELETED,
+                )
+                .values(status=DELETED)
+            ).rowcount
+        return Outcome.APPLIED if changed else Outcome.ALREADY_APPLIED
 
     def list(self, run_id: str, status: str | None = None) -> list[CheckpointRow]:
         query = checkpoints.select().where(checkpoints.c.run_id == run_id)

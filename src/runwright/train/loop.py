@@ -1,0 +1,231 @@
+"""The reference training loop. Reads top to bottom like nanoGPT; uses only public runwright APIs:
+the run context and step loop (runwright.runtime), the loader (runwright.data) and the
+checkpointer (runwright.ckpt).
+
+    torchrun --nproc-per-node 2 -m runwright.train            # under runwright submit
+    torchrun --nproc-per-node 2 -m runwright.train --spec S   # plain torchrun
+"""
+
+import argparse
+import contextlib
+import hashlib
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.elastic.multiprocessing.errors import record
+from torch.nn.parallel import DistributedDataParallel
+
+import runwright.runtime
+from runwright.ckpt import TrainState
+from runwright.data import DataLoader, read_manifest
+from runwright.train.model import GPT
+from runwright.train.schedule import lr_multiplier
+
+
+class SyncTimer:
+    """Seconds spent in gradient all-reduce this step (it overlaps backward)."""
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.seconds = 0.0
+
+
+def timed_allreduce(
+    timer: SyncTimer, bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """DDP's default gradient hook (average over ranks: divide, then all-reduce), timed."""
+    started = time.perf_counter()
+    tensor = bucket.buffer().div_(timer.world_size)
+    future = dist.all_reduce(tensor, async_op=True).get_future()
+
+    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        timer.seconds += time.perf_counter() - started
+        return fut.value()[0]
+
+    return future.then(done)
+
+
+def parameter_digests(model: torch.nn.Module) -> dict[str, str]:
+    """sha256 of every parameter's bytes: equal digests mean bit-identical parameters."""
+    return {
+        name: hashlib.sha256(p.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
+        for name, p in model.named_parameters()
+    }
+
+
+@record
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="runwright reference GPT trainer")
+    parser.add_argument("--spec", help="job spec file (plain torchrun; the controller passes it)")
+    parser.add_argument("--step-sleep", type=float, default=0.0, help="pause after each step")
+    args = parser.parse_args(argv)
+
+    # -- who am I ----------------------------------------------------------------------------
+    ctx = runwright.runtime.init(spec_path=args.spec)
+    spec, plan = ctx.spec, ctx.plan
+    if spec is None or plan is None:
+        raise SystemExit("no job spec: run under `runwright submit` or pass --spec FILE")
+    cuda = spec.resources.device_type == "cuda"
+    device = torch.device("cuda", ctx.local_rank) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo")
+    if spec.reproducibility.level == "bitwise":
+        torch.use_deterministic_algorithms(True)
+    dp, micro = int(plan.dp.value), int(plan.micro_batch_size.value)
+    accumulation = int(plan.grad_accumulation_steps.value)
+    total_steps = int(plan.total_steps.value)
+    # e.g. 16 samples / (dp 2) = 8 rows per rank = 2 micro-batches of 4
+
+    # -- data ----------------------------------------------------------------------------------
+    loader = DataLoader(
+        spec.data.dataset,
+        spec.data,
+        global_batch_samples=int(plan.global_batch_samples.value),
+        dp_rank=ctx.rank,
+        dp_size=dp,
+        tokenizer_sha256=spec.tokenizer.hash,
+    )
+    manifest = read_manifest(spec.data.dataset)
+    if manifest.tokenizer.vocab_size > spec.model.vocab_size:
+        raise SystemExit(
+            f"model.vocab_size={spec.model.vocab_size} is smaller than the "
+            f"tokenizer's {manifest.tokenizer.vocab_size} ids; raise it"
+        )
+    if ctx.rank == 0:
+        ctx.event(
+            "DATA_STAGE_READY",
+            event_id=f"g{ctx.generation}-data",
+            dataset_id=manifest.dataset_id,
+            tokenizer_hash=manifest.tokenizer.sha256,
+        )
+
+    # -- model and optimizer ------------------------------------------------------------------
+    torch.manual_seed(spec.training.seed)
+    model = GPT(spec.model, max_positions=spec.data.sequence_length).to(device)
+    ddp = DistributedDataParallel(model, device_ids=[ctx.local_rank] if cuda else None)
+    sync = SyncTimer(dist.get_world_size())
+    ddp.register_comm_hook(sync, timed_allreduce)
+    opt = spec.training.optimizer
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_multiplier(s, total_steps, spec.training.schedule)
+    )
+    counters = {"tokens_seen": 0, "loss_tokens_seen": 0}
+
+    # -- resume from the newest committed, verified checkpoint --------------------------------
+    ckpt = ctx.checkpointer(
+        data_manifest_id=manifest.dataset_id, tokenizer_hash=manifest.tokenizer.sha256
+    )
+    state = TrainState(
+        model=model, optimizer=optimizer, scheduler=scheduler, data_loader=loader, counters=counters
+    )
+    restored = ckpt.restore(state)
+    step = restored.step if restored else 0
+    ctx.event(
+        "RESTORED",
+        step=step,
+        event_id=f"g{ctx.generation}-r{ctx.rank}-restored",
+        checkpoint_id=restored.checkpoint_id if restored else None,
+        mode=str(restored.mode) if restored else None,
+    )
+
+    # -- train ---------------------------------------------------------------------------------
+    batches = iter(loader)
+    saved_step = step
+    loop = ctx.step_loop(step, total_steps)
+    for step in loop:
+        before = loader.stats.input_wait_seconds_total
+        batch = next(batches)
+        loop.add_phase_seconds("data_wait", loader.stats.input_wait_seconds_total - before)
+        sample_range = [batch.first_sample, batch.end_sample]
+        if ctx.should_skip(step):  # after a NaN: consume the batch, do not learn from it
+            scheduler.step()
+            loop.complete(step, skipped=True, samples=sample_range)
+            continue
+        with loop.phase("h2d"):
+            rows = {
+                k: getattr(batch, k).to(device)
+                for k in ("tokens", "labels", "loss_mask", "position_ids", "segment_ids")
+            }
+        # Normalise by the loss tokens of the whole global batch, so the gradient is the same
+        # whatever dp and the micro-batch split are: sum over ranks of (CE sum) / global count.
+        local_loss_tokens = rows["loss_mask"].sum()
+        global_loss_tokens = local_loss_tokens.clone()
+        dist.all_reduce(global_loss_tokens)
+        sync.seconds = 0.0
+        loss_sum = torch.zeros((), device=device)
+        for i in range(accumulation):
+            part = {k: v[i * micro : (i + 1) * micro] for k, v in rows.items()}
+            # Gradients accumulate locally; DDP all-reduces once, on the last micro-batch.
+            last = i == accumulation - 1
+            with contextlib.nullcontext() if last else ddp.no_sync():
+                with loop.phase("forward"):
+                    logits = ddp(part["tokens"], part["position_ids"], part["segment_ids"])
+                    ce = F.cross_entropy(
+                        logits.flatten(0, 1), part["labels"].flatten(), reduction="none"
+                    )
+                    # DDP averages gradients over dp ranks; multiply by dp to undo it.
+                    loss = (ce * part["loss_mask"].flatten()).sum() * dp / global_loss_tokens
+                with loop.phase("backward"):
+                    loss.backward()
+            loss_sum += loss.detach() / dp
+        loop.add_phase_seconds("grad_sync", sync.seconds)
+        dist.all_reduce(loss_sum)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            model.parameters(), opt.grad_clip_norm or float("inf")
+        )
+        loop.guard(step, loss=loss_sum, grad_norm=grad_norm)
+        with loop.phase("optimizer"):
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+        counters["tokens_seen"] += batch.device_tokens
+        counters["loss_tokens_seen"] += batch.loss_tokens
+        with loop.phase("checkpoint_stall"):
+            if ckpt.maybe_save(step, state, loss=float(loss_sum)) is not None:
+                saved_step = step
+        loop.complete(
+            step,
+            loss=loss_sum,
+            grad_norm=grad_norm,
+            lr=scheduler.get_last_lr()[0],
+            device_tokens=batch.device_tokens,
+            padded_tokens=batch.padded_tokens,
+            loss_tokens=batch.loss_tokens,
+            samples=sample_range,
+        )
+        if args.step_sleep:
+            time.sleep(args.step_sleep)
+
+    # -- finish: save at the stop step (or the last one) and prove what we hold ----------------
+    stopping = loop.stop_request is not None
+    if saved_step != step:
+        ckpt.maybe_save(step, state, stopping=True)
+    ckpt.close()
+    if not stopping and ctx.rank == 0:
+        digests = parameter_digests(model)
+        Path(ctx.run_dir / "final_parameters.json").write_text(json.dumps(digests, indent=1))
+        ctx.event(
+            "TRAINING_COMPLETE",
+            step=step,
+            event_id=f"g{ctx.generation}-complete",
+            parameter_digests=digests,
+            tokens_seen=counters["tokens_seen"],
+        )
+    loop.close()
+    loader.close()
+    ctx.close()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

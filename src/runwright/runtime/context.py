@@ -18,7 +18,7 @@ from runwright.runtime.channel import HEARTBEAT, ChannelWriter
 from runwright.runtime.rank_manifest import RankEntry
 from runwright.runtime.steploop import StepLoop
 from runwright.runtime.stop import StopWatcher
-from runwright.spec import JobSpec, ResolvedPlan, spec_from_mapping
+from runwright.spec import JobSpec, ResolvedPlan, load_spec, spec_from_mapping
 
 if TYPE_CHECKING:
     from runwright.ckpt import Checkpointer
@@ -129,8 +129,11 @@ def _env_int(name: str, default: int) -> int:
         raise RunwrightError(f"environment variable {name}={raw!r} must be an integer") from None
 
 
-def init(heartbeat: bool = True) -> RunContext:
-    """Build this process's run context, announce the worker, and start heartbeats."""
+def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunContext:
+    """Build this process's run context, announce the worker, and start heartbeats.
+
+    `spec_path` gives the job spec under plain torchrun; under the control plane the executor
+    passes the submitted spec and this argument is ignored."""
     import json
 
     rank = _env_int("RANK", 0)
@@ -144,14 +147,20 @@ def init(heartbeat: bool = True) -> RunContext:
     else:
         # Plain torchrun: every rank must agree on the id without talking, so derive it from
         # the rendezvous that torchrun already shares.
+        # RUNWRIGHT_RUN_DIR names a stable folder, so a restarted script finds its checkpoints.
         seed = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT") or ""
         run_id = f"local-{seed or uuid.uuid4().hex[:12]}"
         run_dir = Path(".runwright") / "local" / run_id
+        if os.environ.get(ENV_RUN_DIR):
+            run_dir = Path(os.environ[ENV_RUN_DIR])
+            run_id = f"local-{run_dir.name}"
         generation = 0
     spec = None
     spec_file = os.environ.get(ENV_SPEC_FILE)
     if spec_file:
         spec = spec_from_mapping(json.loads(Path(spec_file).read_text()), spec_file)
+    elif spec_path is not None:
+        spec = load_spec(spec_path)
     entry = None
     manifest_file = os.environ.get(ENV_RANK_MANIFEST)
     if manifest_file:

@@ -133,16 +133,32 @@ def cancel(
         console.print(f"nothing to cancel: {result.detail or result.outcome}")
 
 
-@app.command("controller", hidden=True)
+@app.command("controller")
 @guarded
 def controller_cmd(
-    run_id: str = typer.Argument(...),
+    run_id: str | None = typer.Argument(
+        None, help="Drive this run only; without it, every unfinished run in the store."
+    ),
+    daemon: bool = typer.Option(False, "--daemon", help="Keep watching for new runs."),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
 ) -> None:
-    """Drive an existing run (what `submit --detach` runs in the background)."""
+    """Run the controller: reconcile runs from the store (what `submit --detach` starts). A
+    restarted controller adopts live worker groups and kills orphans of older generations."""
     resolved, st = open_store(root, store)
-    Controller(st, resolved, on_event=_printer(False)).drive(st.get_run(run_id).run_id)
+    controller = Controller(st, resolved, on_event=_printer(False))
+    if run_id is not None:
+        controller.drive(st.get_run(run_id).run_id)
+        return
+    try:
+        finished = controller.drive_all(until_idle=not daemon)
+    except KeyboardInterrupt:
+        console.print(
+            "controller stopped; unfinished runs keep running and are adopted by the "
+            "next controller"
+        )
+        return
+    console.print(f"{len(finished)} run(s) reached a terminal state")
 
 
 @app.command()

@@ -118,6 +118,23 @@ class Controller:
         self._emit(run_id)
         return self.store.get_run(run_id)
 
+    def drive_all(self, *, until_idle: bool = True) -> list[str]:
+        """Pick up every unfinished run in the store where its records say it is, and reconcile
+        them all until none is left (or forever, as a daemon). Stopping this controller leaves the
+        workers running; the next controller adopts them."""
+        active: set[str] = set()
+        finished: list[str] = []
+        while True:
+            unfinished = [s for s in RunState if s not in TERMINAL]
+            active |= {r.run_id for r in self.store.list_runs(limit=100_000, states=unfinished)}
+            for run_id in sorted(active):
+                if self.reconcile(run_id):
+                    active.discard(run_id)
+                    finished.append(run_id)
+            if not active and until_idle:
+                return finished
+            time.sleep(self.poll_seconds)
+
     def reconcile(self, run_id: str) -> bool:
         """One pass; True once the run is terminal and no worker of it is left."""
         run = self.store.get_run(run_id)

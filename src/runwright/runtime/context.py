@@ -7,9 +7,12 @@ and a channel folder under `.runwright/local/`.
 """
 
 import os
+import platform
+import socket
 import threading
 import uuid
 from dataclasses import dataclass, field
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -119,6 +122,13 @@ class RunContext:
         self.channel.close()
 
 
+def _torch_version() -> str | None:
+    try:
+        return version("torch")
+    except PackageNotFoundError:
+        return None
+
+
 def _env_int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None:
@@ -188,6 +198,11 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         event_id=f"g{generation}-r{rank}-started",
         pid=os.getpid(),
         local_rank=local_rank,
+        host=socket.gethostname(),
+        # The environment this rank actually runs in, for the run report's evidence chain.
+        python_version=platform.python_version(),
+        torch_version=_torch_version(),
+        platform=platform.platform(),
     )
     if heartbeat:
         interval = spec.recovery.heartbeat_interval_seconds if spec else DEFAULT_HEARTBEAT_SECONDS

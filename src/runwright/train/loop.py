@@ -210,6 +210,18 @@ def main(argv: list[str] | None = None) -> int:
     if saved_step != step:
         ckpt.maybe_save(step, state, stopping=True)
     ckpt.close()
+    if ctx.rank == 0:
+        # Mixture targets vs what was actually drawn, per source (seed 004's data layer).
+        cursor = loader.cursor
+        ctx.event(
+            "MIXTURE_ACTUAL",
+            step=step,
+            event_id=f"g{ctx.generation}-mixture-{step}",
+            unit=spec.data.mixture.unit,
+            actual=dict(cursor.source_draws),
+            actual_units=dict(cursor.source_units),
+            targets={s.name: s.weight for s in spec.data.mixture.sources},
+        )
     if not stopping and ctx.rank == 0:
         digests = parameter_digests(model)
         Path(ctx.run_dir / "final_parameters.json").write_text(json.dumps(digests, indent=1))

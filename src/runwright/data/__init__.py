@@ -27,11 +27,12 @@ from runwright.data.ledger import ConsumptionLedger, LedgerRange, gaps_and_overl
 from runwright.data.loader import Batch, DataLoader, LoaderStats
 from runwright.data.manifest import DatasetManifest, read_manifest
 from runwright.data.mixture import MIXTURES, mixture_sequence
-from runwright.data.packing import PACKERS, pack_documents
+from runwright.data.packing import PACKERS
 from runwright.data.permute import SHUFFLES
 from runwright.data.pretokenized import write_pretokenized
 from runwright.data.recipe import Recipe, load_recipe
 from runwright.data.report import VerifyReport, describe_dataset, verify_dataset
+from runwright.data.rows import pack_documents
 
 __all__ = [
     "MIXTURES",

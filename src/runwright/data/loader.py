@@ -17,7 +17,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from queue import Empty, Full, Queue
 from typing import Any, Literal
 
 import numpy as np
@@ -30,13 +29,13 @@ from runwright.data.errors import CursorMismatchError, DataError, ManifestError
 from runwright.data.ledger import ConsumptionLedger, record_step
 from runwright.data.manifest import DatasetManifest
 from runwright.data.mixture import MIXTURES
-from runwright.data.packing import PACKERS, fill_rows
+from runwright.data.packing import PACKERS
 from runwright.data.permute import SHUFFLES
+from runwright.data.pipeline import END, ReadPipeline
 from runwright.data.planner import BatchPlan, Planner
+from runwright.data.rows import fill_rows
 from runwright.data.stream import DocStream, SourceTable, StreamState
 from runwright.spec import DataSpec, canonical_json, sha256_hex
-
-_POLL_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -89,9 +88,6 @@ class LoaderStats(Record):
     """Loss tokens handed to the caller on this rank."""
     padded_tokens_total: int = Field(ge=0)
     """Padding handed to the caller on this rank."""
-
-
-_END = object()
 
 
 class DataLoader:
@@ -171,8 +167,7 @@ class DataLoader:
         self._loss_tokens = 0
         self._padded_tokens = 0
         self._bytes_lock = threading.Lock()
-        self._threads: list[threading.Thread] = []
-        self._stop = threading.Event()
+        self._pipeline: ReadPipeline | None = None
         self._finished = False
 
     # ---- identity ----------------------------------------------------------------------------
@@ -279,8 +274,8 @@ class DataLoader:
         return LoaderStats(
             input_wait_seconds_total=self._wait_total,
             last_input_wait_seconds=self._wait_last,
-            queue_depth=self._prefetch.qsize() if self._threads else 0,
-            reorder_depth=len(self._reorder) if self._threads else 0,
+            queue_depth=self._pipeline.queue_depth if self._pipeline else 0,
+            reorder_depth=self._pipeline.reorder_depth if self._pipeline else 0,
             bytes_read_total=self._bytes,
             batches_total=self._batches,
             loss_tokens_total=self._loss_tokens,
@@ -326,68 +321,14 @@ class DataLoader:
         )
 
     def _start(self) -> None:
-        self._stop = threading.Event()
-        self._slots = threading.Semaphore(self.reorder_capacity)
-        self._work: Queue[tuple[int, Any]] = Queue()
-        self._reorder: dict[int, Any] = {}
-        self._reorder_cond = threading.Condition()
-        self._prefetch: Queue[Any] = Queue(maxsize=self.prefetch_batches)
         planner = self._make_planner()
-        self._threads = [threading.Thread(target=self._plan_loop, args=(planner,), daemon=True)]
-        self._threads += [
-            threading.Thread(target=self._read_loop, daemon=True) for _ in range(self.read_workers)
-        ]
-        self._threads.append(threading.Thread(target=self._sequence_loop, daemon=True))
-        for t in self._threads:
-            t.start()
-
-    def _plan_loop(self, planner: Planner) -> None:
-        seq = 0
-        while not self._stop.is_set():
-            if not self._slots.acquire(timeout=_POLL_SECONDS):
-                continue
-            try:
-                plan: Any = planner.next_batch()
-            except Exception as exc:  # delivered to the caller in order, then re-raised there
-                plan = exc
-            self._work.put((seq, _END if plan is None else plan))
-            if plan is None or isinstance(plan, Exception):
-                return
-            seq += 1
-
-    def _read_loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                seq, item = self._work.get(timeout=_POLL_SECONDS)
-            except Empty:
-                continue
-            if isinstance(item, BatchPlan):
-                try:
-                    item = self._materialise(item)
-                except Exception as exc:
-                    item = exc
-            with self._reorder_cond:
-                self._reorder[seq] = item
-                self._reorder_cond.notify_all()
-
-    def _sequence_loop(self) -> None:
-        seq = 0
-        while not self._stop.is_set():
-            with self._reorder_cond:
-                if seq not in self._reorder:
-                    self._reorder_cond.wait(timeout=_POLL_SECONDS)
-                    continue
-                item = self._reorder.pop(seq)
-            self._slots.release()
-            while not self._stop.is_set():
-                try:
-                    self._prefetch.put(item, timeout=_POLL_SECONDS)
-                    break
-                except Full:
-                    continue
-            if item is _END or isinstance(item, Exception):
-                return
-            seq += 1
+        self._pipeline = ReadPipeline(
+            planner.next_batch,
+            self._materialise,
+            read_workers=self.read_workers,
+            reorder_capacity=self.reorder_capacity,
+            prefetch_batches=self.prefetch_batches,
+        )
 
     def _materialise(self, plan: BatchPlan) -> tuple[Batch, DataCursor]:
         arrays = fill_rows(
@@ -425,22 +366,17 @@ class DataLoader:
     def __next__(self) -> Batch:
         if self._finished:
             raise StopIteration
-        if not self._threads:
+        if self._pipeline is None:
             self._start()
         began = time.perf_counter()
-        while True:
-            try:
-                item = self._prefetch.get(timeout=_POLL_SECONDS)
-                break
-            except Empty:
-                if not any(t.is_alive() for t in self._threads):
-                    raise DataError(
-                        "the loader's reader threads stopped; recreate the loader"
-                    ) from None
+        try:
+            item = self._pipeline.get()
+        except RuntimeError:
+            raise DataError("the loader's reader threads stopped; recreate the loader") from None
         waited = time.perf_counter() - began
         self._wait_total += waited
         self._wait_last = waited
-        if item is _END:
+        if item is END:
             self._finished = True
             self._shutdown()
             raise StopIteration
@@ -459,10 +395,9 @@ class DataLoader:
         return batch
 
     def _shutdown(self) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout=5)
-        self._threads = []
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
 
     def close(self) -> None:
         """Stop the reader threads; the cursor and ledger stay readable."""

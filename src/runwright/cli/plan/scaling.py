@@ -1,5 +1,5 @@
 """`runwright plan scaling`: scaling efficiency E(N) = throughput(N) / (N x throughput(1)) from
-given numbers (`--point`, `--measurements`)."""
+given numbers (`--point`, `--measurements`) or from measured runs in the store (`--run`)."""
 
 import json
 from pathlib import Path
@@ -8,8 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from runwright.cli.options import RootOption, StoreOption, open_store
 from runwright.cli.plan.inputs import JsonOpt
 from runwright.cli.render import console, guarded, print_json
+from runwright.govern.throughput import run_throughput
 from runwright.plan import PlanError, ScalingReport, scaling_efficiency
 
 
@@ -54,6 +56,20 @@ def parse_point(text: str) -> tuple[int, float]:
         ) from None
 
 
+def measured_runs(
+    run_ids: list[str], root: Path | None, store: str | None
+) -> list[tuple[int, float]]:
+    """(world size, loss tokens per productive second) of each run, read from the store.
+    The store is opened only when runs are named, so numbers alone never touch a root."""
+    if not run_ids:
+        return []
+    _, st = open_store(root, store)
+    try:
+        return [run_throughput(st, run_id) for run_id in run_ids]
+    finally:
+        st.close()
+
+
 def render_scaling(report: ScalingReport) -> None:
     table = Table(title=f"scaling efficiency against world size {report.baseline_world_size}")
     for column in (
@@ -95,12 +111,24 @@ def scaling(
             help='JSON list of {"world_size": N, "tokens_per_second": X} (or [N, X]) measurements.',
         ),
     ] = None,
+    runs: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--run",
+            help="Measured run id (or unique prefix) in the store; its world size and loss "
+            "tokens per productive second. Repeat for each run.",
+        ),
+    ] = None,
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
     as_json: JsonOpt = False,
 ) -> None:
-    """Scaling efficiency E(N) = throughput(N) / (N x throughput(1)) from measurements."""
+    """Scaling efficiency E(N) = throughput(N) / (N x throughput(1)) from given numbers or
+    measured runs."""
     pairs = [parse_point(p) for p in points or []]
     if measurements is not None:
         pairs += read_measurements(measurements)
+    pairs += measured_runs(runs or [], root, store)
     report = scaling_efficiency(pairs)
     if as_json:
         print_json(report.model_dump())

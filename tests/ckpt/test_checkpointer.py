@@ -1,5 +1,6 @@
 """Checkpointer in one process: round trips, async back-pressure, fencing, corruption, refusal."""
 
+import hashlib
 import random
 
 import numpy as np
@@ -258,3 +259,31 @@ def test_fsspec_object_store_round_trip(tmp_path):
     reader = Checkpointer(url, policy=CheckpointSpec(), fence=fence, events=MemorySink())
     assert reader.restore(fresh).step == 1
     assert same_params(fresh, params(make_state(seed=4)))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_committed_event_carries_what_the_run_report_reads(tmp_path, mode):
+    sink = MemorySink()
+    saver = _ckpt(tmp_path, sink, mode=mode, keep_last=1)
+    state = make_state()
+    results = [saver.save(step, state) for step in (1, 2)]
+    saver.close()
+    committed = sink.of_type(CheckpointEventType.CHECKPOINT_COMMITTED)
+    assert [e.step for e in committed] == [1, 2]
+    for event, result in zip(committed, results, strict=True):
+        attrs = event.attributes
+        assert len(attrs["manifest_sha256"]) == 64 and attrs["bytes"] > 0
+        assert attrs["persist_seconds"] > 0 and attrs["stall_seconds"] > 0
+        if mode == "async":  # the step waited for the host copy only, not for the write
+            assert attrs["stall_seconds"] == result.stall_seconds
+        else:  # the step waited for the whole commit; retention after it is not counted
+            assert attrs["persist_seconds"] < attrs["stall_seconds"] <= result.stall_seconds
+    (kept,) = scan(CheckpointStorage(str(tmp_path)))[0]
+    latest = committed[-1].attributes
+    assert latest["folder"] == kept.folder and latest["bytes"] == kept.manifest.total_bytes
+    manifest_bytes = (tmp_path / kept.folder / "manifest.json").read_bytes()
+    assert latest["manifest_sha256"] == hashlib.sha256(manifest_bytes).hexdigest()
+    assert latest["manifest_sha256"] == kept.record.manifest_sha256
+    (deleted,) = sink.of_type(CheckpointEventType.CHECKPOINT_DELETED)
+    assert deleted.attributes["folder"] == committed[0].attributes["folder"]
+    assert deleted.attributes["bytes"] > 0 and deleted.attributes["seconds"] >= 0

@@ -1,5 +1,5 @@
 """`Checkpointer`: the object a training script holds. Decides when to save, stages snapshots,
-runs the commit protocol (commit.py) synchronously or in a bounded background backlog, applies
+runs the commit protocol (commit.py) inline or through the async backlog (backlog.py), applies
 retention, collects residue, and restores.
 
 Every rank constructs one and calls the same methods at the same step boundaries; decisions that
@@ -8,17 +8,12 @@ ranks never disagree about whether a collective save happens.
 """
 
 import hashlib
-import queue
 import secrets
-import threading
 import time
 from typing import Any
 
-import torch
-import torch.distributed as dist
-
 from runwright.ckpt import restore as restoring
-from runwright.ckpt.catalog import scan
+from runwright.ckpt.backlog import Backlog
 from runwright.ckpt.commit import CommitProbe, CommitStep, RunFacts, Snapshot, persist
 from runwright.ckpt.errors import BackgroundSaveError
 from runwright.ckpt.events import CheckpointEvent, CheckpointEventType, EventSink, LoggingSink
@@ -26,15 +21,14 @@ from runwright.ckpt.fence import Fence, LocalFence, PublishOutcome
 from runwright.ckpt.gc import GcReport, collect_residue
 from runwright.ckpt.interval import IntervalChoice, IntervalPolicy
 from runwright.ckpt.manifest import HealthVerdict, checkpoint_id_for
+from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.records import DurabilityLag, SaveResult, SaveStatus
-from runwright.ckpt.retention import RetentionEntry, delete_checkpoint, plan_retention
+from runwright.ckpt.retention import apply_retention
 from runwright.ckpt.snapshot import SnapshotPool
 from runwright.ckpt.state import TrainState, capture, data_cursor_of
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.verify import VerifyMode
 from runwright.spec.policies import CheckpointSpec
-
-_Job = tuple[Snapshot, float]
 
 
 class Checkpointer:
@@ -62,13 +56,10 @@ class Checkpointer:
         self.fence: Fence = fence if fence is not None else LocalFence(checkpoint_root)
         self.generation = self.fence.current_generation() if generation is None else generation
         self.events: EventSink = events if events is not None else LoggingSink()
-        self.distributed = dist.is_available() and dist.is_initialized()
-        self.rank = dist.get_rank() if self.distributed else 0
-        self.world_size = dist.get_world_size() if self.distributed else 1
-        # Two gloo groups: one for main-thread agreement, one owned by the persisting thread, so
-        # background collectives never interleave with the trainer's or with each other.
-        self._control_pg = dist.new_group(backend="gloo") if self.distributed else None
-        self._persist_pg = dist.new_group(backend="gloo") if self.distributed else None
+        self._ranks = Ranks()
+        self.distributed = self._ranks.distributed
+        self.rank = self._ranks.rank
+        self.world_size = self._ranks.world_size
         self.facts = RunFacts(
             world_size=self.world_size,
             rank=self.rank,
@@ -79,7 +70,7 @@ class Checkpointer:
         )
         self._thread_count = thread_count
         self._probe = probe
-        self._nonce = self._broadcast(secrets.token_hex(8))
+        self._nonce = self._ranks.from_rank0(secrets.token_hex(8))
         self._allocated = 0
         latest = self.fence.latest()
         self._parent = latest.checkpoint_id if latest is not None else None
@@ -89,11 +80,11 @@ class Checkpointer:
             policy.interval, assumed_stall_seconds=assumed_stall_seconds
         )
         self._pool = SnapshotPool(policy.max_inflight)
-        self._jobs: queue.Queue[_Job | None] = queue.Queue()
-        self._inflight: dict[str, float] = {}
-        self._cond = threading.Condition()
-        self._error: BaseException | None = None
-        self._worker: threading.Thread | None = None
+        self._backlog = Backlog(
+            persist=lambda snap: self._persist(snap, started_perf=None),
+            on_failure=self._report_failure,
+            release=lambda snap: self._pool.give_back(snap.state_dict),
+        )
         self._gc_min_age_seconds = gc_min_age_seconds
         self._emit(CheckpointEventType.INTERVAL_CHOSEN, None, None, self.interval().model_dump())
         if self.rank == 0:
@@ -115,7 +106,7 @@ class Checkpointer:
             return None
         due = self.interval_policy.due(step) or (stopping and self.policy.save_on_stop)
         if self.policy.interval.policy != "steps":
-            due = self._agree(due)
+            due = self._ranks.any(due)
         return self.save(step, state, loss=loss, health=health) if due else None
 
     def save(
@@ -149,8 +140,6 @@ class Checkpointer:
         """Load the newest committed checkpoint that verifies into `state`; None if the run has
         none. `smoke_check()` -> loss runs one forward step after loading."""
         self.wait()
-        started = time.perf_counter()
-        mode_verify: VerifyMode = verify or self.policy.verify_on_restore
         current = restoring.current_run(
             state,
             self.world_size,
@@ -158,97 +147,47 @@ class Checkpointer:
             self.facts.tokenizer_hash,
             self.facts.data_manifest_id,
         )
-        excluded: dict[str, restoring.Fallback] = {}
-        emitted: set[str] = set()
-        while True:
-            chosen = None
-            if self.rank == 0:
-                try:
-                    chosen = restoring.choose(
-                        self.storage, self.fence, current, mode_verify, excluded
-                    )
-                except Exception as exc:
-                    chosen = exc
-            chosen = self._broadcast(chosen)
-            if isinstance(chosen, Exception):
-                raise chosen
-            if chosen is None:
-                return None
-            if isinstance(chosen, list):
-                raise restoring.no_usable(chosen)
-            candidate, mode = chosen
-            for fallback in excluded.values():
-                if fallback.checkpoint_id not in emitted:
-                    emitted.add(fallback.checkpoint_id)
-                    self._emit_fallback(fallback)
-            progress, rng_restored = restoring.load_into(
-                state,
-                self.storage,
-                candidate.path,
-                candidate.manifest,
-                mode,
-                self.rank,
-                self._persist_pg,
-            )
-            manifest = candidate.manifest
-            smoke = None
-            if smoke_check is not None and manifest.loss_at_save is not None:
-                smoke = restoring.smoke(
-                    smoke_check, manifest.loss_at_save, smoke_relative_tolerance
-                )
-                if self._agree(not smoke.passed):
-                    excluded_fallback = restoring.Fallback(
-                        checkpoint_id=manifest.checkpoint_id,
-                        step=manifest.step,
-                        reason=f"smoke check: loss {smoke.observed_loss:.6g} after loading, "
-                        f"{smoke.expected_loss:.6g} at save",
-                    )
-                    excluded[manifest.checkpoint_id] = excluded_fallback
-                    continue
-            break
-        fallbacks = list(excluded.values())
-        self._parent = manifest.checkpoint_id
-        self._committed_step = manifest.step
-        result = restoring.RestoreResult(
-            checkpoint_id=manifest.checkpoint_id,
-            step=int(progress["step"]),
-            folder=candidate.folder,
-            mode=mode,
-            counters=dict(progress["counters"]),
-            data_cursor=manifest.data_cursor,
-            rng_restored=rng_restored,
-            fallbacks=fallbacks,
-            verify_mode=mode_verify,
-            smoke=smoke,
-            seconds=restoring.elapsed(started),
+        result = restoring.restore_newest(
+            state,
+            self.storage,
+            self.fence,
+            current,
+            self._ranks,
+            verify=verify or self.policy.verify_on_restore,
+            smoke_check=smoke_check,
+            smoke_relative_tolerance=smoke_relative_tolerance,
+            on_fallback=self._emit_fallback,
         )
+        if result is None:
+            return None
+        self._parent = result.checkpoint_id
+        self._committed_step = result.step
         self._emit(
             CheckpointEventType.RESTORE_SUCCEEDED,
-            manifest.step,
-            manifest.checkpoint_id,
-            {"mode": mode.value, "fallbacks": len(fallbacks), "seconds": result.seconds},
+            result.step,
+            result.checkpoint_id,
+            {
+                "mode": result.mode.value,
+                "fallbacks": len(result.fallbacks),
+                "seconds": result.seconds,
+            },
         )
         return result
 
     def wait(self) -> None:
         """Block until every queued async save is persisted; raise a background failure."""
-        with self._cond:
-            while self._inflight:
-                self._cond.wait()
+        self._backlog.wait_below(1)
         self._raise_background_error()
 
     def durability_lag(self) -> DurabilityLag:
         """How far the newest durable checkpoint trails the newest staged one."""
-        with self._cond:
-            oldest = min(self._inflight.values(), default=None)
-            inflight = len(self._inflight)
         staged, committed = self._staged_step, self._committed_step
         return DurabilityLag(
             staged_step=staged,
             committed_step=committed,
             lag_steps=(staged - (committed or 0)) if staged is not None else 0,
-            inflight=inflight,
-            oldest_uncommitted_seconds=0.0 if oldest is None else time.monotonic() - oldest,
+            inflight=len(self._backlog),
+            oldest_uncommitted_seconds=self._backlog.oldest_age_seconds(),
         )
 
     def interval(self) -> IntervalChoice:
@@ -259,15 +198,13 @@ class Checkpointer:
         """Remove staging residue of this run (rank 0 only; others get an empty report)."""
         if self.rank != 0:
             return GcReport()
-        with self._cond:
-            in_flight = frozenset(self._inflight)
         report = collect_residue(
             self.storage,
             current_generation=self.generation,
             min_age_seconds=self._gc_min_age_seconds
             if min_age_seconds is None
             else min_age_seconds,
-            in_flight=in_flight,
+            in_flight=self._backlog.in_flight(),
             latest_step=latest.step if (latest := self.fence.latest()) is not None else None,
         )
         if report.removed:
@@ -279,10 +216,7 @@ class Checkpointer:
         try:
             self.wait()
         finally:
-            if self._worker is not None:
-                self._jobs.put(None)
-                self._worker.join()
-                self._worker = None
+            self._backlog.close()
 
     def __enter__(self) -> "Checkpointer":
         return self
@@ -340,9 +274,8 @@ class Checkpointer:
         health: HealthVerdict,
         started: float,
     ) -> SaveResult:
-        with self._cond:
-            full = len(self._inflight) >= self.policy.max_inflight
-        if self._agree(full):
+        full = len(self._backlog) >= self.policy.max_inflight
+        if self._ranks.any(full):
             if self.policy.when_full == "skip":
                 self._emit(
                     CheckpointEventType.CHECKPOINT_SKIPPED,
@@ -354,9 +287,7 @@ class Checkpointer:
             if self.policy.when_full == "sync":
                 self.wait()
                 return self._save_inline(step, state, loss, health, started)
-            with self._cond:
-                while len(self._inflight) >= self.policy.max_inflight:
-                    self._cond.wait()
+            self._backlog.wait_below(self.policy.max_inflight)
             self._raise_background_error()
         self._reach(CommitStep.ALLOCATE)
         self._reach(CommitStep.STAGE)
@@ -365,10 +296,7 @@ class Checkpointer:
         snap = self._snapshot(step, staged, state, loss, health, stall)
         self._staged_step = step
         self._emit(CheckpointEventType.CHECKPOINT_STAGED, step, snap.checkpoint_id, {})
-        with self._cond:
-            self._inflight[snap.checkpoint_id] = time.monotonic()
-        self._ensure_worker()
-        self._jobs.put((snap, started))
+        self._backlog.submit(snap)
         return SaveResult(
             checkpoint_id=snap.checkpoint_id,
             step=step,
@@ -377,42 +305,36 @@ class Checkpointer:
             timings_seconds={"stage": stall},
         )
 
-    def _ensure_worker(self) -> None:
-        if self._worker is None:
-            self._worker = threading.Thread(target=self._work, name="runwright-ckpt", daemon=True)
-            self._worker.start()
-
-    def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            snap, _ = job
-            try:
-                self._persist(snap, started_perf=None)
-            except BaseException as exc:
-                with self._cond:
-                    self._error = exc
-                self._emit(
-                    CheckpointEventType.CHECKPOINT_FAILED,
-                    snap.step,
-                    snap.checkpoint_id,
-                    {"error": f"{type(exc).__name__}: {exc}"},
-                )
-            finally:
-                self._pool.give_back(snap.state_dict)
-                with self._cond:
-                    self._inflight.pop(snap.checkpoint_id, None)
-                    self._cond.notify_all()
+    def _report_failure(self, snap: Snapshot, exc: BaseException) -> None:
+        self._emit(
+            CheckpointEventType.CHECKPOINT_FAILED,
+            snap.step,
+            snap.checkpoint_id,
+            {"error": f"{type(exc).__name__}: {exc}"},
+        )
 
     def _persist(self, snap: Snapshot, started_perf: float | None) -> SaveResult:
+        """Run the commit protocol; `started_perf` is when an inline save's call began (None on
+        the backlog's worker, where the step was blocked only while staging)."""
         done = persist(
             snap,
             self.storage,
             self.fence,
             self.facts,
-            process_group=self._persist_pg,
+            process_group=self._ranks.persist_group,
             probe=self._probe,
             thread_count=self._thread_count,
         )
-        attributes = {"folder": done.folder, "bytes": done.total_bytes, **done.timings_seconds}
+        stage_seconds = snap.timings_seconds.get("stage", 0.0)
+        stall = time.perf_counter() - started_perf if started_perf is not None else stage_seconds
+        attributes = {
+            **done.timings_seconds,
+            "folder": done.folder,
+            "bytes": done.total_bytes,
+            "manifest_sha256": done.manifest_sha256,
+            "stall_seconds": stall,
+            "persist_seconds": done.timings_seconds["persist"],
+        }
         if done.outcome == PublishOutcome.STALE_GENERATION:
             status = SaveStatus.REJECTED_STALE
             self._emit(
@@ -427,42 +349,27 @@ class Checkpointer:
             )
             if self.rank == 0:
                 self._apply_retention()
-        stall = time.perf_counter() - started_perf if started_perf is not None else 0.0
+        if started_perf is not None:
+            # an inline save also blocked the step while retention deleted older checkpoints
+            stall = time.perf_counter() - started_perf
         return SaveResult(
             checkpoint_id=snap.checkpoint_id,
             step=snap.step,
             status=status,
             folder=done.folder,
             total_bytes=done.total_bytes,
-            stall_seconds=stall or snap.timings_seconds.get("stage", 0.0),
+            stall_seconds=stall,
             timings_seconds=done.timings_seconds,
         )
 
     def _apply_retention(self) -> None:
-        committed, _ = scan(self.storage)
-        latest = self.fence.latest()
-        plan = plan_retention(
-            [
-                RetentionEntry(
-                    checkpoint_id=c.record.checkpoint_id,
-                    folder=c.folder,
-                    step=c.record.step,
-                    health=c.manifest.health,
-                )
-                for c in committed
-            ],
+        for deleted in apply_retention(
+            self.storage,
+            self.fence,
             keep_last=self.policy.keep_last,
             keep_every_steps=self.policy.keep_every_steps,
-            latest_checkpoint_id=latest.checkpoint_id if latest is not None else None,
-        )
-        for folder in plan.delete:
-            freed = delete_checkpoint(self.storage, folder)
-            self._emit(
-                CheckpointEventType.CHECKPOINT_DELETED,
-                None,
-                None,
-                {"folder": folder, "bytes": freed},
-            )
+        ):
+            self._emit(CheckpointEventType.CHECKPOINT_DELETED, None, None, deleted.model_dump())
 
     # helpers ---------------------------------------------------------------------------------
     def _reach(self, step: CommitStep) -> None:
@@ -470,29 +377,13 @@ class Checkpointer:
             self._probe.reached(step)
 
     def _raise_background_error(self) -> None:
-        with self._cond:
-            error, self._error = self._error, None
+        error = self._backlog.take_error()
         if error is not None:
             raise BackgroundSaveError(
                 f"an async checkpoint save failed in the background: {type(error).__name__}: "
                 f"{error}. Fix the cause (disk space, permissions, storage reachability); the "
                 "last committed checkpoint is unaffected."
             ) from error
-
-    def _agree(self, flag: bool) -> bool:
-        """True on every rank if `flag` is true on any rank."""
-        if not self.distributed:
-            return flag
-        value = torch.tensor([int(flag)], dtype=torch.int32)
-        dist.all_reduce(value, op=dist.ReduceOp.MAX, group=self._control_pg)
-        return bool(value.item())
-
-    def _broadcast(self, value: Any) -> Any:
-        if not self.distributed:
-            return value
-        box = [value]
-        dist.broadcast_object_list(box, src=0, group=self._control_pg)
-        return box[0]
 
     def _emit_fallback(self, fallback: restoring.Fallback) -> None:
         self._emit(

@@ -39,7 +39,7 @@ from runwright.ckpt.manifest import (
     FileEntry,
     HealthVerdict,
 )
-from runwright.ckpt.storage import CheckpointStorage, folder_name, fsync_dir
+from runwright.ckpt.storage import CheckpointStorage, folder_name
 from runwright.ckpt.verify import check_staged, logical_keys
 from runwright.ckpt.writer import DCP_METADATA, make_writer
 
@@ -102,6 +102,7 @@ class PersistResult:
     outcome: PublishOutcome
     folder: str
     total_bytes: int
+    manifest_sha256: str
     timings_seconds: dict[str, float]
 
 
@@ -163,12 +164,16 @@ def persist(
         dist.broadcast_object_list(result, src=0, group=process_group)
     if isinstance(result[0], Exception):
         raise result[0]
-    outcome, folder, total_bytes, coordinator_timings = result[0]
+    outcome, folder, total_bytes, manifest_sha256, coordinator_timings = result[0]
     timings.update(coordinator_timings)
     timings["persist"] = time.perf_counter() - started
     reach(CommitStep.DONE)
     return PersistResult(
-        outcome=outcome, folder=folder, total_bytes=total_bytes, timings_seconds=timings
+        outcome=outcome,
+        folder=folder,
+        total_bytes=total_bytes,
+        manifest_sha256=manifest_sha256,
+        timings_seconds=timings,
     )
 
 
@@ -180,12 +185,12 @@ def _commit_as_coordinator(
     writer: Any,
     path: str,
     reach: Callable[..., None],
-) -> tuple[PublishOutcome, str, int, dict[str, float]]:
+) -> tuple[PublishOutcome, str, int, str, dict[str, float]]:
     timings: dict[str, float] = {}
     started = time.perf_counter()
     reach(CommitStep.VERIFY)
-    if storage.is_local:
-        fsync_dir(path)
+    # No folder fsync here: writing the manifest below fsyncs this same folder before the move,
+    # which makes the shard names durable before anything can point at them.
     entries = check_staged(storage, path, writer.metadata, facts.world_size)
     size_bytes, checksum = writer.files[DCP_METADATA]
     entries.append(FileEntry(name=DCP_METADATA, size_bytes=size_bytes, checksum=checksum))
@@ -215,6 +220,7 @@ def _commit_as_coordinator(
     )
     raw = manifest.model_dump_json(indent=1).encode()
     storage.write_durable(f"{path}/{MANIFEST_FILE}", raw)
+    manifest_sha256 = hashlib.sha256(raw).hexdigest()
 
     reach(CommitStep.MOVE)
     final = storage.move_to_final(snap.step, snap.checkpoint_id)
@@ -226,7 +232,7 @@ def _commit_as_coordinator(
         step=snap.step,
         generation=snap.generation,
         folder=folder,
-        manifest_sha256=hashlib.sha256(raw).hexdigest(),
+        manifest_sha256=manifest_sha256,
         committed_unix_seconds=time.time(),
     )
     storage.write_durable(f"{final}/{COMMIT_FILE}", record.model_dump_json().encode())
@@ -238,4 +244,4 @@ def _commit_as_coordinator(
             f"{final}/{REJECTED_FILE}",
             f"generation {snap.generation} is stale; the fence refused this publish\n".encode(),
         )
-    return outcome, folder, manifest.total_bytes, timings
+    return outcome, folder, manifest.total_bytes, manifest_sha256, timings

@@ -3,6 +3,14 @@
 The checkpoint package never writes to a database: the caller passes an `EventSink` (the runtime
 forwards events to the control plane's event log; a standalone script may keep the default, which
 logs). Event type names match the run event types of ARCHITECTURE.md ("Core records: Event").
+
+Attributes the controller and the run report read (govern/evidence.py, observe/):
+    CHECKPOINT_COMMITTED    folder, bytes, manifest_sha256 (sha256 of the committed manifest.json,
+                            as the commit record names it), stall_seconds (how long the training
+                            step was blocked: the host copy for an async save, the call up to the
+                            publish for a sync save), persist_seconds (shards written through
+                            publish), and the per-step timings stage/write/verify/persist
+    CHECKPOINT_DELETED      folder, bytes, seconds (retention's delete, never part of a stall)
 """
 
 import logging

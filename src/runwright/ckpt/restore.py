@@ -23,6 +23,7 @@ from runwright.ckpt.compat import CurrentRun, RestoreMode, decide
 from runwright.ckpt.errors import IncompatibleCheckpointError, NoUsableCheckpointError
 from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import CheckpointManifest
+from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.state import TrainState, apply, apply_rng, capture_rng, skeleton
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.verify import VerifyMode, verify_checkpoint
@@ -192,6 +193,80 @@ def elapsed(started: float) -> float:
     return time.perf_counter() - started
 
 
+def restore_newest(
+    state: TrainState,
+    storage: CheckpointStorage,
+    fence: Fence,
+    current: CurrentRun,
+    ranks: Ranks,
+    *,
+    verify: VerifyMode,
+    smoke_check: Callable[[], float] | None,
+    smoke_relative_tolerance: float,
+    on_fallback: Callable[[Fallback], None],
+) -> RestoreResult | None:
+    """Load the newest committed checkpoint that verifies (and passes the smoke check) into
+    `state`, on every rank. Rank 0 chooses and every rank loads its choice; a smoke check that
+    fails on any rank excludes that checkpoint and the next one is tried. `on_fallback` is called
+    once for each checkpoint skipped. None when the run has no checkpoint."""
+    started = time.perf_counter()
+    excluded: dict[str, Fallback] = {}
+    reported: set[str] = set()
+    while True:
+        chosen = None
+        if ranks.rank == 0:
+            try:
+                chosen = choose(storage, fence, current, verify, excluded)
+            except Exception as exc:
+                chosen = exc
+        chosen = ranks.from_rank0(chosen)
+        if isinstance(chosen, Exception):
+            raise chosen
+        if chosen is None:
+            return None
+        if isinstance(chosen, list):
+            raise no_usable(chosen)
+        candidate, mode = chosen
+        for fallback in excluded.values():
+            if fallback.checkpoint_id not in reported:
+                reported.add(fallback.checkpoint_id)
+                on_fallback(fallback)
+        progress, rng_restored = load_into(
+            state,
+            storage,
+            candidate.path,
+            candidate.manifest,
+            mode,
+            ranks.rank,
+            ranks.persist_group,
+        )
+        manifest = candidate.manifest
+        checked = None
+        if smoke_check is not None and manifest.loss_at_save is not None:
+            checked = smoke(smoke_check, manifest.loss_at_save, smoke_relative_tolerance)
+            if ranks.any(not checked.passed):
+                excluded[manifest.checkpoint_id] = Fallback(
+                    checkpoint_id=manifest.checkpoint_id,
+                    step=manifest.step,
+                    reason=f"smoke check: loss {checked.observed_loss:.6g} after loading, "
+                    f"{checked.expected_loss:.6g} at save",
+                )
+                continue
+        return RestoreResult(
+            checkpoint_id=manifest.checkpoint_id,
+            step=int(progress["step"]),
+            folder=candidate.folder,
+            mode=mode,
+            counters=dict(progress["counters"]),
+            data_cursor=manifest.data_cursor,
+            rng_restored=rng_restored,
+            fallbacks=list(excluded.values()),
+            verify_mode=verify,
+            smoke=checked,
+            seconds=elapsed(started),
+        )
+
+
 __all__ = [
     "Fallback",
     "IncompatibleCheckpointError",
@@ -201,5 +276,6 @@ __all__ = [
     "current_run",
     "load_into",
     "no_usable",
+    "restore_newest",
     "smoke",
 ]

@@ -7,8 +7,12 @@ rules say. Deleting removes the commit record first (fsynced), so a crash mid-de
 residue that restore ignores, never a committed checkpoint with missing shards.
 """
 
+import time
+
 from pydantic import BaseModel, ConfigDict, Field
 
+from runwright.ckpt.catalog import scan
+from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict
 from runwright.ckpt.storage import CheckpointStorage
 
@@ -69,3 +73,48 @@ def delete_checkpoint(storage: CheckpointStorage, folder: str) -> int:
     path = storage.path(folder)
     storage.remove_file(f"{path}/{COMMIT_FILE}")
     return storage.remove_tree(path)
+
+
+class Deleted(BaseModel):
+    """One checkpoint retention deleted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    folder: str
+    """Its folder under the checkpoint root."""
+    bytes: int
+    """Bytes freed."""
+    seconds: float
+    """Time the delete took (it is not part of the save that triggered it)."""
+
+
+def apply_retention(
+    storage: CheckpointStorage,
+    fence: Fence,
+    *,
+    keep_last: int,
+    keep_every_steps: int | None = None,
+) -> list[Deleted]:
+    """Plan retention over the committed checkpoints on storage and delete what it drops."""
+    committed, _ = scan(storage)
+    latest = fence.latest()
+    plan = plan_retention(
+        [
+            RetentionEntry(
+                checkpoint_id=c.record.checkpoint_id,
+                folder=c.folder,
+                step=c.record.step,
+                health=c.manifest.health,
+            )
+            for c in committed
+        ],
+        keep_last=keep_last,
+        keep_every_steps=keep_every_steps,
+        latest_checkpoint_id=latest.checkpoint_id if latest is not None else None,
+    )
+    deleted = []
+    for folder in plan.delete:
+        started = time.perf_counter()
+        freed = delete_checkpoint(storage, folder)
+        deleted.append(Deleted(folder=folder, bytes=freed, seconds=time.perf_counter() - started))
+    return deleted

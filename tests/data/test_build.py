@@ -11,10 +11,10 @@ import pytest
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
-import runwright.data.build as build_module
+import runwright.data.partitions as partitions_module
 from runwright.cli.main import app
 from runwright.data import BuildError, DataLoader, build_dataset, open_shard, verify_dataset
-from runwright.data.build import with_retries
+from runwright.data.partitions import with_retries
 from runwright.data.sources import python_prose
 from runwright.spec import DataSpec
 
@@ -111,17 +111,17 @@ def test_a_failed_partition_is_the_only_one_redone(tmp_path: Path, monkeypatch) 
         "tokenizer: {train: {vocab_size: 300, min_frequency: 1}}\n"
         "eval: {fraction: 0}\nbuild: {workers: 1, max_attempts: 2, backoff_seconds: 0}\n",
     )
-    real = build_module.read_bytes
+    real = partitions_module.read_bytes
 
     def failing(url: str) -> bytes:
         if url.endswith("2.txt"):
             raise TimeoutError("object store timed out")
         return real(url)
 
-    monkeypatch.setattr(build_module, "read_bytes", failing)
+    monkeypatch.setattr(partitions_module, "read_bytes", failing)
     with pytest.raises(BuildError, match="text-00002"):
         build_dataset(recipe, tmp_path / "root")
-    monkeypatch.setattr(build_module, "read_bytes", real)
+    monkeypatch.setattr(partitions_module, "read_bytes", real)
     result = build_dataset(recipe, tmp_path / "root")
     assert (result.partitions_run, result.partitions_reused) == (1, 3)
     assert result.manifest.statistics.splits["train"]["text"].documents == 4

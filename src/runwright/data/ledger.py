@@ -39,19 +39,32 @@ def record_step(
     ledger: ConsumptionLedger, dataset_id: str, step: int, first_sample: int, end_sample: int
 ) -> ConsumptionLedger:
     """The ledger after one more consumed global step (pure)."""
+    return record_steps(ledger, dataset_id, step, step + 1, first_sample, end_sample)
+
+
+def record_steps(
+    ledger: ConsumptionLedger,
+    dataset_id: str,
+    first_step: int,
+    end_step: int,
+    first_sample: int,
+    end_sample: int,
+) -> ConsumptionLedger:
+    """The ledger after consecutive steps [first_step, end_step) that consumed consecutive
+    samples [first_sample, end_sample); the same as recording them one step at a time (pure)."""
     if ledger.ranges:
         last = ledger.ranges[-1]
         if (
             last.dataset_id == dataset_id
-            and last.end_step == step
+            and last.end_step == first_step
             and last.end_sample == first_sample
         ):
-            grown = last.model_copy(update={"end_step": step + 1, "end_sample": end_sample})
+            grown = last.model_copy(update={"end_step": end_step, "end_sample": end_sample})
             return ConsumptionLedger(ranges=(*ledger.ranges[:-1], grown))
     new = LedgerRange(
         dataset_id=dataset_id,
-        first_step=step,
-        end_step=step + 1,
+        first_step=first_step,
+        end_step=end_step,
         first_sample=first_sample,
         end_sample=end_sample,
     )

@@ -26,13 +26,13 @@ from pydantic import Field, ValidationError
 from runwright.data.cursor import DataCursor, Record, reconcile
 from runwright.data.dataset import OpenDataset, Verification, open_dataset
 from runwright.data.errors import CursorMismatchError, DataError, ManifestError
-from runwright.data.ledger import ConsumptionLedger, record_step
+from runwright.data.ledger import ConsumptionLedger, record_steps
 from runwright.data.manifest import DatasetManifest
 from runwright.data.mixture import MIXTURES
 from runwright.data.packing import PACKERS
 from runwright.data.permute import SHUFFLES
 from runwright.data.pipeline import END, ReadPipeline
-from runwright.data.planner import BatchPlan, Planner
+from runwright.data.planner import BatchPlan, CursorPoint, Planner
 from runwright.data.rows import fill_rows
 from runwright.data.stream import DocStream, SourceTable, StreamState
 from runwright.spec import DataSpec, canonical_json, sha256_hex
@@ -158,8 +158,11 @@ class DataLoader:
         self._itemsize = self._tokens[0].dtype.itemsize if self._tokens else 2
         self.sources = self._source_tables()
         self._origin = self._identity_cursor()
-        self._cursor = self._origin
+        self._cursor: DataCursor | CursorPoint = self._origin
         self._ledger = ConsumptionLedger()
+        # Steps consumed since the ledger was last built: [first_step, end_step, first_sample,
+        # end_sample]; folded in when the ledger is read (a pydantic ledger per step is ~10 us).
+        self._run: list[int] | None = None
         self._wait_total = 0.0
         self._wait_last = 0.0
         self._bytes = 0
@@ -248,10 +251,12 @@ class DataLoader:
     @property
     def cursor(self) -> DataCursor:
         """Cursor after the last batch handed to the caller."""
+        if isinstance(self._cursor, CursorPoint):
+            self._cursor = self._cursor.resolve()
         return self._cursor
 
     def state_dict(self) -> dict[str, Any]:
-        return self._cursor.model_dump(mode="json")
+        return self.cursor.model_dump(mode="json")
 
     def load_state_dict(self, state: dict[str, Any], *, coverage_only: bool | None = None) -> None:
         """Continue after the batches a saved cursor says were consumed."""
@@ -267,6 +272,9 @@ class DataLoader:
 
     @property
     def ledger(self) -> ConsumptionLedger:
+        if self._run is not None:
+            self._ledger = record_steps(self._ledger, self.dataset_id, *self._run)
+            self._run = None
         return self._ledger
 
     @property
@@ -285,7 +293,7 @@ class DataLoader:
     # ---- pipeline ----------------------------------------------------------------------------
 
     def _make_planner(self) -> Planner:
-        c = self._cursor
+        c = self.cursor
         names = [t.name for t in self.sources]
         state = StreamState(
             epoch=c.epoch,
@@ -330,7 +338,7 @@ class DataLoader:
             prefetch_batches=self.prefetch_batches,
         )
 
-    def _materialise(self, plan: BatchPlan) -> tuple[Batch, DataCursor]:
+    def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint]:
         arrays = fill_rows(
             plan.rows,
             self.spec.sequence_length,
@@ -386,9 +394,12 @@ class DataLoader:
             raise item
         batch, cursor = item
         self._cursor = cursor
-        self._ledger = record_step(
-            self._ledger, self.dataset_id, batch.step, batch.first_sample, batch.end_sample
-        )
+        run = self._run
+        if run is not None and run[1] == batch.step and run[3] == batch.first_sample:
+            run[1], run[3] = batch.step + 1, batch.end_sample
+        else:
+            _ = self.ledger  # fold the previous run in first
+            self._run = [batch.step, batch.step + 1, batch.first_sample, batch.end_sample]
         self._batches += 1
         self._loss_tokens += batch.loss_tokens
         self._padded_tokens += batch.padded_tokens

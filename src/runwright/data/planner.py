@@ -13,7 +13,7 @@ import numpy as np
 
 from runwright.data.cursor import DataCursor, PackerResidual
 from runwright.data.packing import Packer
-from runwright.data.stream import DocBlock, DocStream, SourceTable, StreamState
+from runwright.data.stream import DocBlock, DocStream, SourceTable
 
 
 @dataclass(frozen=True)
@@ -29,15 +29,55 @@ class BatchPlan:
     rows: int
     """Rows this rank materialises."""
     pieces: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    """(row, doc, first, stop, column); doc indexes the per-batch tables below."""
+    """(row, doc, first, stop, column); doc indexes the per-batch tables below (views of the
+    planner's window, which is only ever replaced, never written)."""
     doc_shard: np.ndarray
     """Shard index of each piece document."""
     doc_offset: np.ndarray
     """First token of each piece document within its shard."""
     doc_length: np.ndarray
     """Tokens of each piece document."""
-    cursor: DataCursor
+    cursor: "CursorPoint"
     """Cursor after this step has been consumed."""
+
+
+@dataclass(frozen=True)
+class CursorPoint:
+    """Where the cursor lands after a step; `resolve()` builds the DataCursor when asked.
+
+    Building a DataCursor (counters per source, a pydantic copy) costs tens of microseconds, a
+    sizeable share of a step's planning; most steps' cursors are never read, so the planner
+    keeps only the (immutable) block and index the counters come from.
+    """
+
+    template: DataCursor
+    names: tuple[str, ...]
+    block: DocBlock
+    index: int
+    """Documents of `block` drawn before the cursor's counters."""
+    residual: tuple[int, int, int] | None
+    """(source index, draw, token offset) of a document split by the step boundary."""
+    step: int
+    sample: int
+
+    def resolve(self) -> DataCursor:
+        state = self.block.state_before(self.index)
+        residual = None
+        if self.residual is not None:
+            source, draw, token_offset = self.residual
+            residual = PackerResidual(
+                source=self.names[source], draw=draw, token_offset=token_offset
+            )
+        return self.template.model_copy(
+            update={
+                "epoch": state.epoch,
+                "step": self.step,
+                "position": self.sample,
+                "source_draws": dict(zip(self.names, state.draws, strict=True)),
+                "source_units": dict(zip(self.names, state.units, strict=True)),
+                "residual": residual,
+            }
+        )
 
 
 class Planner:
@@ -64,6 +104,7 @@ class Planner:
         self.first_local = dp_rank * self.local_rows
         self.stride = packer.stride(self.seq)
         self.extent = self.seq + 1 if self.stride == self.seq else 1
+        self.names = tuple(s.name for s in sources)
         self.step = cursor.step
         self.sample = cursor.position
         self.pos = 0
@@ -73,6 +114,8 @@ class Planner:
         self._draw = np.zeros(0, dtype=np.int64)
         self._doc = np.zeros(0, dtype=np.int64)
         self._len = np.zeros(0, dtype=np.int64)
+        self._shard = np.zeros(0, dtype=np.int64)
+        self._offset = np.zeros(0, dtype=np.int64)
         self._start = np.zeros(0, dtype=np.int64)
         self._end = np.zeros(0, dtype=np.int64)
         if cursor.residual is not None:
@@ -112,11 +155,21 @@ class Planner:
             else (first_start)
         )
         ends = origin + np.cumsum(spans)
+        # Where each document's tokens live, looked up once per block rather than per step.
+        shard = np.empty(len(block), dtype=np.int64)
+        offset = np.empty(len(block), dtype=np.int64)
+        for i in np.unique(block.source).tolist():
+            sel = block.source == i
+            table = self.sources[i]
+            shard[sel] = table.shard[block.doc[sel]]
+            offset[sel] = table.offset[block.doc[sel]]
         self._blocks.append((self._base + self._src.shape[0], block))
         self._src = np.concatenate([self._src, block.source])
         self._draw = np.concatenate([self._draw, block.draw])
         self._doc = np.concatenate([self._doc, block.doc])
         self._len = np.concatenate([self._len, block.length])
+        self._shard = np.concatenate([self._shard, shard])
+        self._offset = np.concatenate([self._offset, offset])
         self._start = np.concatenate([self._start, ends - spans])
         self._end = np.concatenate([self._end, ends])
 
@@ -130,37 +183,24 @@ class Planner:
                 self._append(block)
         return True
 
-    def _state_before(self, j: int) -> StreamState:
+    def _locate(self, j: int) -> tuple[DocBlock, int]:
+        """The block holding window document j, and j's index inside it."""
         absolute = self._base + j
         for first, block in reversed(self._blocks):
             if first <= absolute:
-                return block.state_before(absolute - first)
+                return block, absolute - first
         raise AssertionError("window index before the first block")
 
-    def _cursor_at(self, position: int, step: int, sample: int) -> DataCursor:
+    def _cursor_at(self, position: int, step: int, sample: int) -> CursorPoint:
         j = int(np.searchsorted(self._end, position, side="right"))
         start = int(self._start[j]) if j < self._end.shape[0] else position
         residual = None
         if start == position:
-            state = self._state_before(j)
+            block, index = self._locate(j)
         else:
-            state = self._state_before(j + 1)
-            residual = PackerResidual(
-                source=self.sources[int(self._src[j])].name,
-                draw=int(self._draw[j]),
-                token_offset=position - start,
-            )
-        names = [s.name for s in self.sources]
-        return self.template.model_copy(
-            update={
-                "epoch": state.epoch,
-                "step": step,
-                "position": sample,
-                "source_draws": dict(zip(names, state.draws, strict=True)),
-                "source_units": dict(zip(names, state.units, strict=True)),
-                "residual": residual,
-            }
-        )
+            block, index = self._locate(j + 1)
+            residual = (int(self._src[j]), int(self._draw[j]), position - start)
+        return CursorPoint(self.template, self.names, block, index, residual, step, sample)
 
     def _trim(self, position: int) -> None:
         keep = int(np.searchsorted(self._end, position, side="right"))
@@ -169,6 +209,7 @@ class Planner:
         self._base += keep
         self._src, self._draw = self._src[keep:], self._draw[keep:]
         self._doc, self._len = self._doc[keep:], self._len[keep:]
+        self._shard, self._offset = self._shard[keep:], self._offset[keep:]
         self._start, self._end = self._start[keep:], self._end[keep:]
         while len(self._blocks) > 1 and self._blocks[1][0] <= self._base:
             self._blocks.pop(0)
@@ -186,25 +227,18 @@ class Planner:
         row, doc, first, stop, col = self.packer.pieces(
             starts, self._start, self._end, self._len, self.seq
         )
-        used, local_doc = np.unique(doc, return_inverse=True)
-        src = self._src[used]
-        docs = self._doc[used]
-        shard = np.empty(used.shape[0], dtype=np.int64)
-        offset = np.empty(used.shape[0], dtype=np.int64)
-        for i in np.unique(src):
-            sel = src == i
-            table = self.sources[int(i)]
-            shard[sel] = table.shard[docs[sel]]
-            offset[sel] = table.offset[docs[sel]]
+        # The batch's documents lie in window range [lo, hi): pass views, not copies.
+        lo = int(doc.min()) if doc.shape[0] else 0
+        hi = int(doc.max()) + 1 if doc.shape[0] else 0
         plan = BatchPlan(
             step=self.step,
             first_sample=self.sample,
             end_sample=self.sample + self.global_batch,
             rows=self.local_rows,
-            pieces=(row, local_doc, first, stop, col),
-            doc_shard=shard,
-            doc_offset=offset,
-            doc_length=self._len[used],
+            pieces=(row, doc - lo, first, stop, col),
+            doc_shard=self._shard[lo:hi],
+            doc_offset=self._offset[lo:hi],
+            doc_length=self._len[lo:hi],
             cursor=self._cursor_at(new_pos, self.step + 1, self.sample + self.global_batch),
         )
         self.pos = new_pos

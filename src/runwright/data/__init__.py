@@ -10,6 +10,7 @@ Never imports the control plane, the store, the CLI or the server.
         state = loader.state_dict()  # commit with the optimizer step
 """
 
+from runwright.data.batch import Batch, LoaderStats
 from runwright.data.build import BuildResult, build_dataset
 from runwright.data.cursor import DataCursor, PackerResidual
 from runwright.data.errors import (
@@ -24,7 +25,7 @@ from runwright.data.errors import (
 )
 from runwright.data.indexed import IndexedWriter, open_shard
 from runwright.data.ledger import ConsumptionLedger, LedgerRange, gaps_and_overlaps, join
-from runwright.data.loader import Batch, DataLoader, LoaderStats
+from runwright.data.loader import DataLoader
 from runwright.data.manifest import DatasetManifest, read_manifest
 from runwright.data.mixture import MIXTURES, mixture_sequence
 from runwright.data.packing import PACKERS

@@ -1,29 +1,25 @@
 """DataLoader: a deterministic, resumable mixture/packing loader for any PyTorch script.
 
-Pipeline (all bounded, so a slow consumer applies back-pressure all the way to planning):
+    planner (under a lock, in step order) -> read workers (materialise, in parallel)
+        -> reorder buffer -> prefetch queue (prefetch_batches) -> __next__
 
-    planner thread --plans--> read_workers threads --out of order--> reorder buffer
-        --in order--> sequencer thread --> prefetch queue (prefetch_batches) --> __next__
-
-The planner takes a reorder slot before planning a step and the sequencer returns it when the
-batch leaves the reorder buffer, so at most `reorder_capacity` batches are being read or waiting
-to be reordered, plus `prefetch_batches` finished ones. Each batch carries the cursor *after* it;
-`state_dict()` returns the cursor of the last batch handed to the caller, never one the prefetch
-ran ahead to, so restoring it neither skips nor repeats.
+The pipeline (pipeline.py) is bounded, so a slow consumer applies back-pressure all the way to
+planning. Each batch carries the cursor *after* it; `state_dict()` returns the cursor of the last
+batch handed to the caller, never one the prefetch ran ahead to, so restoring it neither skips
+nor repeats. This module owns identity (dataset, tokenizer, algorithms), the cursor and ledger.
 """
 
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
-from pydantic import Field, ValidationError
+from pydantic import ValidationError
 
-from runwright.data.cursor import DataCursor, Record, reconcile
+from runwright.data.batch import Batch, LoaderStats, materialise
+from runwright.data.cursor import DataCursor, reconcile
 from runwright.data.dataset import OpenDataset, Verification, open_dataset
 from runwright.data.errors import CursorMismatchError, DataError, ManifestError
 from runwright.data.ledger import ConsumptionLedger, record_steps
@@ -33,61 +29,8 @@ from runwright.data.packing import PACKERS
 from runwright.data.permute import SHUFFLES
 from runwright.data.pipeline import END, ReadPipeline
 from runwright.data.planner import BatchPlan, CursorPoint, Planner
-from runwright.data.rows import fill_rows
 from runwright.data.stream import DocStream, SourceTable, StreamState
 from runwright.spec import DataSpec, canonical_json, sha256_hex
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One optimizer step's rows for this rank."""
-
-    tokens: torch.Tensor
-    """Input ids, int64 (rows, S)."""
-    labels: torch.Tensor
-    """Target ids, int64 (rows, S)."""
-    loss_mask: torch.Tensor
-    """1.0 where the label counts, float32 (rows, S)."""
-    position_ids: torch.Tensor
-    """Positions that restart at every document, int64 (rows, S)."""
-    segment_ids: torch.Tensor
-    """Document number within the row (0 = padding), int32 (rows, S)."""
-    device_tokens: int
-    """Tokens fed to the model (rows * S)."""
-    padded_tokens: int
-    """Inputs that are padding."""
-    loss_tokens: int
-    """Labels that count in the loss."""
-    step: int
-    """Global step this batch belongs to."""
-    first_sample: int
-    """First global sample of the step (all ranks)."""
-    end_sample: int
-    """One past the step's last global sample."""
-
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-
-class LoaderStats(Record):
-    """Input-pipeline health, as Prometheus-style names."""
-
-    input_wait_seconds_total: float = Field(ge=0)
-    """Time the caller spent waiting in __next__ for a batch."""
-    last_input_wait_seconds: float = Field(ge=0)
-    """Wait of the most recent batch."""
-    queue_depth: int = Field(ge=0)
-    """Finished batches waiting in the prefetch queue."""
-    reorder_depth: int = Field(ge=0)
-    """Batches read but waiting for an earlier one in the reorder buffer."""
-    bytes_read_total: int = Field(ge=0)
-    """Token bytes copied out of shards."""
-    batches_total: int = Field(ge=0)
-    """Batches handed to the caller."""
-    loss_tokens_total: int = Field(ge=0)
-    """Loss tokens handed to the caller on this rank."""
-    padded_tokens_total: int = Field(ge=0)
-    """Padding handed to the caller on this rank."""
 
 
 class DataLoader:
@@ -272,10 +215,13 @@ class DataLoader:
 
     @property
     def ledger(self) -> ConsumptionLedger:
+        self._fold_run()
+        return self._ledger
+
+    def _fold_run(self) -> None:
         if self._run is not None:
             self._ledger = record_steps(self._ledger, self.dataset_id, *self._run)
             self._run = None
-        return self._ledger
 
     @property
     def stats(self) -> LoaderStats:
@@ -339,33 +285,11 @@ class DataLoader:
         )
 
     def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint]:
-        arrays = fill_rows(
-            plan.rows,
-            self.spec.sequence_length,
-            self.eod_token_id,
-            plan.pieces,
-            plan.doc_length,
-            self._tokens,
-            plan.doc_shard,
-            plan.doc_offset,
+        batch, stored_tokens = materialise(
+            plan, self.spec.sequence_length, self.eod_token_id, self._tokens
         )
-        _, doc, first, stop, _ = plan.pieces
-        real = np.clip(np.minimum(stop, plan.doc_length[doc]) - first, 0, None)
         with self._bytes_lock:
-            self._bytes += int(real.sum()) * self._itemsize
-        batch = Batch(
-            tokens=torch.from_numpy(arrays["tokens"]),
-            labels=torch.from_numpy(arrays["labels"]),
-            loss_mask=torch.from_numpy(arrays["loss_mask"]),
-            position_ids=torch.from_numpy(arrays["position_ids"]),
-            segment_ids=torch.from_numpy(arrays["segment_ids"]),
-            device_tokens=arrays["device_tokens"],
-            padded_tokens=arrays["padded_tokens"],
-            loss_tokens=arrays["loss_tokens"],
-            step=plan.step,
-            first_sample=plan.first_sample,
-            end_sample=plan.end_sample,
-        )
+            self._bytes += stored_tokens * self._itemsize
         return batch, plan.cursor
 
     def __iter__(self) -> Iterator[Batch]:
@@ -398,7 +322,7 @@ class DataLoader:
         if run is not None and run[1] == batch.step and run[3] == batch.first_sample:
             run[1], run[3] = batch.step + 1, batch.end_sample
         else:
-            _ = self.ledger  # fold the previous run in first
+            self._fold_run()
             self._run = [batch.step, batch.step + 1, batch.first_sample, batch.end_sample]
         self._batches += 1
         self._loss_tokens += batch.loss_tokens

@@ -54,10 +54,6 @@ class LossSpikeError(RunwrightError):
     """The loss jumped far above its recent average; treated like a non-finite step."""
 
 
-def _as_float(value: Any) -> float:
-    return float(value.detach().item()) if hasattr(value, "detach") else float(value)
-
-
 class StepLoop:
     """Iterates optimizer steps and records what each one cost."""
 
@@ -77,6 +73,9 @@ class StepLoop:
         self._recent: list[float] = []
         self._spike_window = spike_window
         self._phases: dict[str, float] = {}
+        # Tensors already read to the host this step, with their values: guard() and complete()
+        # both need the loss and the grad norm, and on a GPU every .item() waits for the device.
+        self._read: list[tuple[Any, float]] = []
         self._step_started = 0.0
         timeline_dir = ctx.run_dir / "timeline"
         timeline_dir.mkdir(parents=True, exist_ok=True)
@@ -107,6 +106,7 @@ class StepLoop:
                     return
                 step += 1
                 self._phases = dict.fromkeys(PHASES, 0.0)
+                self._read = []
                 self._step_started = time.perf_counter()
                 yield step
         finally:
@@ -129,7 +129,7 @@ class StepLoop:
         for what, value in (("loss", loss), ("grad_norm", grad_norm)):
             if value is None:
                 continue
-            number = _as_float(value)
+            number = self._number(value)
             if not math.isfinite(number):
                 self.ctx.event(
                     "NAN_DETECTED",
@@ -141,7 +141,7 @@ class StepLoop:
                 raise NonFiniteError(step, what, number)
         if self.spike_factor and len(self._recent) >= self._spike_window:
             mean = sum(self._recent) / len(self._recent)
-            number = _as_float(loss)
+            number = self._number(loss)
             if number > self.spike_factor * mean:
                 self.ctx.event("LOSS_SPIKE", step=step, loss=number, mean=mean)
                 raise LossSpikeError(
@@ -153,7 +153,7 @@ class StepLoop:
         """Record the step: STEP_HEALTHY to the controller, a line to the timeline."""
         loss = metrics.get("loss")
         if loss is not None:
-            metrics["loss"] = _as_float(loss)
+            metrics["loss"] = self._number(loss)
             self._recent = [*self._recent[-(self._spike_window - 1) :], metrics["loss"]]
         started = time.perf_counter()
         step_seconds = started - self._step_started
@@ -163,21 +163,34 @@ class StepLoop:
             "time_unix_s": time.time(),
             "step_seconds": step_seconds,
             **phase_seconds,
-            **{k: _plain(v) for k, v in metrics.items()},
+            **{k: self._plain(v) for k, v in metrics.items()},
         }
         self.ctx.step_healthy(
             step, **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")}
         )
         self._timeline.write(json.dumps(record) + "\n")
         self._phases["logging"] = time.perf_counter() - started
+        self._read = []
+
+    def _number(self, value: Any) -> float:
+        """`value` as a float, reading a tensor from the device at most once per step."""
+        if not hasattr(value, "detach"):
+            return float(value)
+        for tensor, number in self._read:
+            if tensor is value:
+                return number
+        number = float(value.detach().item())
+        self._read.append((value, number))
+        return number
+
+    def _plain(self, value: Any) -> Any:
+        """A JSON-ready metric: scalar tensors become floats (read once), others lists."""
+        if not hasattr(value, "detach"):
+            return value
+        if value.numel() == 1:
+            return self._number(value)
+        return value.detach().tolist()
 
     def close(self) -> None:
         if not self._timeline.closed:
             self._timeline.close()
-
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "detach"):
-        value = value.detach()
-        return value.item() if value.numel() == 1 else value.tolist()
-    return value

@@ -121,10 +121,10 @@ def agree_on_stop(local: StopRequest | None) -> StopRequest | None:
     )
     flag = torch.tensor([code, int(local.save) if local else 0], dtype=torch.int64, device=device)
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    if int(flag[0]) == 0:
+    # One device-to-host copy for both fields (on NCCL each int(flag[i]) would be a sync).
+    code, save = flag.tolist()
+    if code == 0:
         return None
     if local is not None:
         return local
-    return StopRequest(
-        reason=STOP_REASONS[int(flag[0]) - 1], save=bool(flag[1]), requested_unix_s=time.time()
-    )
+    return StopRequest(reason=STOP_REASONS[code - 1], save=bool(save), requested_unix_s=time.time())

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runwright.data import MIXTURES, PACKERS, SHUFFLES, UnknownAlgorithmError, pack_documents
-from runwright.data.mixture import mixture_sequence
+from runwright.data.mixture import edf_loop, mixture_sequence
 
 permute = SHUFFLES.get("permute-v1")
 
@@ -110,3 +110,22 @@ def test_pad_keeps_one_document_per_row(docs: list[np.ndarray], seq_len: int) ->
     for r, d in enumerate(docs):
         n = min(d.size, seq_len)
         assert np.array_equal(out["tokens"][r, :n], d[:n])
+
+
+@given(
+    weights=st.lists(st.floats(0.01, 100.0), min_size=1, max_size=6),
+    before=st.integers(0, 2000),
+    draws=st.integers(1, 3000),
+)
+@settings(max_examples=60, deadline=None)
+def test_vectorised_quota_equals_the_one_draw_loop(
+    weights: list[float], before: int, draws: int
+) -> None:
+    total = sum(weights)
+    shares = [w / total for w in weights]
+    units = [0] * len(weights)
+    edf_loop(shares, units, before, None)
+    loop_units, fast_units = list(units), list(units)
+    expected = edf_loop(shares, loop_units, draws, None)
+    fast = MIXTURES.get("quota-v1").choose_block(shares, fast_units, 0, 0, draws, None)
+    assert fast == expected and fast_units == loop_units

@@ -64,29 +64,94 @@ class QuotaMixture:
         count: int,
         next_units: Callable[[int], int] | None,
     ) -> list[int]:
-        floor, ceil = math.floor, math.ceil
-        m = len(shares)
-        slot = sum(units)
-        release = [floor(u / w) for u, w in zip(units, shares, strict=True)]
-        deadline = [ceil((u + 1) / w) for u, w in zip(units, shares, strict=True)]
+        if next_units is not None:
+            return edf_loop(shares, units, count, next_units)
+        # Documents unit: runs of the schedule vectorised and checked slot by slot. Where the
+        # candidate keeps disagreeing (nested windows), the loop takes over for a stretch that
+        # doubles with every failed run, so a block costs at most about twice the loop.
         out: list[int] = []
-        append = out.append
-        for _ in range(count):
-            best, best_deadline = -1, math.inf
-            for i in range(m):
-                if release[i] <= slot and deadline[i] < best_deadline:
-                    best, best_deadline = i, deadline[i]
-            if best < 0:
-                # Nothing released (only possible when units grow by more than one per draw):
-                # take the largest deficit share * (slot + 1) - u.
-                best = max(range(m), key=lambda i: shares[i] * (slot + 1) - units[i])
-            step = 1 if next_units is None else next_units(best)
-            units[best] += step
-            slot += step
-            release[best] = floor(units[best] / shares[best])
-            deadline[best] = ceil((units[best] + 1) / shares[best])
-            append(best)
+        stretch = _RUN_DRAWS
+        while len(out) < count:
+            want = min(count - len(out), _RUN_DRAWS)
+            run = _edf_run(shares, units, want)
+            out += run
+            if len(run) < want // 4:
+                out += edf_loop(shares, units, min(count - len(out), stretch), None)
+                stretch *= 2
         return out
+
+
+_RUN_DRAWS = 1024
+
+
+def edf_loop(
+    shares: Sequence[float],
+    units: list[int],
+    count: int,
+    next_units: Callable[[int], int] | None,
+) -> list[int]:
+    """quota-v1 one draw at a time (the definition; any unit)."""
+    floor, ceil = math.floor, math.ceil
+    m = len(shares)
+    slot = sum(units)
+    release = [floor(u / w) for u, w in zip(units, shares, strict=True)]
+    deadline = [ceil((u + 1) / w) for u, w in zip(units, shares, strict=True)]
+    out: list[int] = []
+    append = out.append
+    for _ in range(count):
+        best, best_deadline = -1, math.inf
+        for i in range(m):
+            if release[i] <= slot and deadline[i] < best_deadline:
+                best, best_deadline = i, deadline[i]
+        if best < 0:
+            # Nothing released (only possible when units grow by more than one per draw):
+            # take the largest deficit share * (slot + 1) - u.
+            best = max(range(m), key=lambda i: shares[i] * (slot + 1) - units[i])
+        step = 1 if next_units is None else next_units(best)
+        units[best] += step
+        slot += step
+        release[best] = floor(units[best] / shares[best])
+        deadline[best] = ceil((units[best] + 1) / shares[best])
+        append(best)
+    return out
+
+
+def _edf_run(shares: Sequence[float], units: list[int], count: int) -> list[int]:
+    """A prefix (>= 1 draw) of quota-v1's documents-unit schedule, vectorised; updates `units`.
+
+    Candidate: every source's next `count` subtasks merged by (deadline, source index), which is
+    what EDF does whenever each subtask is released by its turn. Check: from the candidate's
+    counters before each slot t, recompute the loop's own choice at t (released sources, earliest
+    deadline, lowest index; largest deficit if none is released) with the same float operations
+    (int / float, floor, ceil). Slots up to the first disagreement equal the loop's output by
+    induction on t, and the loop's choice at that slot is right too, so every call makes
+    progress and the result is exactly the sequential schedule. ~20 numpy passes over
+    m * count values instead of ~0.3 us of Python per draw.
+    """
+    m = len(shares)
+    w = np.asarray(shares, dtype=np.float64)[:, None]
+    start = np.asarray(units, dtype=np.int64)[:, None]
+    k = np.arange(count, dtype=np.int64)[None, :]
+    deadlines = np.ceil((start + k + 1) / w)
+    sources = np.broadcast_to(np.arange(m)[:, None], deadlines.shape)
+    order = np.lexsort((sources.ravel(), deadlines.ravel()))[:count]
+    candidate = order // count
+    picked = candidate[None, :] == np.arange(m)[:, None]
+    before = start + np.cumsum(picked, axis=1) - picked
+    slot = int(start.sum()) + np.arange(count, dtype=np.int64)
+    released = np.floor(before / w) <= slot
+    deadline = np.where(released, np.ceil((before + 1) / w), np.inf)
+    choice = np.argmin(deadline, axis=0)
+    idle = ~released.any(axis=0)
+    if idle.any():
+        deficit = w * (slot + 1) - before
+        choice = np.where(idle, np.argmax(deficit, axis=0), choice)
+    wrong = np.flatnonzero(choice != candidate)
+    taken = count if wrong.shape[0] == 0 else int(wrong[0]) + 1
+    run = choice[:taken]
+    for i, c in enumerate(np.bincount(run, minlength=m).tolist()):
+        units[i] += c
+    return run.tolist()
 
 
 class CategoricalMixture:

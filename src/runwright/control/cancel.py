@@ -12,10 +12,11 @@ from pathlib import Path
 
 from runwright.control.executor import run_dir
 from runwright.control.fencing import raise_fence
+from runwright.control.journal import Journal
 from runwright.control.states import TERMINAL, RunState, TerminalReason, advance
 from runwright.runtime.stop import write_stop_request
 from runwright.spec import spec_from_mapping
-from runwright.store import NewEvent, Outcome, RunRecord, Store, WriteResult
+from runwright.store import Outcome, Store, WriteResult
 
 ACTIVE = {RunState.STARTING, RunState.RUNNING, RunState.CHECKPOINTING}
 
@@ -32,8 +33,8 @@ def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user"
     if result.outcome is not Outcome.APPLIED or result.run is None:
         return result
     new = result.run
-    _event(
-        store,
+    journal = Journal(store)
+    journal.record(
         new,
         "STATE_CHANGED",
         from_state=run.state,
@@ -52,29 +53,12 @@ def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user"
             save=save,
             fence_generation=new.generation,
         )
-        _event(
-            store,
+        journal.record(
             new,
             "STOP_REQUESTED",
+            op="cancel",
             reason="cancel",
             save=save,
             stopping_generation=run.generation,
         )
     return result
-
-
-def _event(store: Store, run: RunRecord, type_: str, **attributes: object) -> None:
-    import time
-
-    store.append_event(
-        NewEvent(
-            event_id=f"{run.run_id}:g{run.generation}:{type_}:cancel",
-            run_id=run.run_id,
-            generation=run.generation,
-            type=type_,
-            step=run.last_step,
-            time_unix_s=time.time(),
-            attributes={k: v for k, v in attributes.items() if v is not None},
-        ),
-        fenced=False,
-    )

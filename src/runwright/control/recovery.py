@@ -1,17 +1,27 @@
-"""Bookkeeping of the recovery sequence, derived from the event log so it survives a controller
-restart: past failures, the recovery in progress, the diagnostic bundle, and the batch ranges to
-skip."""
+"""The recovery sequence, and its bookkeeping derived from the event log so that it survives a
+controller restart: past failures, the recovery in progress, the diagnostic bundle, and the batch
+ranges to skip."""
 
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runwright.control.executor import WorkerGroup, run_dir
-from runwright.control.failures import Classification, read_error_files
-from runwright.control.policy import PastFailure
-from runwright.spec import FailureClass
+from runwright.control.failures import Classification, classify, read_error_files
+from runwright.control.fencing import raise_fence
+from runwright.control.policy import PastFailure, decide
+from runwright.control.states import RunState
+from runwright.control.watchdog import Verdict
+from runwright.spec import FailureClass, JobSpec
 from runwright.store import EventRecord, RunRecord, Store
+
+if TYPE_CHECKING:
+    from runwright.control.journal import Journal
+    from runwright.control.supervision import Supervision
+
+# A broken group has nothing left to save: it gets this long to exit before SIGKILL.
+FAILED_GROUP_GRACE_SECONDS = 2.0
 
 RECENT_EVENTS = 200
 LOG_TAIL_BYTES = 4000
@@ -97,3 +107,133 @@ def write_diagnostics(
     path = folder / "bundle.json"
     path.write_text(json.dumps(bundle, indent=1, default=str))
     return path
+
+
+class RecoverySequence:
+    """detect and classify -> fence and stop the group -> diagnostics -> decide -> restart with
+    bounded backoff from the newest committed checkpoint -> declare success only after verified
+    progress past the restored step (ARCHITECTURE.md, "Recovery")."""
+
+    def __init__(self, store: Store, journal: "Journal") -> None:
+        self.store = store
+        self.journal = journal
+
+    def recover(
+        self,
+        run: RunRecord,
+        spec: JobSpec,
+        sup: "Supervision",
+        exit_code: int | None,
+        verdict: Verdict | None,
+    ) -> None:
+        detected = time.time()
+        events = self.store.events(run.run_id)
+        current = [e for e in events if e.generation == run.generation]
+        nan = next(
+            (
+                (int(e.attributes.get("rank", 0)), int(e.step or 0))
+                for e in current
+                if e.type == "NAN_DETECTED"
+            ),
+            None,
+        )
+        preempted = any(
+            e.type == "STOP_ACKNOWLEDGED" and e.attributes.get("reason") == "preemption"
+            for e in current
+        )
+        if exit_code is None:
+            # A live but broken group (hang, no progress): fence first, so no worker of this
+            # generation can publish once we act on it, then stop it; it has nothing to save.
+            raise_fence(Path(run.root), run.run_id, run.generation + 1)
+            exit_code = sup.group.stop(FAILED_GROUP_GRACE_SECONDS, sorted(sup.worker_pids))
+        failure = classify(
+            exit_code=exit_code,
+            watchdog_class=verdict.failure_class if verdict else None,
+            watchdog_detail=verdict.detail if verdict else "",
+            watchdog_rank=verdict.rank if verdict else None,
+            nan_rank_step=nan,
+            preempted=preempted,
+            log_dir=sup.group.log_dir,
+            torchrun_log=tail(sup.group.log_path, 20_000),
+            last_step=run.last_step,
+            ranks_started=len(sup.started_ranks),
+            world_size=spec.resources.world_size,
+        )
+        restored = restored_step_of(events, run.generation)
+        self.journal.record(
+            run,
+            "FAILURE_CLASSIFIED",
+            failure_class=str(failure.failure_class),
+            rank=failure.rank,
+            message=failure.message,
+            signature=failure.signature,
+            evidence=failure.evidence,
+            exit_code=exit_code,
+            last_step=run.last_step,
+            restored_step=restored,
+        )
+        self.journal.move(
+            run, RunState.RECOVERING, detail=f"{failure.failure_class}: {failure.message}"
+        )
+        raise_fence(Path(run.root), run.run_id, run.generation + 1)
+        sup.end_attempt(self.store, run.run_id, exit_code, str(failure.failure_class))
+        bundle = write_diagnostics(self.store, run, sup.group, failure)
+        self.journal.record(run, "DIAGNOSTICS_WRITTEN", path=str(bundle))
+        decision = decide(spec.recovery, failure, past_failures(events), restored)
+        run = self.store.get_run(run.run_id)
+        if decision.action in ("fail", "stop"):
+            target = RunState.CANCELLED if decision.action == "stop" else RunState.FAILED
+            self.journal.finish(run, target, decision.terminal_reason, decision.reason)
+            return
+        self.journal.record(
+            run,
+            "RECOVERY_STARTED",
+            action=decision.action,
+            reason=decision.reason,
+            failure_class=str(failure.failure_class),
+            last_step=run.last_step,
+            detected_unix_s=detected,
+            not_before_unix_s=time.time() + decision.backoff_seconds,
+            skip_steps=list(decision.skip_steps) if decision.skip_steps else None,
+        )
+
+    def restart_if_due(self, run: RunRecord) -> bool:
+        """After the backoff: RECOVERING -> STARTING (new generation), or -> QUEUED to requeue.
+        Returns True when it moved the run."""
+        pending = open_recovery(self.store.events(run.run_id))
+        if pending is None or pending.generation != run.generation:
+            return False  # the decision is not recorded yet (a crash between the two): wait
+        if time.time() < float(pending.attributes.get("not_before_unix_s") or 0):
+            return False
+        target = (
+            RunState.QUEUED
+            if pending.attributes.get("action") == "requeue"
+            else (RunState.STARTING)
+        )
+        return self.journal.move(run, target, detail=str(pending.attributes.get("reason")))
+
+    def note_progress(
+        self, run: RunRecord, spec: JobSpec, generation: int, step: int, time_unix_s: float
+    ) -> None:
+        """RECOVERY_SUCCEEDED once the restarted generation completes a step past the one it
+        restored, with lost steps, replayed tokens and recovery time."""
+        events = self.store.events(run.run_id)
+        pending = open_recovery(events)
+        if pending is None or generation <= pending.generation:
+            return
+        restored = restored_step_of(events, generation)
+        if step <= restored:
+            return
+        lost = max(0, int(pending.attributes.get("last_step") or 0) - restored)
+        self.journal.record(
+            self.store.get_run(run.run_id),
+            "RECOVERY_SUCCEEDED",
+            op=str(pending.event_id),
+            per_step=False,
+            restored_step=restored,
+            first_step=step,
+            lost_steps=lost,
+            replayed_tokens=lost * int(spec.plan.tokens_per_step.value or 0),
+            recovery_seconds=round(time_unix_s - float(pending.attributes["detected_unix_s"]), 3),
+            failure_class=pending.attributes.get("failure_class"),
+        )

@@ -90,6 +90,9 @@ def main(argv: list[str] | None = None) -> int:
         dp_rank=ctx.rank,
         dp_size=dp,
         tokenizer_sha256=spec.tokenizer.hash,
+        # checkpoint.resume: exact continues the sample sequence; coverage/distribution accept
+        # a changed dataset or algorithm and only keep what was already consumed.
+        resume="exact" if spec.checkpoint.resume == "exact" else "coverage",
     )
     manifest = read_manifest(spec.data.dataset)
     if manifest.tokenizer.vocab_size > spec.model.vocab_size:

@@ -1,0 +1,81 @@
+"""The controller's writes to the run record and event log, each with an operation id.
+
+An event id `<run>:g<generation>:<TYPE>:<op>[@<step>]` names the action, so the same action taken
+again by a restarted (or a second) controller is one event, not two.
+"""
+
+import time
+from pathlib import Path
+
+from runwright.control.fencing import raise_fence
+from runwright.control.states import RunState, TerminalReason, advance
+from runwright.store import NewEvent, Outcome, RunRecord, Store
+
+
+class Journal:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def record(
+        self, run: RunRecord, type_: str, op: str = "", per_step: bool = True, **attributes: object
+    ) -> None:
+        """Append one controller event (unfenced: the controller owns the run)."""
+        key = op or f"{attributes.get('from_state', '')}>{attributes.get('to_state', '')}"
+        at = f"@{run.last_step}" if per_step else ""
+        self.store.append_event(
+            NewEvent(
+                event_id=f"{run.run_id}:g{run.generation}:{type_}:{key}{at}",
+                run_id=run.run_id,
+                generation=run.generation,
+                type=type_,
+                step=run.last_step,
+                time_unix_s=time.time(),
+                attributes={k: v for k, v in attributes.items() if v is not None},
+            ),
+            fenced=False,
+        )
+
+    def move(
+        self,
+        run: RunRecord,
+        target: RunState,
+        event_type: str | None = None,
+        reason: TerminalReason | None = None,
+        detail: str | None = None,
+    ) -> bool:
+        """One state transition through the store's compare-and-set, and its STATE_CHANGED."""
+        result = advance(self.store, run.run_id, target, reason=reason, detail=detail)
+        if result.outcome is not Outcome.APPLIED or result.run is None:
+            return False
+        self.record(
+            result.run,
+            "STATE_CHANGED",
+            from_state=run.state,
+            to_state=str(target),
+            reason=str(reason) if reason else None,
+            detail=detail,
+        )
+        if event_type:
+            self.record(result.run, event_type)
+        return True
+
+    def finished(self, run: RunRecord, **attributes: object) -> None:
+        """RUN_FINISHED, once per run: the last event of its log."""
+        final = self.store.get_run(run.run_id)
+        self.record(
+            final,
+            "RUN_FINISHED",
+            per_step=False,
+            state=final.state,
+            reason=final.terminal_reason,
+            last_step=final.last_step,
+            **attributes,
+        )
+
+    def finish(
+        self, run: RunRecord, target: RunState, reason: TerminalReason | None, detail: str | None
+    ) -> None:
+        """Move to a terminal state, fence the (bumped) generation, and close the log."""
+        self.move(run, target, reason=reason, detail=detail)
+        raise_fence(Path(run.root), run.run_id, self.store.get_run(run.run_id).generation)
+        self.finished(run, detail=detail)

@@ -68,7 +68,8 @@ def test_manifest_records_keys_files_and_run_facts(tmp_path):
     assert manifest.logical_keys["model.0.weight"].dtype == "torch.float32"
     assert "ranks.r0.rng.torch_cpu" in manifest.logical_keys
     assert {f.name for f in manifest.files} >= {".metadata", "__0_0.distcp", "__0_files.json"}
-    assert all(len(f.checksum) == 64 for f in manifest.files)
+    assert manifest.checksum_algorithm == "xxh3-128"
+    assert all(len(f.checksum) == 32 for f in manifest.files)  # 128-bit hex digests
     assert (manifest.spec_hash, manifest.data_manifest_id, manifest.tokenizer_hash) == (
         "s" * 64,
         "d1",

@@ -1,12 +1,12 @@
-"""The measuring writer: every file's recorded size and sha256 match the bytes on disk, whichever
-way it was hashed (inline for small files, by the follower thread for large local files)."""
-
-import hashlib
+"""The measuring writer: every file's recorded size and checksum match the bytes on disk,
+whichever way it was hashed (inline for small files, by the follower thread for large local
+files)."""
 
 import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
+from runwright.ckpt.checksum import CHECKSUMS, DEFAULT_CHECKSUM, checksum_bytes
 from runwright.ckpt.writer import DCP_METADATA, make_writer
 
 
@@ -27,5 +27,13 @@ def test_recorded_checksums_match_the_files(tmp_path, width, probed):
     assert DCP_METADATA in writer.files and "__0_0.distcp" in writer.files
     for name, (size_bytes, checksum) in writer.files.items():
         data = (tmp_path / "ckpt" / name).read_bytes()
-        assert (size_bytes, checksum) == (len(data), hashlib.sha256(data).hexdigest()), name
+        assert (size_bytes, checksum) == (len(data), checksum_bytes(DEFAULT_CHECKSUM, data)), name
     assert bool(seen) == probed
+
+
+def test_checksum_registry_is_versioned_and_refuses_unknown_names():
+    assert set(CHECKSUMS) == {"sha256", "xxh3-128"}
+    assert checksum_bytes("sha256", b"abc").startswith("ba7816bf")
+    assert len(checksum_bytes("xxh3-128", b"abc")) == 32
+    with pytest.raises(Exception, match="knows"):
+        checksum_bytes("md5", b"abc")

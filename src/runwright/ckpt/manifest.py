@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from runwright.ckpt.checksum import DEFAULT_CHECKSUM
+
 MANIFEST_FILE = "manifest.json"
 COMMIT_FILE = "COMMITTED"
 REJECTED_FILE = "REJECTED"
 FORMAT_VERSION = 1
-CHECKSUM_ALGORITHM = "sha256"
+CHECKSUM_ALGORITHM = DEFAULT_CHECKSUM
 
 _ID = re.compile(r"^g(?P<generation>\d{6,})-(?P<token>[0-9a-f]{12})$")
 

@@ -2,13 +2,12 @@
 
 Two uses: step 4 of the commit protocol (`check_staged`: every shard DCP referenced exists with the
 size its writer recorded, every logical key any rank asked to save is in DCP's metadata) and
-verification of a committed checkpoint (`verify_checkpoint`: every file's size and sha256 against
+verification of a committed checkpoint (`verify_checkpoint`: every file's size and checksum against
 the manifest, fully or on a sample). A checksum detects storage or transfer corruption; it cannot
 prove the tensors were right before they were hashed (seed 003, step 4), which is what the
 restore smoke check is for.
 """
 
-import hashlib
 import json
 import random
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from torch.distributed.checkpoint.metadata import (
     TensorStorageMetadata,
 )
 
+from runwright.ckpt.checksum import DEFAULT_CHECKSUM, checksum_bytes, new_hasher
 from runwright.ckpt.errors import CheckpointIncompleteError
 from runwright.ckpt.manifest import CheckpointManifest, FileEntry, LogicalKey, ShardRange
 from runwright.ckpt.storage import CheckpointStorage
@@ -70,9 +70,9 @@ class VerifyReport(BaseModel):
         return f"{self.checkpoint_id}: {lines}"
 
 
-def file_sha256(storage: CheckpointStorage, path: str) -> tuple[str, int]:
+def file_checksum(storage: CheckpointStorage, path: str, algorithm: str) -> tuple[str, int]:
     """(hex digest, bytes read) of one file, streamed in 8 MiB reads."""
-    digest = hashlib.sha256()
+    digest = new_hasher(algorithm)
     total = 0
     with storage.open_read(path) as handle:
         while chunk := handle.read(_READ_CHUNK_BYTES):
@@ -101,7 +101,13 @@ def verify_checkpoint(
     else:
         hashed = {f.name for f in manifest.files} if mode == "full" else set()
     for entry in manifest.files:
-        problem = _check_file(storage, f"{folder_path}/{entry.name}", entry, entry.name in hashed)
+        problem = _check_file(
+            storage,
+            f"{folder_path}/{entry.name}",
+            entry,
+            entry.name in hashed,
+            manifest.checksum_algorithm,
+        )
         if problem is None and entry.name in hashed:
             checked += 1
             read += entry.size_bytes
@@ -119,7 +125,7 @@ def verify_checkpoint(
 
 
 def _check_file(
-    storage: CheckpointStorage, path: str, entry: FileEntry, hash_it: bool
+    storage: CheckpointStorage, path: str, entry: FileEntry, hash_it: bool, algorithm: str
 ) -> VerifyProblem | None:
     if not storage.exists(path):
         return VerifyProblem(file=entry.name, reason="missing")
@@ -130,7 +136,7 @@ def _check_file(
             reason=f"size {size} bytes, manifest says {entry.size_bytes} (truncated or replaced)",
         )
     if hash_it:
-        digest, _ = file_sha256(storage, path)
+        digest, _ = file_checksum(storage, path, algorithm)
         if digest != entry.checksum:
             return VerifyProblem(
                 file=entry.name,
@@ -180,7 +186,7 @@ def check_staged(
             FileEntry(
                 name=name,
                 size_bytes=len(raw),
-                checksum=hashlib.sha256(raw).hexdigest(),
+                checksum=checksum_bytes(DEFAULT_CHECKSUM, raw),
                 rank=rank,
             )
         )

@@ -1,13 +1,13 @@
 """A DCP storage writer that measures every file while writing it.
 
 DCP (`torch.distributed.checkpoint.FileSystemWriter` / `FsspecWriter`) does the sharded layout; this
-module only wraps the output streams so each file's size and sha256 are known the moment it is
-closed. Where the hashing happens decides what the checksum costs:
+module only wraps the output streams so each file's size and checksum (ckpt/checksum.py) are known
+the moment it is closed. Where the hashing happens decides what the checksum costs:
 
 - Local files: a follower thread hashes the bytes back out of the page cache, behind the writer,
   and never blocks a write. Plain DCP spends most of a save waiting for the disk (the fsync of
   every data file); the follower's hashing runs inside that wait, so on a loaded 2-core machine a
-  537 MB save costs its ~0.3 s of sha256 CPU in parallel with I/O instead of on top of the copy.
+  537 MB save hashes in parallel with I/O instead of on top of the copy.
   It reads only bytes the writer already handed to the kernel (flushed), and the file is
   append-only, so what it hashes is what the fsync makes durable. Hashing the caller's buffers
   after `write` returns would not be safe: DCP may pass a temporary tensor's memory.
@@ -20,7 +20,6 @@ commit protocol: every expected shard and key is present.
 """
 
 import contextlib
-import hashlib
 import io
 import json
 import os
@@ -36,6 +35,8 @@ from torch.distributed.checkpoint.metadata import Metadata
 from torch.distributed.checkpoint.planner import SavePlan, SavePlanner
 from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
+
+from runwright.ckpt.checksum import DEFAULT_CHECKSUM, new_hasher
 
 SIDECAR_SUFFIX = "_files.json"
 DCP_METADATA = ".metadata"
@@ -121,7 +122,7 @@ class _HashingStream(io.RawIOBase):
         super().__init__()
         self._raw, self._path, self._on_close = raw, path, on_close
         self._pool, self._probe, self._follow = pool, probe, follow
-        self._hash = hashlib.sha256()
+        self._hash = new_hasher(DEFAULT_CHECKSUM)
         self._size_bytes = 0
         self._follower: _Follower | None = None
 

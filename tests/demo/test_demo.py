@@ -36,7 +36,7 @@ def test_demo_recovers_and_proves_bitwise_equivalence(tmp_path):
     result = run_demo(tmp_path, seed=7)
     assert result["recovered"] is True
     assert result["equivalence"] == "bitwise-equal" and result["first_difference"] is None
-    assert result["lost_steps"] >= 1 and result["recovery_seconds"] > 0
+    assert result["lost_steps"] >= 1 and result["recovery_seconds"] > 0  # a real replay
     assert 0 < result["ettr"] < 1 and result["loss_tokens_per_second"] > 0
     assert 0 <= result["input_wait_share"] < 1
     assert "RECOVERING" in result["state_history"]

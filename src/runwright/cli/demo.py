@@ -40,7 +40,7 @@ def demo(
         rows = [
             ("run", result.run_id),
             ("state history", " -> ".join(result.state_history)),
-            ("fault", f"SIGKILL rank 1 at step {result.fault_step}"),
+            ("fault", f"SIGKILL rank 1 after rank 0 reported step {result.fault_step}"),
             ("recovered", str(result.recovered)),
             ("lost steps", str(result.lost_steps)),
             ("recovery time", f"{result.recovery_seconds} s"),

@@ -104,7 +104,7 @@ def _describe(event: EventRecord) -> str:
         ),
         "CHECKPOINT_COMMITTED": lambda: f"checkpoint {event.checkpoint_id} at step {event.step}",
         "FAULT_INJECTED": lambda: (
-            f"SIGKILL rank {a.get('rank')} (pid {a.get('pid')}) at step {event.step}"
+            f"SIGKILL rank {a.get('rank')} (pid {a.get('pid')}) after step {event.step}"
         ),
         "FAILURE_CLASSIFIED": lambda: (
             f"{a.get('failure_class')} on rank {a.get('rank')}: {a.get('message')}"
@@ -121,7 +121,7 @@ def _fault_injector(
     store: Store, run_id: str, rng: random.Random, every: int, steps: int, on_event: Any
 ):
     """After the first committed checkpoint at step c, SIGKILL rank 1 once at a random step in
-    (c, c + every), i.e. before the next checkpoint, so the recovery replays real work."""
+    (c, c + every / 2), i.e. well before the next checkpoint, so the recovery replays real work."""
     plan: dict[str, int] = {}
 
     def hook(event: EventRecord) -> None:
@@ -130,7 +130,9 @@ def _fault_injector(
             return
         if event.type == "CHECKPOINT_COMMITTED" and "at" not in plan:
             committed = int(event.step or 0)
-            plan["at"] = min(steps - 1, committed + rng.randint(1, max(1, every - 1)))
+            # Early in the interval: the kill lands a poll (<= 0.05 s, a step or two) after the
+            # report, and must land before the next checkpoint so recovery replays real steps.
+            plan["at"] = min(steps - 1, committed + rng.randint(1, max(1, every // 2 - 1)))
         elif (
             event.type == "STEP_HEALTHY"
             and "at" in plan
@@ -197,7 +199,10 @@ def run_demo(
         )
         with Progress(*columns, console=console, disable=not show) as progress:
             printer = _RunProgress(progress if show else None, console, label, steps)
-            controller = Controller(store, root, on_event=printer, poll_seconds=0.2)
+            # A short poll keeps the injected fault close to the step it was aimed at.
+            controller = Controller(
+                store, root, on_event=printer, poll_seconds=0.05 if inject else 0.2
+            )
             run, _ = controller.submit(spec, Path.cwd())
             plan: dict[str, int] = {}
             if inject:

@@ -144,3 +144,36 @@ def test_submit_status_events_list_round_trip(tmp_path):
     assert events[-1]["type"] == "RUN_FINISHED"
     listed = json.loads(invoke("list", "--root", tmp_path, "--json").output)
     assert [r["run_id"] for r in listed] == [run_id]
+
+
+@pytest.mark.integration
+def test_detached_submit_and_follow_until_the_run_ends(tmp_path):
+    spec = skeleton_with(tmp_path, lambda d: d["training"].update(steps=3))
+    base = [sys.executable, "-m", "runwright.cli.main"]
+    out = subprocess.run(
+        [*base, "submit", str(spec), "--detach", "--json", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    submitted = json.loads(out.stdout)
+    assert submitted["detached"] is True
+    follow = subprocess.run(
+        [*base, "events", submitted["run_id"], "--follow", "--json", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    lines = [json.loads(line) for line in follow.stdout.splitlines()]
+    assert follow.returncode == 0 and lines[-1]["type"] == "RUN_FINISHED"
+    assert [e["seq"] for e in lines] == sorted(e["seq"] for e in lines)
+    status = json.loads(
+        subprocess.run(
+            [*base, "status", submitted["run_id"], "--json", "--root", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout
+    )
+    assert status["state"] == "SUCCEEDED"

@@ -202,15 +202,23 @@ def events(
             else:
                 console.print(event_line(event), highlight=False)
 
+    quiet_polls = 0
     while True:
-        batch = st.events(run.run_id, after_seq=seen, types=event_type or None)
+        batch = st.events(run.run_id, after_seq=seen)
         if json_out and not follow:
-            print_json([e.model_dump(mode="json") for e in batch])
+            print_json(
+                [e.model_dump(mode="json") for e in batch if not event_type or e.type in event_type]
+            )
             return
-        show(batch)
+        show([e for e in batch if not event_type or e.type in event_type])
         if batch:
             seen = batch[-1].seq
-        if not follow or (st.get_run(run.run_id).state in TERMINAL and not batch):
+        if not follow or any(e.type == "RUN_FINISHED" for e in batch):
+            return
+        # A terminal run whose controller is gone writes nothing more: stop after a quiet second.
+        terminal = st.get_run(run.run_id).state in TERMINAL
+        quiet_polls = quiet_polls + 1 if terminal and not batch else 0
+        if quiet_polls >= 2:
             return
         time.sleep(0.5)
 

@@ -62,3 +62,9 @@ def test_init_outside_the_control_plane(tmp_path, monkeypatch):
     messages = list(ChannelReader(ctx.run_dir / "channel").poll())
     assert [m.type for m in messages] == ["WORKER_STARTED", "STEP_HEALTHY"]
     assert messages[0].attributes["pid"] == os.getpid()
+
+
+def test_runwright_init_is_the_runtime_init():
+    import runwright
+
+    assert runwright.init is init

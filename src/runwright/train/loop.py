@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
-import runwright.runtime
+import runwright
 from runwright.ckpt import TrainState
 from runwright.data import DataLoader, read_manifest
 from runwright.train.model import GPT
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     # -- who am I ----------------------------------------------------------------------------
-    ctx = runwright.runtime.init(spec_path=args.spec)
+    ctx = runwright.init(spec_path=args.spec)
     spec, plan = ctx.spec, ctx.plan
     if spec is None or plan is None:
         raise SystemExit("no job spec: run under `runwright submit` or pass --spec FILE")

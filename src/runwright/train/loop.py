@@ -21,7 +21,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 import runwright
-from runwright.ckpt import TrainState
+from runwright.ckpt import HealthVerdict, TrainState
 from runwright.data import DataLoader, read_manifest
 from runwright.train.model import GPT
 from runwright.train.schedule import lr_multiplier
@@ -193,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         counters["tokens_seen"] += batch.device_tokens
         counters["loss_tokens_seen"] += batch.loss_tokens
         with loop.phase("checkpoint_stall"):
-            if ckpt.maybe_save(step, state, loss=float(loss_sum)) is not None:
+            # The guard passed for this step (finite loss and gradient norm): a healthy point.
+            saved = ckpt.maybe_save(step, state, loss=float(loss_sum), health=HealthVerdict.HEALTHY)
+            if saved is not None:
                 saved_step = step
         loop.complete(
             step,

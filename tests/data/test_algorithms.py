@@ -129,3 +129,32 @@ def test_vectorised_quota_equals_the_one_draw_loop(
     expected = edf_loop(shares, loop_units, draws, None)
     fast = MIXTURES.get("quota-v1").choose_block(shares, fast_units, 0, 0, draws, None)
     assert fast == expected and fast_units == loop_units
+
+
+def _reference_permute_v1(k: int, n: int, key: int) -> int:
+    """permute-v1 for one position with Python integers: the definition, one step at a time."""
+    mask64 = (1 << 64) - 1
+
+    def mix(z: int) -> int:
+        z = (z + 0x9E3779B97F4A7C15) & mask64
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask64
+        return z ^ (z >> 31)
+
+    half = max(1, ((n - 1).bit_length() + 1) // 2)
+    mask = (1 << half) - 1
+    round_keys = [mix((key + r) & mask64) for r in range(4)]
+    while True:
+        left, right = k >> half, k & mask
+        for rk in round_keys:
+            left, right = right, left ^ (mix(right ^ rk) & mask)
+        k = (left << half) | right
+        if k < n:
+            return k
+
+
+@pytest.mark.parametrize("n", [2, 3, 17, 1000, 6067, 8361])
+def test_permutation_matches_the_per_position_definition(n: int) -> None:
+    key = 0x1234_5678_9ABC_DEF0
+    got = permute.permute(np.arange(n), n, key).tolist()
+    assert got == [_reference_permute_v1(k, n, key) for k in range(n)]

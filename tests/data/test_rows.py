@@ -59,6 +59,7 @@ def reference_fill_rows(
         "device_tokens": rows * sequence_length,
         "padded_tokens": padded,
         "loss_tokens": int(np.count_nonzero(loss_mask)),
+        "stored_tokens": int(real.sum()),
     }
 
 
@@ -107,3 +108,31 @@ def test_vectorised_rows_equal_the_reference(case, eod: int) -> None:
             assert np.array_equal(got, want), key
         else:
             assert got == want, key
+
+
+def test_both_ways_of_placing_the_eod_match_the_reference() -> None:
+    """EOD cells read past the document (then overwritten), or, at a shard's end, appended."""
+    lengths = np.array([5, 3, 7, 4, 6], dtype=np.int64)
+    # Shard 0 holds documents 0, 1, 2 back to back and 3 more tokens; shard 1 holds 3 and 4,
+    # and 4 ends it. In stream order 0..4 no row reaches document 4's EOD (every EOD is read
+    # past its document); in the other order it is in the first row (appended instead).
+    doc_storage = np.array([0, 0, 0, 1, 1])
+    doc_offset = np.array([0, 5, 8, 0, 4], dtype=np.int64)
+    rng = np.random.default_rng(0)
+    storage = [
+        rng.integers(1, 60_000, size=18).astype(np.uint16),
+        rng.integers(1, 60_000, size=10).astype(np.uint16),
+    ]
+    packer = PACKERS.get("concat-v1")
+    spans = packer.spans(lengths)
+    seq = 4
+    for order in ([0, 1, 2, 3, 4], [4, 0, 3, 1, 2]):
+        docs = np.array(order)
+        span_end = np.cumsum(spans[docs])
+        rows = (int(span_end[-1]) - seq - 1) // seq + 1
+        starts = np.arange(rows, dtype=np.int64) * seq
+        pieces = packer.pieces(starts, span_end - spans[docs], span_end, lengths[docs], seq)
+        args = (rows, seq, 9, pieces, lengths[docs], storage, doc_storage[docs], doc_offset[docs])
+        fast, slow = fill_rows(*args), reference_fill_rows(*args)
+        for key, want in slow.items():
+            assert np.array_equal(fast[key], want), key

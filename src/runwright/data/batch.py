@@ -82,8 +82,6 @@ def materialise(
         plan.doc_shard,
         plan.doc_offset,
     )
-    _, doc, first, stop, _ = plan.pieces
-    stored = np.clip(np.minimum(stop, plan.doc_length[doc]) - first, 0, None)
     batch = Batch(
         tokens=torch.from_numpy(arrays["tokens"]),
         labels=torch.from_numpy(arrays["labels"]),
@@ -97,4 +95,4 @@ def materialise(
         first_sample=plan.first_sample,
         end_sample=plan.end_sample,
     )
-    return batch, int(stored.sum())
+    return batch, arrays["stored_tokens"]

@@ -51,7 +51,9 @@ class Packer(Protocol):
         """Pieces of the rows starting at `row_starts` (stream units).
 
         Returns flat arrays (row, doc, first, stop, column): extended tokens [first, stop) of
-        window document `doc` go to `column` of row `row` (an index into row_starts).
+        window document `doc` go to `column` of row `row` (an index into row_starts). Pieces are
+        listed in stream order: rows and documents are nondecreasing (the planner and
+        rows.fill_rows rely on it).
         """
         ...
 

@@ -227,9 +227,10 @@ class Planner:
         row, doc, first, stop, col = self.packer.pieces(
             starts, self._start, self._end, self._len, self.seq
         )
-        # The batch's documents lie in window range [lo, hi): pass views, not copies.
-        lo = int(doc.min()) if doc.shape[0] else 0
-        hi = int(doc.max()) + 1 if doc.shape[0] else 0
+        # The batch's documents lie in window range [lo, hi): pass views, not copies. Packers
+        # list pieces in stream order, so the documents are nondecreasing.
+        lo = int(doc[0]) if doc.shape[0] else 0
+        hi = int(doc[-1]) + 1 if doc.shape[0] else 0
         plan = BatchPlan(
             step=self.step,
             first_sample=self.sample,

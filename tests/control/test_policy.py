@@ -66,6 +66,18 @@ def test_root_cause_signal_means_a_lost_process(tmp_path):
     assert verdict.failure_class is FailureClass.NODE_LOST and verdict.rank == 1
 
 
+def test_a_sigkilled_rank_beats_the_sigterm_torchrun_sent_its_survivors(tmp_path):
+    """torchrun may name a survivor it SIGTERMed as the root cause of a SIGKILLed rank."""
+    log = (
+        "Failures:\n[1]:\n  host : localhost\n  rank      : 1 (local_rank: 1)\n"
+        "  exitcode  : -9 (pid: 14459)  (SIGKILL)\n" + TORCHRUN_ROOT.format(rank=0, code=-15)
+    )
+    verdict = run_classify(tmp_path, torchrun_log=log)
+    assert verdict.failure_class is FailureClass.NODE_LOST and verdict.rank == 1
+    only_sigterm = run_classify(tmp_path, torchrun_log=TORCHRUN_ROOT.format(rank=0, code=-15))
+    assert only_sigterm.failure_class is FailureClass.PREEMPTION
+
+
 def test_error_patterns(tmp_path):
     cases = {
         "torch.OutOfMemoryError: CUDA out of memory": FailureClass.OOM,

@@ -50,6 +50,8 @@ PATTERNS: list[tuple[FailureClass, re.Pattern[str]]] = [
     ),
 ]
 ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
+# Every failure block of torchrun's summary (root cause and the others).
+FAILURE_BLOCK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*exitcode\s*:\s*(-?\d+)")
 
 
 class Classification(BaseModel):
@@ -183,14 +185,18 @@ def classify(
     root_code = int(root.group(2)) if root else None
     # torchrun's root cause is the first rank observed failing; a rank killed by a signal leaves
     # no error file, and the other ranks' errors ("Connection closed by peer") are symptoms.
-    if root_code == -9:
+    # torchrun SIGTERMs the survivors of a failed rank and may report them in the same pass,
+    # even as the "root cause": a SIGKILLed rank anywhere in its report is the real cause.
+    failures = [(int(r), int(c)) for r, c in FAILURE_BLOCK.findall(torchrun_log)]
+    killed = next((rank for rank, code in failures if code == -9), None)
+    if killed is not None:
         return verdict(
             FailureClass.NODE_LOST,
-            root_rank,
-            f"rank {root_rank} was killed (SIGKILL)",
-            "torchrun root cause exit code -9",
+            killed,
+            f"rank {killed} was killed (SIGKILL)",
+            "torchrun failure report: exit code -9",
         )
-    if root_code == -15:
+    if root_code == -15 and all(code == -15 for _, code in failures):
         return verdict(
             FailureClass.PREEMPTION,
             root_rank,

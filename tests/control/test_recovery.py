@@ -328,10 +328,12 @@ def test_concurrent_threads_never_run_two_groups(tmp_path):
 
 def test_token_budget_stops_at_a_step_boundary_with_a_checkpoint(tmp_path):
     # 8 samples x 128 tokens = 1,024 tokens per step; the limit is reached after step 5.
-    spec = spec_from_mapping({
-        **spec_for(steps=200, every=50, args=["--step-sleep", "0.2"]).model_dump(mode="json"),
-        "budget": {"tokens": 5_000, "warn_fraction": 0.5},
-    })
+    spec = spec_from_mapping(
+        {
+            **spec_for(steps=200, every=50, args=["--step-sleep", "0.2"]).model_dump(mode="json"),
+            "budget": {"tokens": 5_000, "warn_fraction": 0.5},
+        }
+    )
     store, controller, run = start(tmp_path, spec)
     final = controller.drive(run.run_id)
     assert final.state == "CANCELLED" and final.terminal_reason == "BUDGET_EXCEEDED"
@@ -347,8 +349,12 @@ def test_controller_without_a_run_id_picks_up_every_unfinished_run(tmp_path):
     controller = Controller(store, tmp_path, poll_seconds=0.1)
     first, _ = controller.submit(spec_for(steps=3, every=2), tmp_path)
     second, _ = controller.submit(spec_for(steps=2, every=2), tmp_path)
-    proc = subprocess.run([sys.executable, "-m", "runwright.cli.main", "controller", "--root",
-                           str(tmp_path)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "runwright.cli.main", "controller", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "2 run(s) reached a terminal state" in proc.stdout
     assert {store.get_run(r.run_id).state for r in (first, second)} == {"SUCCEEDED"}

@@ -37,23 +37,19 @@ class CheckpointCatalog:
         attributes: dict[str, Any] | None = None,
     ) -> Outcome:
         """Note a checkpoint being written. Not fenced: a stale writer may finish its bytes."""
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(
-                    checkpoints.insert().values(
-                        checkpoint_id=checkpoint_id,
-                        run_id=run_id,
-                        step=step,
-                        generation=generation,
-                        path=path,
-                        status=STAGED,
-                        attributes=attributes or {},
-                        created_unix_s=time.time(),
-                    )
-                )
-        except sa.exc.IntegrityError:
-            return Outcome.ALREADY_APPLIED
-        return Outcome.APPLIED
+        return _insert_once(
+            self._engine,
+            checkpoints.insert().values(
+                checkpoint_id=checkpoint_id,
+                run_id=run_id,
+                step=step,
+                generation=generation,
+                path=path,
+                status=STAGED,
+                attributes=attributes or {},
+                created_unix_s=time.time(),
+            ),
+        )
 
     def publish(
         self,
@@ -185,20 +181,16 @@ class DatasetCatalog:
         self, *, dataset_id: str, name: str, path: str, manifest: dict[str, Any]
     ) -> Outcome:
         """Record a dataset once; its id is its content address, so a repeat is a no-op."""
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(
-                    datasets.insert().values(
-                        dataset_id=dataset_id,
-                        name=name,
-                        path=path,
-                        manifest=manifest,
-                        created_unix_s=time.time(),
-                    )
-                )
-        except sa.exc.IntegrityError:
-            return Outcome.ALREADY_APPLIED
-        return Outcome.APPLIED
+        return _insert_once(
+            self._engine,
+            datasets.insert().values(
+                dataset_id=dataset_id,
+                name=name,
+                path=path,
+                manifest=manifest,
+                created_unix_s=time.time(),
+            ),
+        )
 
     def get(self, dataset_id: str) -> DatasetRow | None:
         with self._engine.connect() as conn:
@@ -209,3 +201,13 @@ class DatasetCatalog:
         with self._engine.connect() as conn:
             rows = conn.execute(datasets.select().order_by(datasets.c.created_unix_s))
             return [DatasetRow.model_validate(r._asdict()) for r in rows]
+
+
+def _insert_once(engine: sa.Engine, statement: sa.Insert) -> Outcome:
+    """Insert a row keyed by its id; the same id again is ALREADY_APPLIED, not an error."""
+    try:
+        with engine.begin() as conn:
+            conn.execute(statement)
+    except sa.exc.IntegrityError:
+        return Outcome.ALREADY_APPLIED
+    return Outcome.APPLIED

@@ -1,14 +1,18 @@
 """Loader throughput against raw memmap slicing of the same shards, in one run.
 
 The loader does the full work (permute-v1 shuffle, quota-v1 two-source mixture, concat-v1
-packing with position/segment ids and loss mask, reorder buffer, prefetch queue); the baseline
-slices S + 1 tokens at random offsets of the same .bin memmaps and makes int64 tokens/labels
-tensors, i.e. the least any loader must do. Both run pinned to one core (`--cores`), at sequence
-lengths 512 and 2048, and report wall-clock tokens/s (the figure the target is about) and tokens
-per CPU-second of the process (steadier when other work shares the machine). Writes
+packing with position/segment ids and loss mask, reorder slots, the prefetch bound); the
+baseline slices S + 1 tokens at random offsets of the same .bin memmaps and makes int64
+tokens/labels tensors, i.e. the least any loader must do. Both run pinned to one core
+(`--cores`), at sequence lengths 512 and 2048, and report wall-clock tokens/s (the figure the
+target is about) and tokens per CPU-second of the process (steadier when other work shares the
+machine). The loader runs with the read workers it picks for the cores it has (none on one
+core: the caller reads), and once more with one forced background worker, to show what the
+hand-off between threads costs. The cases are interleaved for `--rounds` rounds and each
+figure is the median over rounds (the machine is shared, so one round can be unlucky). Writes
 benchmarks/results/data_loader.json with the kernel, the pinned cores and the threads used.
 
-    .venv/bin/python benchmarks/data_loader.py [--seconds 3] [--cores 1]
+    .venv/bin/python benchmarks/data_loader.py [--seconds 2] [--rounds 3] [--cores 1]
 """
 
 import argparse
@@ -21,6 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from rich.console import Console
+from rich.table import Table
 
 from runwright.data import DataLoader, open_shard, write_pretokenized
 from runwright.spec import DataSpec
@@ -79,7 +85,7 @@ def raw_slicing(folder: Path, seq_len: int, seconds: float) -> dict:
     }
 
 
-def loader(folder: Path, seq_len: int, seconds: float, workers: int) -> dict:
+def loader(folder: Path, seq_len: int, seconds: float, workers: int | None) -> dict:
     spec = DataSpec(
         sequence_length=seq_len,
         seed=1,
@@ -97,6 +103,7 @@ def loader(folder: Path, seq_len: int, seconds: float, workers: int) -> dict:
             steps += 1
         elapsed, cpu = time.perf_counter() - began, time.process_time() - cpu
         stats = it.stats
+        workers = it.read_workers
     return {
         "steps": steps,
         "seconds": round(elapsed, 3),
@@ -110,9 +117,22 @@ def loader(folder: Path, seq_len: int, seconds: float, workers: int) -> dict:
     }
 
 
+def median_run(runs: list[dict]) -> dict:
+    """The round with the median tokens/s, plus every round's figure."""
+    ordered = sorted(runs, key=lambda r: r["tokens_per_second"])
+    middle = dict(ordered[len(ordered) // 2])
+    middle["tokens_per_second_by_round"] = [round(r["tokens_per_second"]) for r in runs]
+    return middle
+
+
+def ratio(ours: dict, raw: dict, key: str) -> float:
+    return round(ours[key] / raw[key], 3)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=3.0, help="measurement time per case")
+    parser.add_argument("--seconds", type=float, default=2.0, help="measurement time per case")
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median)")
     parser.add_argument("--cores", type=int, default=1, help="CPU cores to pin to (0: no pin)")
     parser.add_argument("--tokens-per-source", type=int, default=4_000_000)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -125,20 +145,22 @@ def main() -> None:
         data = make_dataset(folder, args.tokens_per_source, seed=0)
         cases = []
         for seq_len in (512, 2048):
-            raw = raw_slicing(folder, seq_len, args.seconds)
-            ours = loader(folder, seq_len, args.seconds, workers=1)
+            runs: dict[str, list[dict]] = {"raw": [], "loader": [], "one_worker": []}
+            for _ in range(args.rounds):
+                runs["raw"].append(raw_slicing(folder, seq_len, args.seconds))
+                runs["loader"].append(loader(folder, seq_len, args.seconds, workers=None))
+                runs["one_worker"].append(loader(folder, seq_len, args.seconds, workers=1))
+            raw, ours, one = (median_run(runs[k]) for k in ("raw", "loader", "one_worker"))
             cases.append(
                 {
                     "sequence_length": seq_len,
                     "global_batch_samples": GLOBAL_BATCH,
                     "raw_memmap": raw,
                     "loader": ours,
-                    "loader_to_raw_ratio": round(
-                        ours["tokens_per_second"] / raw["tokens_per_second"], 3
-                    ),
-                    "loader_to_raw_cpu_ratio": round(
-                        ours["tokens_per_cpu_second"] / raw["tokens_per_cpu_second"], 3
-                    ),
+                    "loader_one_worker": one,
+                    "loader_to_raw_ratio": ratio(ours, raw, "tokens_per_second"),
+                    "loader_to_raw_cpu_ratio": ratio(ours, raw, "tokens_per_cpu_second"),
+                    "one_worker_to_raw_ratio": ratio(one, raw, "tokens_per_second"),
                 }
             )
     result = {
@@ -146,6 +168,8 @@ def main() -> None:
         "pipeline": "permute-v1 + quota-v1 (code 3 : prose 1) + concat-v1",
         "cores": args.cores or os.cpu_count(),
         "pinned_cpus": sorted(os.sched_getaffinity(0)) if args.cores else None,
+        "rounds": args.rounds,
+        "seconds_per_case": args.seconds,
         "kernel": f"{platform.system()} {platform.release()}",
         "torch_threads": torch.get_num_threads(),
         "numpy": np.__version__,
@@ -158,14 +182,19 @@ def main() -> None:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
+    table = Table(title=f"loader vs raw memmap slicing, {result['cores']} core(s), medians")
+    for column in ("S", "raw M tok/s", "loader M tok/s", "ratio", "per CPU-s", "1 worker"):
+        table.add_column(column, justify="right")
     for c in cases:
-        raw_mtps = c["raw_memmap"]["tokens_per_second"] / 1e6
-        ours_mtps = c["loader"]["tokens_per_second"] / 1e6
-        print(
-            f"S={c['sequence_length']:5d}  raw {raw_mtps:8.1f} M tok/s  "
-            f"loader {ours_mtps:8.1f} M tok/s  ratio {c['loader_to_raw_ratio']:.2f}  "
-            f"(per CPU-second: {c['loader_to_raw_cpu_ratio']:.2f})"
+        table.add_row(
+            str(c["sequence_length"]),
+            f"{c['raw_memmap']['tokens_per_second'] / 1e6:.1f}",
+            f"{c['loader']['tokens_per_second'] / 1e6:.1f}",
+            f"{c['loader_to_raw_ratio']:.2f}",
+            f"{c['loader_to_raw_cpu_ratio']:.2f}",
+            f"{c['one_worker_to_raw_ratio']:.2f}",
         )
+    Console().print(table)
     print(f"wrote {args.out}")
 
 

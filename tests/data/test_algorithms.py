@@ -118,7 +118,7 @@ def test_pad_keeps_one_document_per_row(docs: list[np.ndarray], seq_len: int) ->
     draws=st.integers(1, 3000),
 )
 @settings(max_examples=60, deadline=None)
-def test_vectorised_quota_equals_the_one_draw_loop(
+def test_compiled_quota_equals_the_one_draw_definition(
     weights: list[float], before: int, draws: int
 ) -> None:
     total = sum(weights)
@@ -128,7 +128,38 @@ def test_vectorised_quota_equals_the_one_draw_loop(
     loop_units, fast_units = list(units), list(units)
     expected = edf_loop(shares, loop_units, draws, None)
     fast = MIXTURES.get("quota-v1").choose_block(shares, fast_units, 0, 0, draws, None)
-    assert fast == expected and fast_units == loop_units
+    assert fast.tolist() == expected and fast_units == loop_units
+
+
+@given(
+    weights=st.lists(st.floats(0.01, 100.0), min_size=1, max_size=5),
+    draws=st.integers(1, 400),
+    seed=st.integers(0, 2**32 - 1),
+    start=st.lists(st.integers(0, 5000), min_size=5, max_size=5),
+)
+@settings(max_examples=60, deadline=None)
+def test_compiled_quota_equals_the_definition_in_token_units(
+    weights: list[float], draws: int, seed: int, start: list[int]
+) -> None:
+    # Token units: each draw adds its document's units, so sources can go unreleased and the
+    # largest-deficit fallback is exercised too.
+    total = sum(weights)
+    shares = [w / total for w in weights]
+    rng = np.random.default_rng(seed)
+    ahead = [rng.integers(1, 900, size=draws) for _ in weights]
+    loop_units = start[: len(weights)]
+    fast_units = list(loop_units)
+    expected = edf_loop(shares, loop_units, draws, ahead)
+    fast = MIXTURES.get("quota-v1").choose_block(shares, fast_units, 0, 0, draws, ahead)
+    assert fast.tolist() == expected and fast_units == loop_units
+
+
+def test_categorical_counts_units_of_the_documents_it_took() -> None:
+    ahead = [np.arange(1, 101), np.arange(1001, 1101)]
+    units = [0, 0]
+    picks = MIXTURES.get("categorical-v1").choose_block([0.5, 0.5], units, 0, 3, 100, ahead)
+    c0 = int((picks == 0).sum())
+    assert units == [int(ahead[0][:c0].sum()), int(ahead[1][: 100 - c0].sum())]
 
 
 def _reference_permute_v1(k: int, n: int, key: int) -> int:
@@ -153,8 +184,25 @@ def _reference_permute_v1(k: int, n: int, key: int) -> int:
             return k
 
 
-@pytest.mark.parametrize("n", [2, 3, 17, 1000, 6067, 8361])
-def test_permutation_matches_the_per_position_definition(n: int) -> None:
-    key = 0x1234_5678_9ABC_DEF0
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 1000, 6067, 8361])
+@pytest.mark.parametrize("key", [0, 0x1234_5678_9ABC_DEF0, 2**64 - 2])
+def test_permutation_matches_the_per_position_definition(n: int, key: int) -> None:
+    # 2**64 - 2: the round keys' key + r wraps around 2**64.
     got = permute.permute(np.arange(n), n, key).tolist()
-    assert got == [_reference_permute_v1(k, n, key) for k in range(n)]
+    want = [0] * n if n == 1 else [_reference_permute_v1(k, n, key) for k in range(n)]
+    assert got == want
+
+
+def test_permutation_of_huge_ranges_matches_the_definition() -> None:
+    # Near 2**62 the halves are 31 bits wide; positions are sampled, not enumerated.
+    n = (1 << 62) - 12345
+    positions = np.array([0, 1, n // 3, n - 1], dtype=np.int64)
+    got = permute.permute(positions, n, 99).tolist()
+    assert got == [_reference_permute_v1(int(k), n, 99) for k in positions]
+
+
+def test_permutation_refuses_positions_outside_the_range() -> None:
+    with pytest.raises(ValueError, match=r"\[0, 10\)"):
+        permute.permute(np.array([3, 10]), 10, 1)
+    with pytest.raises(ValueError, match="empty"):
+        permute.permute(np.array([0]), 0, 1)

@@ -1,17 +1,44 @@
-"""Vectorised row materialisation equals the straightforward per-piece reference."""
+"""The compiled fill kernels equal the packing definitions, written out piece by piece.
+
+The reference is the packers' definition in two steps: `reference_pieces` cuts rows into
+pieces (row, doc, first, stop, column): extended tokens [first, stop) of window document doc go
+to `column` of row `row`; `reference_fill_rows` copies each piece and pads each row.
+"""
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runwright.data import PACKERS
+from runwright.data.native import ShardTable
+from runwright.data.packing import DocWindow
 from runwright.data.rows import fill_rows
+
+
+def reference_pieces(packing, row_starts, span_start, span_end, lengths, sequence_length):
+    """Pieces of the rows starting at `row_starts` (stream units), in stream order."""
+    if packing == "pad-v1":
+        docs = np.searchsorted(span_end, row_starts, side="right")
+        n = row_starts.shape[0]
+        stop = np.minimum(lengths[docs] + 1, sequence_length + 1)
+        return np.arange(n), docs, np.zeros(n, dtype=np.int64), stop, np.zeros(n, dtype=np.int64)
+    row_ends = row_starts + sequence_length + 1
+    first = np.searchsorted(span_end, row_starts, side="right")
+    last = np.searchsorted(span_start, row_ends, side="left")
+    counts = last - first
+    rows = np.repeat(np.arange(row_starts.shape[0]), counts)
+    offsets = np.arange(rows.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
+    docs = np.repeat(first, counts) + offsets
+    lo = np.maximum(span_start[docs], row_starts[rows])
+    hi = np.minimum(span_end[docs], row_ends[rows])
+    return rows, docs, lo - span_start[docs], hi - span_start[docs], lo - row_starts[rows]
 
 
 def reference_fill_rows(
     rows, sequence_length, eod_id, pieces, lengths, storage, doc_storage, doc_offset
 ):
-    """The per-piece loop fill_rows replaced: three slice copies per piece, padding per row."""
+    """Three slice copies per piece, padding per row."""
     width = sequence_length + 1
     row, doc, first, stop, col = pieces
     n = stop - first
@@ -53,8 +80,8 @@ def reference_fill_rows(
     return {
         "tokens": ids[:, :-1],
         "labels": ids[:, 1:],
-        "position_ids": pos[:, :-1],
-        "segment_ids": seg[:, :-1],
+        "position_ids": pos[:, :-1].copy(),
+        "segment_ids": seg[:, :-1].copy(),
         "loss_mask": loss_mask,
         "device_tokens": rows * sequence_length,
         "padded_tokens": padded,
@@ -88,17 +115,20 @@ def packed_windows(draw: st.DrawFn):
     available = 0 if total < extent else (total - extent) // stride + 1
     rows = draw(st.integers(0, available))
     first_row = draw(st.integers(0, available - rows))
-    starts = (first_row + np.arange(rows, dtype=np.int64)) * stride
-    pieces = packer.pieces(starts, span_start, span_end, lengths, seq)
-    return rows, seq, pieces, lengths, storage, doc_storage, doc_offset
+    window = DocWindow(span_start, span_end, lengths, doc_storage, doc_offset)
+    return packing, rows, first_row * stride, seq, window, storage
 
 
-@given(case=packed_windows(), eod=st.integers(0, 7))
-@settings(max_examples=200, deadline=None)
-def test_vectorised_rows_equal_the_reference(case, eod: int) -> None:
-    rows, seq, pieces, lengths, storage, doc_storage, doc_offset = case
-    fast = fill_rows(rows, seq, eod, pieces, lengths, storage, doc_storage, doc_offset)
-    slow = reference_fill_rows(rows, seq, eod, pieces, lengths, storage, doc_storage, doc_offset)
+def check_against_reference(packing, rows, first, seq, eod, window, storage) -> None:
+    packer = PACKERS.get(packing)
+    fast = fill_rows(packer, ShardTable(storage), window, first, rows, seq, eod)
+    starts = first + np.arange(rows, dtype=np.int64) * packer.stride(seq)
+    pieces = reference_pieces(
+        packing, starts, window.span_start, window.span_end, window.length, seq
+    )
+    slow = reference_fill_rows(
+        rows, seq, eod, pieces, window.length, storage, window.shard, window.offset
+    )
     assert fast.keys() == slow.keys()
     for key, want in slow.items():
         got = fast[key]
@@ -110,29 +140,36 @@ def test_vectorised_rows_equal_the_reference(case, eod: int) -> None:
             assert got == want, key
 
 
-def test_both_ways_of_placing_the_eod_match_the_reference() -> None:
-    """EOD cells read past the document (then overwritten), or, at a shard's end, appended."""
-    lengths = np.array([5, 3, 7, 4, 6], dtype=np.int64)
-    # Shard 0 holds documents 0, 1, 2 back to back and 3 more tokens; shard 1 holds 3 and 4,
-    # and 4 ends it. In stream order 0..4 no row reaches document 4's EOD (every EOD is read
-    # past its document); in the other order it is in the first row (appended instead).
-    doc_storage = np.array([0, 0, 0, 1, 1])
-    doc_offset = np.array([0, 5, 8, 0, 4], dtype=np.int64)
-    rng = np.random.default_rng(0)
-    storage = [
-        rng.integers(1, 60_000, size=18).astype(np.uint16),
-        rng.integers(1, 60_000, size=10).astype(np.uint16),
-    ]
-    packer = PACKERS.get("concat-v1")
-    spans = packer.spans(lengths)
-    seq = 4
-    for order in ([0, 1, 2, 3, 4], [4, 0, 3, 1, 2]):
-        docs = np.array(order)
-        span_end = np.cumsum(spans[docs])
-        rows = (int(span_end[-1]) - seq - 1) // seq + 1
-        starts = np.arange(rows, dtype=np.int64) * seq
-        pieces = packer.pieces(starts, span_end - spans[docs], span_end, lengths[docs], seq)
-        args = (rows, seq, 9, pieces, lengths[docs], storage, doc_storage[docs], doc_offset[docs])
-        fast, slow = fill_rows(*args), reference_fill_rows(*args)
-        for key, want in slow.items():
-            assert np.array_equal(fast[key], want), key
+@given(case=packed_windows(), eod=st.integers(0, 7))
+@settings(max_examples=300, deadline=None)
+def test_compiled_rows_equal_the_reference(case, eod: int) -> None:
+    packing, rows, first, seq, window, storage = case
+    check_against_reference(packing, rows, first, seq, eod, window, storage)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64])
+def test_every_megatron_token_dtype_is_read(dtype) -> None:
+    lengths = np.array([5, 3, 7, 4], dtype=np.int64)
+    rng = np.random.default_rng(1)
+    storage = [rng.integers(1, 120, size=int(lengths.sum())).astype(dtype)]
+    offsets = np.cumsum(lengths) - lengths
+    for packing in ("concat-v1", "pad-v1"):
+        spans = PACKERS.get(packing).spans(lengths)
+        span_end = np.cumsum(spans)
+        window = DocWindow(span_end - spans, span_end, lengths, np.zeros(4, np.int64), offsets)
+        check_against_reference(packing, 2, 0, 4, 0, window, storage)
+
+
+def test_a_window_that_does_not_cover_the_rows_is_refused() -> None:
+    lengths = np.array([5, 3], dtype=np.int64)
+    span_end = np.cumsum(lengths + 1)
+    window = DocWindow(
+        span_end - lengths - 1, span_end, lengths, np.zeros(2, np.int64), np.array([0, 5], np.int64)
+    )
+    storage = ShardTable([np.arange(8, dtype=np.uint16)])
+    with pytest.raises(ValueError, match="does not cover"):
+        fill_rows(PACKERS.get("concat-v1"), storage, window, 0, 3, 4, 0)
+    # A document whose offset runs past its shard is named, not read out of bounds.
+    bad = window._replace(offset=np.array([0, 6], np.int64))
+    with pytest.raises(IndexError, match="outside its shard"):
+        fill_rows(PACKERS.get("concat-v1"), storage, bad, 0, 1, 8, 0)

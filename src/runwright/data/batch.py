@@ -1,17 +1,19 @@
 """What the loader yields: a Batch (one step's rows for one rank), and how a plan becomes one.
 
-`materialise` is the read stage of the pipeline: it copies the plan's pieces out of the shard
-memmaps into the batch arrays (rows.py) and wraps each field in a tensor without copying.
+`materialise` is the read stage of the pipeline: the packer fills the batch arrays from the
+plan's document window and the shard memmaps (rows.py), and each field is wrapped in a tensor
+without copying.
 """
 
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 from pydantic import Field
 
 from runwright.data.cursor import Record
+from runwright.data.native import ShardTable
+from runwright.data.packing import Packer
 from runwright.data.planner import BatchPlan
 from runwright.data.rows import fill_rows
 
@@ -27,7 +29,7 @@ class Batch:
     loss_mask: torch.Tensor
     """1.0 where the label counts, float32 (rows, S)."""
     position_ids: torch.Tensor
-    """Positions that restart at every document, int64 (rows, S)."""
+    """Positions that restart at every document and row, int64 (rows, S)."""
     segment_ids: torch.Tensor
     """Document number within the row (0 = padding), int32 (rows, S)."""
     device_tokens: int
@@ -69,18 +71,17 @@ class LoaderStats(Record):
 
 
 def materialise(
-    plan: BatchPlan, sequence_length: int, eod_id: int, storage: list[np.ndarray]
+    plan: BatchPlan, packer: Packer, storage: ShardTable, sequence_length: int, eod_id: int
 ) -> tuple[Batch, int]:
     """The batch a plan describes, and how many tokens were copied out of `storage`."""
     arrays = fill_rows(
+        packer,
+        storage,
+        plan.window,
+        plan.first_row_start,
         plan.rows,
         sequence_length,
         eod_id,
-        plan.pieces,
-        plan.doc_length,
-        storage,
-        plan.doc_shard,
-        plan.doc_offset,
     )
     batch = Batch(
         tokens=torch.from_numpy(arrays["tokens"]),

@@ -9,6 +9,7 @@ batch handed to the caller, never one the prefetch ran ahead to, so restoring it
 nor repeats. This module owns identity (dataset, tokenizer, algorithms), the cursor and ledger.
 """
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from runwright.data.errors import CursorMismatchError, DataError, ManifestError
 from runwright.data.ledger import ConsumptionLedger, record_steps
 from runwright.data.manifest import DatasetManifest
 from runwright.data.mixture import MIXTURES
+from runwright.data.native import ShardTable
 from runwright.data.packing import PACKERS
 from runwright.data.permute import SHUFFLES
 from runwright.data.pipeline import END, ReadPipeline
@@ -33,13 +35,25 @@ from runwright.data.stream import DocStream, SourceTable, StreamState
 from runwright.spec import DataSpec, canonical_json, sha256_hex
 
 
+def _useful_workers(requested: int) -> int:
+    """Read workers worth starting: at most one fewer than the cores this process may use.
+
+    The caller's thread reads too whenever nothing is ready (ReadPipeline.get), and on a
+    single core a worker adds no throughput, only hand-offs (~10-15 us of CPU per batch,
+    measured by benchmarks/data_loader.py).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(0, min(requested, (cores or 1) - 1))
+
+
 class DataLoader:
     """Yields this rank's share of each global step, resumable from `state_dict()`.
 
     `global_batch_samples` packed sequences make a global step; rank `dp_rank` of `dp_size`
     gets `global_batch_samples // dp_size` of them. `resume` decides what `load_state_dict`
     accepts: `exact` refuses a cursor of another dataset, tokenizer, algorithm version, mixture,
-    seed or sequence length; `coverage` keeps only per-source progress.
+    seed or sequence length; `coverage` keeps only per-source progress. `read_workers` defaults
+    to the spec's, capped at the process's cores minus one; 0 reads on the caller's thread.
     """
 
     def __init__(
@@ -74,7 +88,11 @@ class DataLoader:
         self.dp_rank, self.dp_size = dp_rank, dp_size
         self.epochs = epochs
         self.resume = resume
-        self.read_workers = read_workers or data_spec.read_workers
+        self.read_workers = (
+            read_workers if read_workers is not None else _useful_workers(data_spec.read_workers)
+        )
+        if self.read_workers < 0:
+            raise DataError(f"read_workers={self.read_workers} must be 0 or more")
         self.prefetch_batches = prefetch_batches or data_spec.prefetch_batches
         self.reorder_capacity = reorder_capacity or max(2, 2 * self.read_workers)
         self.dataset: OpenDataset = open_dataset(
@@ -96,9 +114,10 @@ class DataLoader:
         self._mixture = MIXTURES.get(data_spec.mixture.algorithm)
         self._packer = PACKERS.get(data_spec.packing)
         train = [s for s in manifest.shards if s.split == "train"]
-        # Plain ndarray views: slicing a np.memmap subclass costs ~1.5 us more per piece.
-        self._tokens = [np.asarray(self.dataset.shards[s.name].tokens) for s in train]
-        self._itemsize = self._tokens[0].dtype.itemsize if self._tokens else 2
+        tokens = [self.dataset.shards[s.name].tokens for s in train]
+        # The shards' buffers, held once for the fill kernels (no per-step look-up).
+        self._storage = ShardTable(tokens)
+        self._itemsize = tokens[0].dtype.itemsize if tokens else 2
         self.sources = self._source_tables()
         self._origin = self._identity_cursor()
         self._cursor: DataCursor | CursorPoint = self._origin
@@ -286,7 +305,7 @@ class DataLoader:
 
     def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint]:
         batch, stored_tokens = materialise(
-            plan, self.spec.sequence_length, self.eod_token_id, self._tokens
+            plan, self._packer, self._storage, self.spec.sequence_length, self.eod_token_id
         )
         with self._bytes_lock:
             self._bytes += stored_tokens * self._itemsize

@@ -14,17 +14,41 @@ A row is `sequence_length + 1` tokens (S + 1) so that inputs are row[:-1] and la
 
 Counts per row: device tokens = S; padded tokens = inputs with segment 0; loss tokens = sum of
 the loss mask.
+
+Both fill rows straight from the planner's document window in compiled code (`_kernels.c`):
+one pass per row writes token ids (cast from the shard dtype), position ids, segment ids and
+the loss mask, so a batch costs one call, not a fixed number of numpy passes per field.
 """
 
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
+from runwright.data.native import ShardTable, fill_concat, fill_pad
 from runwright.data.registry import Registry
 
 
+class DocWindow(NamedTuple):
+    """Consecutive documents of the logical stream, as the fill kernels read them (int64)."""
+
+    span_start: np.ndarray
+    """First stream unit of each document."""
+    span_end: np.ndarray
+    """One past its last stream unit."""
+    length: np.ndarray
+    """Tokens of each document."""
+    shard: np.ndarray
+    """Index of the shard (in the ShardTable) holding it."""
+    offset: np.ndarray
+    """Its first token within that shard."""
+
+
+RowCounts = tuple[int, int, int]
+"""(loss tokens, padded tokens, stored tokens copied out of the shards)."""
+
+
 class Packer(Protocol):
-    """Maps a stream of document lengths to row pieces."""
+    """Maps a stream of document lengths to rows."""
 
     name: str
 
@@ -40,20 +64,20 @@ class Packer(Protocol):
         """Mixture units per document for `tokens` or `loss_tokens`."""
         ...
 
-    def pieces(
+    def fill(
         self,
-        row_starts: np.ndarray,
-        span_start: np.ndarray,
-        span_end: np.ndarray,
-        lengths: np.ndarray,
+        storage: ShardTable,
+        window: DocWindow,
+        first_row_start: int,
         sequence_length: int,
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Pieces of the rows starting at `row_starts` (stream units).
+        eod_id: int,
+        out: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    ) -> RowCounts:
+        """Fill consecutive rows, the first starting at stream unit `first_row_start`.
 
-        Returns flat arrays (row, doc, first, stop, column): extended tokens [first, stop) of
-        window document `doc` go to `column` of row `row` (an index into row_starts). Pieces are
-        listed in stream order: rows and documents are nondecreasing (the planner and
-        rows.fill_rows rely on it).
+        `out` is (ids (rows, S + 1) int64, position_ids (rows, S) int64, segment_ids (rows, S)
+        int32, loss_mask (rows, S) float32); inputs are ids[:, :-1], labels ids[:, 1:]. The
+        window must cover every row (ValueError otherwise).
         """
         ...
 
@@ -74,17 +98,9 @@ class ConcatPacker:
         # (tokens 1..len-1 and the EOD), the EOD -> next-document label is masked.
         return lengths + 1 if unit == "tokens" else lengths.copy()
 
-    def pieces(self, row_starts, span_start, span_end, lengths, sequence_length):
-        row_ends = row_starts + sequence_length + 1
-        first = np.searchsorted(span_end, row_starts, side="right")
-        last = np.searchsorted(span_start, row_ends, side="left")
-        counts = last - first
-        rows = np.repeat(np.arange(row_starts.shape[0]), counts)
-        offsets = np.arange(rows.shape[0]) - np.repeat(np.cumsum(counts) - counts, counts)
-        docs = np.repeat(first, counts) + offsets
-        lo = np.maximum(span_start[docs], row_starts[rows])
-        hi = np.minimum(span_end[docs], row_ends[rows])
-        return rows, docs, lo - span_start[docs], hi - span_start[docs], lo - row_starts[rows]
+    def fill(self, storage, window, first_row_start, sequence_length, eod_id, out):
+        rows = out[0].shape[0]
+        return fill_concat(storage, *window, first_row_start, rows, sequence_length, eod_id, *out)
 
 
 class PadPacker:
@@ -102,11 +118,9 @@ class PadPacker:
         kept = np.minimum(lengths + 1, sequence_length + 1)
         return kept if unit == "tokens" else kept - 1
 
-    def pieces(self, row_starts, span_start, span_end, lengths, sequence_length):
-        docs = np.searchsorted(span_end, row_starts, side="right")
-        n = row_starts.shape[0]
-        stop = np.minimum(lengths[docs] + 1, sequence_length + 1)
-        return np.arange(n), docs, np.zeros(n, dtype=np.int64), stop, np.zeros(n, dtype=np.int64)
+    def fill(self, storage, window, first_row_start, sequence_length, eod_id, out):
+        rows = out[0].shape[0]
+        return fill_pad(storage, *window, first_row_start, rows, sequence_length, eod_id, *out)
 
 
 PACKERS: Registry[Packer] = Registry("packing")

@@ -1,4 +1,4 @@
-"""Global-step planning: which pieces of which documents make this rank's rows of each step.
+"""Global-step planning: which documents make this rank's rows of each step.
 
 Global sample g (a packed row) starts at stream position g * stride. Global step k consumes
 samples [k*B, (k+1)*B) for global batch B, and data-parallel rank r of D reads
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from runwright.data.cursor import DataCursor, PackerResidual
-from runwright.data.packing import Packer
+from runwright.data.packing import DocWindow, Packer
 from runwright.data.stream import DocBlock, DocStream, SourceTable
 
 
@@ -28,15 +28,12 @@ class BatchPlan:
     """One past its last global sample."""
     rows: int
     """Rows this rank materialises."""
-    pieces: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
-    """(row, doc, first, stop, column); doc indexes the per-batch tables below (views of the
-    planner's window, which is only ever replaced, never written)."""
-    doc_shard: np.ndarray
-    """Shard index of each piece document."""
-    doc_offset: np.ndarray
-    """First token of each piece document within its shard."""
-    doc_length: np.ndarray
-    """Tokens of each piece document."""
+    first_row_start: int
+    """Stream unit where this rank's first row starts; the others follow at the packer's
+    stride."""
+    window: DocWindow
+    """Documents covering the rows: the planner's window as it was, whose arrays are only ever
+    replaced, never written, so a read worker can use them while planning goes on."""
     cursor: "CursorPoint"
     """Cursor after this step has been consumed."""
 
@@ -158,7 +155,7 @@ class Planner:
         # Where each document's tokens live, looked up once per block rather than per step.
         shard = np.empty(len(block), dtype=np.int64)
         offset = np.empty(len(block), dtype=np.int64)
-        for i in np.unique(block.source).tolist():
+        for i in range(len(self.sources)):
             sel = block.source == i
             table = self.sources[i]
             shard[sel] = table.shard[block.doc[sel]]
@@ -223,23 +220,13 @@ class Planner:
         # The cursor needs the document at new_pos; at the very end of a finite stream there is
         # none, and the cursor is the state after the last document.
         self._cover(new_pos)
-        starts = self.pos + (self.first_local + np.arange(self.local_rows)) * self.stride
-        row, doc, first, stop, col = self.packer.pieces(
-            starts, self._start, self._end, self._len, self.seq
-        )
-        # The batch's documents lie in window range [lo, hi): pass views, not copies. Packers
-        # list pieces in stream order, so the documents are nondecreasing.
-        lo = int(doc[0]) if doc.shape[0] else 0
-        hi = int(doc[-1]) + 1 if doc.shape[0] else 0
         plan = BatchPlan(
             step=self.step,
             first_sample=self.sample,
             end_sample=self.sample + self.global_batch,
             rows=self.local_rows,
-            pieces=(row, doc - lo, first, stop, col),
-            doc_shard=self._shard[lo:hi],
-            doc_offset=self._offset[lo:hi],
-            doc_length=self._len[lo:hi],
+            first_row_start=self.pos + self.first_local * self.stride,
+            window=DocWindow(self._start, self._end, self._len, self._shard, self._offset),
             cursor=self._cursor_at(new_pos, self.step + 1, self.sample + self.global_batch),
         )
         self.pos = new_pos

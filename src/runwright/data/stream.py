@@ -121,14 +121,19 @@ class DocStream:
         self.state = StreamState(epoch=self.state.epoch + 1, draws=[0] * m, units=[0] * m)
 
     def lookup(self, i: int, draws: np.ndarray, epoch: int) -> np.ndarray:
-        """Document indices of source i's draws (vectorised over passes)."""
+        """Document indices of source i's draws (increasing), vectorised over passes."""
         n = self.sources[i].documents
-        passes = draws // n
         out = np.empty_like(draws)
-        for p in np.unique(passes):
-            sel = passes == p
-            key = self._key(self.shuffle.name, self.sources[i].name, epoch, int(p))
-            out[sel] = self.shuffle.permute(draws[sel] - int(p) * n, n, key)
+        if not draws.shape[0]:
+            return out
+        # Draws come in increasing order, so each pass is one contiguous run.
+        passes = draws // n
+        first, last = int(passes[0]), int(passes[-1])
+        bounds = np.searchsorted(passes, np.arange(first, last + 2)).tolist()
+        for p in range(first, last + 1):
+            lo, hi = bounds[p - first], bounds[p - first + 1]
+            key = self._key(self.shuffle.name, self.sources[i].name, epoch, p)
+            out[lo:hi] = self.shuffle.permute(draws[lo:hi] - p * n, n, key)
         return out
 
     def next_block(self) -> DocBlock | None:
@@ -160,32 +165,19 @@ class DocStream:
         # Token units need each source's next document lengths while choosing (look-ahead);
         # the documents unit does not, so only the chosen draws are permuted.
         ahead_doc: dict[int, np.ndarray] = {}
-        ahead_units: dict[int, list[int]] = {}
+        ahead: list[np.ndarray] | None = None
         if self.doc_units is not None:
+            ahead = []
             for i in active:
                 draws = np.arange(st.draws[i], st.draws[i] + count, dtype=np.int64)
                 ahead_doc[i] = self.lookup(i, draws, st.epoch)
-                lengths = self.sources[i].lengths[ahead_doc[i]]
-                ahead_units[i] = self.doc_units(lengths).tolist()
+                ahead.append(self.doc_units(self.sources[i].lengths[ahead_doc[i]]))
         total_weight = sum(self.sources[i].weight for i in active)
         shares = [self.sources[i].weight / total_weight for i in active]
         local_units = [st.units[i] for i in active]
-        taken = [0] * len(active)
-
-        next_units = None
-        if self.doc_units is not None:
-
-            def next_units(k: int) -> int:
-                u = ahead_units[active[k]][taken[k]]
-                taken[k] += 1
-                return u
-
         draws_so_far = sum(st.draws)
         mix_key = self._key(self.mixture.name, st.epoch)
-        picks = self.mixture.choose_block(
-            shares, local_units, draws_so_far, mix_key, count, next_units
-        )
-        local = np.asarray(picks, dtype=np.int64)
+        local = self.mixture.choose_block(shares, local_units, draws_so_far, mix_key, count, ahead)
         source = np.asarray(active, dtype=np.int64)[local]
         draw = np.empty(count, dtype=np.int64)
         doc = np.empty(count, dtype=np.int64)

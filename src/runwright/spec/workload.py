@@ -135,7 +135,8 @@ class DataSpec(Section):
     prefetch_batches: PositiveInt = 4
     """Bound of the loader's prefetch queue (back-pressure)."""
     read_workers: PositiveInt = 2
-    """Parallel shard readers feeding the reorder buffer."""
+    """Parallel shard readers feeding the reorder buffer, besides the caller's thread; the
+    loader starts at most one fewer than the cores the process may use."""
 
 
 class OptimizerSpec(Section):

@@ -184,33 +184,59 @@ static inline uint64_t splitmix64(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-/* Positions into out; 1 if one lies outside [0, n). */
+typedef struct {
+    int half;
+    uint64_t mask, rk[4];
+} Feistel;
+
+/* One encryption: four rounds over the h-bit halves (L, R) -> (R, L ^ F(R)). */
+static inline uint64_t feistel_encrypt(const Feistel *f, uint64_t v) {
+    uint64_t left = v >> f->half, right = v & f->mask;
+    for (int r = 0; r < 4; r++) {
+        uint64_t next = left ^ (splitmix64(right ^ f->rk[r]) & f->mask);
+        left = right;
+        right = next;
+    }
+    return (left << f->half) | right;
+}
+
+/* Positions into out: 0, or 1 if one lies outside [0, n), or 2 out of memory.
+ *
+ * Cycle walking re-encrypts a value until it lands in [0, n). Done one position at a time, a
+ * walk of unpredictable length is a chain of dependent multiplies behind a mispredicted branch;
+ * instead every position is encrypted once in a branch-free pass (independent iterations the
+ * CPU overlaps), and each further pass re-encrypts only the list of positions still outside. */
 static int permute_loop(const int64_t *pos, int64_t *out, Py_ssize_t count, uint64_t n,
                         uint64_t key) {
-    /* half = ceil(bits(n - 1) / 2), at least 1: the domain 2^(2 half) is below 4n. */
-    int bits = n > 1 ? 64 - __builtin_clzll(n - 1) : 0;
-    int half = (bits + 1) / 2 > 1 ? (bits + 1) / 2 : 1;
-    uint64_t mask = half >= 64 ? ~0ULL : ((1ULL << half) - 1);
-    uint64_t rk[4];
-    for (int r = 0; r < 4; r++) rk[r] = splitmix64(key + (uint64_t)r);
-    for (Py_ssize_t i = 0; i < count; i++) {
+    for (Py_ssize_t i = 0; i < count; i++)
         if (pos[i] < 0 || (uint64_t)pos[i] >= n) return 1;
-        if (n == 1) {
-            out[i] = 0;
-            continue;
-        }
-        uint64_t v = (uint64_t)pos[i];
-        do {
-            uint64_t left = v >> half, right = v & mask;
-            for (int r = 0; r < 4; r++) {
-                uint64_t f = left ^ (splitmix64(right ^ rk[r]) & mask);
-                left = right;
-                right = f;
-            }
-            v = (left << half) | right;
-        } while (v >= n);
-        out[i] = (int64_t)v;
+    if (n == 1) {
+        for (Py_ssize_t i = 0; i < count; i++) out[i] = 0;
+        return 0;
     }
+    /* half = ceil(bits(n - 1) / 2), at least 1: the domain 2^(2 half) is below 4n. */
+    int bits = 64 - __builtin_clzll(n - 1);
+    Feistel f = {.half = (bits + 1) / 2 > 1 ? (bits + 1) / 2 : 1};
+    f.mask = (1ULL << f.half) - 1;
+    for (int r = 0; r < 4; r++) f.rk[r] = splitmix64(key + (uint64_t)r);
+    uint64_t *v = (uint64_t *)out;
+    for (Py_ssize_t i = 0; i < count; i++) v[i] = feistel_encrypt(&f, (uint64_t)pos[i]);
+    Py_ssize_t todo = 0;
+    for (Py_ssize_t i = 0; i < count; i++) todo += v[i] >= n;
+    if (!todo) return 0;
+    Py_ssize_t *walk = PyMem_RawMalloc(sizeof(Py_ssize_t) * todo);
+    if (!walk) return 2;
+    todo = 0;
+    for (Py_ssize_t i = 0; i < count; i++)
+        if (v[i] >= n) walk[todo++] = i;
+    while (todo) {
+        for (Py_ssize_t t = 0; t < todo; t++) v[walk[t]] = feistel_encrypt(&f, v[walk[t]]);
+        Py_ssize_t left = 0;
+        for (Py_ssize_t t = 0; t < todo; t++)
+            if (v[walk[t]] >= n) walk[left++] = walk[t];
+        todo = left;
+    }
+    PyMem_RawFree(walk);
     return 0;
 }
 
@@ -244,6 +270,7 @@ static PyObject *permute_v1(PyObject *mod, PyObject *args) {
     Py_END_ALLOW_THREADS
     PyBuffer_Release(&pb);
     PyBuffer_Release(&ob);
+    if (bad == 2) return PyErr_NoMemory();
     if (bad) {
         PyErr_Format(PyExc_ValueError, "positions must lie in [0, %lld)", n);
         return NULL;

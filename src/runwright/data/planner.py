@@ -15,6 +15,9 @@ from runwright.data.cursor import DataCursor, PackerResidual
 from runwright.data.packing import DocWindow, Packer
 from runwright.data.stream import DocBlock, DocStream, SourceTable
 
+_TRIM_DOCUMENTS = 4096
+"""Consumed documents the planner's window may hold before it drops them."""
+
 
 @dataclass(frozen=True)
 class BatchPlan:
@@ -188,8 +191,8 @@ class Planner:
                 return block, absolute - first
         raise AssertionError("window index before the first block")
 
-    def _cursor_at(self, position: int, step: int, sample: int) -> CursorPoint:
-        j = int(np.searchsorted(self._end, position, side="right"))
+    def _cursor_at(self, j: int, position: int, step: int, sample: int) -> CursorPoint:
+        """The cursor at stream `position`, inside or just before window document j."""
         start = int(self._start[j]) if j < self._end.shape[0] else position
         residual = None
         if start == position:
@@ -199,10 +202,8 @@ class Planner:
             residual = (int(self._src[j]), int(self._draw[j]), position - start)
         return CursorPoint(self.template, self.names, block, index, residual, step, sample)
 
-    def _trim(self, position: int) -> None:
-        keep = int(np.searchsorted(self._end, position, side="right"))
-        if keep == 0:
-            return
+    def _trim(self, keep: int) -> None:
+        """Drop the window's first `keep` documents (all ended before the planned position)."""
         self._base += keep
         self._src, self._draw = self._src[keep:], self._draw[keep:]
         self._doc, self._len = self._doc[keep:], self._len[keep:]
@@ -220,6 +221,7 @@ class Planner:
         # The cursor needs the document at new_pos; at the very end of a finite stream there is
         # none, and the cursor is the state after the last document.
         self._cover(new_pos)
+        j = int(np.searchsorted(self._end, new_pos, side="right"))
         plan = BatchPlan(
             step=self.step,
             first_sample=self.sample,
@@ -227,10 +229,13 @@ class Planner:
             rows=self.local_rows,
             first_row_start=self.pos + self.first_local * self.stride,
             window=DocWindow(self._start, self._end, self._len, self._shard, self._offset),
-            cursor=self._cursor_at(new_pos, self.step + 1, self.sample + self.global_batch),
+            cursor=self._cursor_at(j, new_pos, self.step + 1, self.sample + self.global_batch),
         )
         self.pos = new_pos
         self.step += 1
         self.sample += self.global_batch
-        self._trim(new_pos)
+        # Documents before j are consumed; dropping them costs eight slices, so it waits until
+        # there are enough of them (every kernel and look-up searches the window anyway).
+        if j >= _TRIM_DOCUMENTS:
+            self._trim(j)
         return plan

@@ -58,3 +58,17 @@ def test_bad_magic_is_a_named_error(tmp_path: Path) -> None:
     (tmp_path / "x.bin").write_bytes(b"")
     with pytest.raises(ShardCorruptError, match="bad magic"):
         open_shard(tmp_path / "x")
+
+
+def test_a_multimodal_index_with_sequence_modes_is_read(tmp_path: Path) -> None:
+    writer = IndexedWriter(tmp_path / "m", np.dtype(np.int32))
+    for doc in ([1, 2, 3], [4, 5]):
+        writer.add(doc)
+    writer.finish()
+    with open(tmp_path / "m.idx", "ab") as fh:
+        fh.write(np.zeros(2, dtype=np.int8).tobytes())  # one mode per sequence
+    shard = open_shard(tmp_path / "m")
+    assert [shard.document(i).tolist() for i in range(2)] == [[1, 2, 3], [4, 5]]
+    (tmp_path / "m.idx").write_bytes((tmp_path / "m.idx").read_bytes() + b"\x00")
+    with pytest.raises(ShardCorruptError, match="truncated or corrupt"):
+        open_shard(tmp_path / "m")

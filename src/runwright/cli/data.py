@@ -1,4 +1,4 @@
-"""`runwright data ...` commands: build, inspect and verify content-addressed datasets."""
+"""`runwright data ...` commands: build, import, inspect and verify content-addressed datasets."""
 
 import os
 from pathlib import Path
@@ -68,6 +68,69 @@ def build(
     console.print(
         f"  partitions  {result.partitions_run} run, {result.partitions_reused} reused; "
         f"{result.quarantined} records quarantined; {result.seconds:.1f} s"
+    )
+
+
+@app.command("import-megatron")
+@guarded
+def import_megatron_command(
+    shards: list[str] = typer.Argument(
+        ...,
+        help="Megatron shard prefixes (`corpus_text_document` for its .bin/.idx), each optionally "
+        "as SOURCE=PREFIX; plain prefixes go to --source.",
+    ),
+    vocab_size: int = typer.Option(..., "--vocab-size", help="Vocabulary size of the ids."),
+    eod_token_id: int = typer.Option(..., "--eod-token-id", help="End-of-document token id."),
+    source: str = typer.Option("megatron", "--source", help="Source name of plain prefixes."),
+    tokenizer: Path | None = typer.Option(
+        None, "--tokenizer", help="HF tokenizer.json of the ids (else a placeholder vocabulary)."
+    ),
+    strip_eod: bool = typer.Option(
+        False,
+        "--strip-eod",
+        help="Remove a trailing EOD from each document (data made with --append-eod); "
+        "runwright's packers add one themselves.",
+    ),
+    name: str = typer.Option("megatron-import", "--name", help="Dataset name."),
+    root: Path | None = typer.Option(
+        None, "--root", help="runwright root; default $RUNWRIGHT_ROOT or .runwright/."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Import Megatron-LM indexed datasets (.bin/.idx) as a content-addressed dataset."""
+    from runwright.data.megatron import import_megatron
+
+    sources: dict[str, list[str]] = {}
+    for item in shards:
+        label, sep, prefix = item.partition("=")
+        sources.setdefault(label if sep else source, []).append(prefix if sep else item)
+    result = import_megatron(
+        sources,
+        _root(root),
+        vocab_size=vocab_size,
+        eod_token_id=eod_token_id,
+        tokenizer_file=tokenizer,
+        strip_eod=strip_eod,
+        name=name,
+        show_progress=not as_json,
+        console=None if as_json else console,
+    )
+    summary = {
+        "dataset_id": result.dataset_id,
+        "folder": str(result.folder),
+        "documents": result.documents,
+        "tokens": result.tokens,
+        "eod_stripped": result.eod_stripped,
+        "reused": result.reused,
+    }
+    if as_json:
+        print_json(summary)
+        return
+    console.print(f"dataset [bold]{result.dataset_id}[/]" + (" (already there)" * result.reused))
+    console.print(f"  folder     {result.folder}")
+    console.print(
+        f"  documents  {result.documents:,}; tokens {result.tokens:,}; "
+        f"trailing EOD removed from {result.eod_stripped:,}"
     )
 
 

@@ -13,7 +13,9 @@ documents it; we do not copy its code). All integers are little-endian:
     ...     8*S <i8         sequence pointers, byte offsets into .bin
     ...     8*D <i8         document index: first sequence of each document, then S
 
-runwright writes one sequence per document, so the document index is 0, 1, ..., S.
+runwright writes one sequence per document, so the document index is 0, 1, ..., S, and reads
+every sequence of a foreign index as one document. A multimodal index may carry S more bytes
+(one int8 sequence mode each) after the document index; they are accepted and not used.
 Header arithmetic: 9 + 8 + 1 + 8 + 8 = 34 bytes before the arrays.
 """
 
@@ -132,7 +134,9 @@ def read_index(path: Path) -> tuple[np.dtype, np.ndarray, np.ndarray, np.ndarray
         raise ShardCorruptError(f"{path.name}: unknown dtype code {code}")
     count, doc_count = struct.unpack_from("<QQ", raw, 18)
     expected = HEADER_BYTES + 4 * count + 8 * count + 8 * doc_count
-    if len(raw) != expected:
+    # Megatron's multimodal indices append one int8 mode per sequence after the document index;
+    # the header does not say so, and the tokens do not depend on it.
+    if len(raw) not in (expected, expected + count):
         raise ShardCorruptError(
             f"{path.name}: index is {len(raw)} bytes but its header implies {expected}; the file "
             "is truncated or corrupt"

@@ -17,6 +17,7 @@ from runwright.data.dataset import file_sha256
 from runwright.data.indexed import token_dtype
 from runwright.data.manifest import (
     DatasetManifest,
+    InputRecord,
     Lineage,
     SourceStatistics,
     SplitBoundary,
@@ -49,8 +50,14 @@ def write_pretokenized(
     eval_documents: Mapping[str, Iterable[Sequence[int] | np.ndarray]] | None = None,
     tokenizer_file: str | Path | None = None,
     max_tokens_per_shard: int = 1 << 26,
+    inputs: Sequence[InputRecord] = (),
+    stage: StageRecord | None = None,
 ) -> DatasetManifest:
-    """Write a dataset folder from token-id documents per source; returns the sealed manifest."""
+    """Write a dataset folder from token-id documents per source; returns the sealed manifest.
+
+    `inputs` and `stage` are the lineage to record (the files the documents came from, and the
+    stage that produced them with its parameters); by default a `pretokenized` stage.
+    """
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     tok_path = folder / "tokenizer.json"
@@ -91,8 +98,10 @@ def write_pretokenized(
         ),
         lineage=Lineage(
             recipe_name=name,
-            inputs=[],
-            stages=[StageRecord(name="pretokenized", parameters={"documents": train_docs})],
+            inputs=list(inputs),
+            stages=[
+                stage or StageRecord(name="pretokenized", parameters={"documents": train_docs})
+            ],
             code_version=f"runwright {__version__}",
         ),
         split=SplitBoundary(

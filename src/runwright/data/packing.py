@@ -15,7 +15,7 @@ A row is `sequence_length + 1` tokens (S + 1) so that inputs are row[:-1] and la
 Counts per row: device tokens = S; padded tokens = inputs with segment 0; loss tokens = sum of
 the loss mask.
 
-Both fill rows straight from the planner's document window in compiled code (`_kernels.c`):
+Both fill rows straight from the planner's document window in compiled code (`csrc/fill.c`):
 one pass per row writes token ids (cast from the shard dtype), position ids, segment ids and
 the loss mask, so a batch costs one call, not a fixed number of numpy passes per field.
 """

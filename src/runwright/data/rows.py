@@ -1,6 +1,6 @@
 """Row materialisation: a packer fills a batch's arrays from a document window.
 
-The arrays are allocated here and filled in one compiled call (packing.py, `_kernels.c`):
+The arrays are allocated here and filled in one compiled call (packing.py, `csrc/fill.c`):
 - ids: one (rows, S + 1) int64 grid; tokens and labels are its views [:, :-1] and [:, 1:], as
   in raw slicing, so the one token two consecutive fields share is copied once;
 - position_ids (int64) and segment_ids (int32), (rows, S) and contiguous;

@@ -32,7 +32,7 @@ class SourceTable:
     lengths: np.ndarray
     """Tokens per document (int64)."""
     shard: np.ndarray
-    """Index of the shard holding each document (int32)."""
+    """Index of the shard holding each document (int64)."""
     offset: np.ndarray
     """First token of each document within its shard (int64)."""
     weight: float

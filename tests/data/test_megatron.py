@@ -156,3 +156,49 @@ def test_cli_imports_and_refuses_bad_input_without_a_traceback(tmp_path: Path) -
     bad = runner.invoke(app, [*args[:4], "--vocab-size", "10", "--eod-token-id", "0", "--json"])
     assert bad.exit_code == 2 and "Traceback" not in bad.output
     assert "--vocab-size" in bad.output
+
+
+def test_export_writes_megatron_pairs_with_eod_and_round_trips(tmp_path: Path) -> None:
+    from runwright.data import export_megatron
+    from runwright.data.pretokenized import write_pretokenized
+
+    docs = {"code": [[11, 12, 13], [14]], "prose": [[21, 22], [23, 24, 25], [26]]}
+    write_pretokenized(tmp_path / "ds", docs, vocab_size=1000, eod_token_id=2)
+    result = export_megatron(tmp_path / "ds", tmp_path / "out" / "corpus")
+    assert result.documents == 5 and result.tokens == 10 + 5
+    prefix = result.prefixes["prose"]
+    assert prefix.name == "corpus_prose_document"
+    # The files, read back by the format description: uint16 (code 8), EOD after every document.
+    raw = prefix.with_suffix(".idx").read_bytes()
+    assert raw[:9] == b"MMIDIDX\x00\x00" and raw[17] == 8
+    assert struct.unpack_from("<QQ", raw, 18) == (3, 4)
+    assert np.frombuffer(raw, np.int32, 3, 34).tolist() == [3, 4, 2]
+    assert np.frombuffer(raw, np.int64, 3, 46).tolist() == [0, 6, 14]
+    stream = np.frombuffer(prefix.with_suffix(".bin").read_bytes(), np.uint16).tolist()
+    assert stream == [21, 22, 2, 23, 24, 25, 2, 26, 2]
+    # Importing the export with --strip-eod gives back the same documents.
+    back = import_megatron(
+        {src: [p] for src, p in result.prefixes.items()},
+        tmp_path / "root",
+        vocab_size=1000,
+        eod_token_id=2,
+        strip_eod=True,
+    )
+    assert back.documents == 5 and back.tokens == 10
+    with pytest.raises(DataError, match="never overwrites"):
+        export_megatron(tmp_path / "ds", tmp_path / "out" / "corpus")
+
+
+def test_cli_exports(tmp_path: Path) -> None:
+    from runwright.data.pretokenized import write_pretokenized
+
+    write_pretokenized(tmp_path / "ds", {"web": [[5, 6], [7]]}, vocab_size=100, eod_token_id=0)
+    out = CliRunner().invoke(
+        app, ["data", "export-megatron", str(tmp_path / "ds"), str(tmp_path / "m"), "--json"]
+    )
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["tokens"] == 5
+    again = CliRunner().invoke(
+        app, ["data", "export-megatron", str(tmp_path / "ds"), str(tmp_path / "m"), "--json"]
+    )
+    assert again.exit_code == 2 and "Traceback" not in again.output

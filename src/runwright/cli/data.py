@@ -1,4 +1,4 @@
-"""`runwright data ...` commands: build, import, inspect and verify content-addressed datasets."""
+"""`runwright data ...`: build, import/export (Megatron), inspect and verify datasets."""
 
 import os
 from pathlib import Path
@@ -132,6 +132,45 @@ def import_megatron_command(
         f"  documents  {result.documents:,}; tokens {result.tokens:,}; "
         f"trailing EOD removed from {result.eod_stripped:,}"
     )
+
+
+@app.command("export-megatron")
+@guarded
+def export_megatron_command(
+    path: str = typer.Argument(..., help="Dataset folder or fsspec URL."),
+    output_prefix: Path = typer.Argument(
+        ..., help="Output prefix; writes <prefix>_<source>_document.bin/.idx per source."
+    ),
+    split: str = typer.Option("train", "--split", help="Split to export (train or eval)."),
+    append_eod: bool = typer.Option(
+        True,
+        "--append-eod/--no-append-eod",
+        help="End every document with the EOD id, as Megatron's --append-eod does.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Export a dataset as Megatron-LM indexed datasets, one .bin/.idx pair per source."""
+    from runwright.data.megatron import export_megatron
+
+    result = export_megatron(
+        path,
+        output_prefix,
+        split=split,
+        append_eod=append_eod,
+        show_progress=not as_json,
+        console=None if as_json else console,
+    )
+    summary = {
+        "prefixes": {src: str(p) for src, p in result.prefixes.items()},
+        "documents": result.documents,
+        "tokens": result.tokens,
+    }
+    if as_json:
+        print_json(summary)
+        return
+    for src, prefix in result.prefixes.items():
+        console.print(f"{src:12s} {prefix}.bin / .idx")
+    console.print(f"{result.documents:,} documents, {result.tokens:,} tokens")
 
 
 @app.command()

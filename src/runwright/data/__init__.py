@@ -27,7 +27,7 @@ from runwright.data.indexed import IndexedWriter, open_shard
 from runwright.data.ledger import ConsumptionLedger, LedgerRange, gaps_and_overlaps, join
 from runwright.data.loader import DataLoader
 from runwright.data.manifest import DatasetManifest, read_manifest
-from runwright.data.megatron import ImportResult, import_megatron
+from runwright.data.megatron import ExportResult, ImportResult, export_megatron, import_megatron
 from runwright.data.mixture import MIXTURES, mixture_sequence
 from runwright.data.packing import PACKERS
 from runwright.data.permute import SHUFFLES
@@ -49,6 +49,7 @@ __all__ = [
     "DataError",
     "DataLoader",
     "DatasetManifest",
+    "ExportResult",
     "ImportResult",
     "IndexedWriter",
     "LedgerRange",
@@ -63,6 +64,7 @@ __all__ = [
     "VerifyReport",
     "build_dataset",
     "describe_dataset",
+    "export_megatron",
     "gaps_and_overlaps",
     "import_megatron",
     "join",

@@ -1,4 +1,4 @@
-"""Importing Megatron-LM indexed datasets: their `.bin`/`.idx` pairs become a runwright dataset.
+"""Megatron-LM interop: import their `.bin`/`.idx` corpora, export ours in their conventions.
 
 A Megatron corpus (e.g. from `tools/preprocess_data.py`) has token shards but no manifest: no
 digests, no tokenizer hash, no lineage. `import_megatron` reads every pair with the same reader
@@ -10,6 +10,12 @@ the same dataset id, and an existing dataset folder is reused, never overwritten
 Each Megatron sequence becomes one document. `preprocess_data.py --append-eod` stores the EOD
 token at the end of every document, while runwright's packers add an EOD slot themselves:
 `strip_eod=True` removes a trailing EOD so the packed stream has one per document, not two.
+
+The other way: a runwright shard already is a valid Megatron pair, but it stores documents
+without EOD, and Megatron's GPT dataset concatenates documents as stored, so it would see no
+boundaries. `export_megatron` writes one pair per source named as `preprocess_data.py` names
+its output (`<prefix>_<source>_document`), with the EOD appended to every document by default,
+in the shard dtype (uint16 or int32).
 """
 
 import shutil
@@ -22,9 +28,9 @@ import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-from runwright.data.dataset import file_sha256
+from runwright.data.dataset import file_sha256, open_dataset
 from runwright.data.errors import DataError
-from runwright.data.indexed import IndexedShard, open_shard
+from runwright.data.indexed import IndexedShard, IndexedWriter, open_shard
 from runwright.data.manifest import MANIFEST_FILE, DatasetManifest, InputRecord, StageRecord
 from runwright.data.pretokenized import write_pretokenized
 
@@ -171,3 +177,64 @@ def import_megatron(
         eod_stripped=counts["stripped"],
         reused=reused,
     )
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """A finished export: one Megatron pair per source."""
+
+    prefixes: dict[str, Path]
+    """Source name -> the written pair's prefix (`<prefix>.bin`, `<prefix>.idx`)."""
+    documents: int
+    tokens: int
+    """Tokens written, EODs included."""
+
+
+def export_megatron(
+    dataset_path: str | Path,
+    output_prefix: str | Path,
+    *,
+    split: str = "train",
+    append_eod: bool = True,
+    show_progress: bool = False,
+    console: Console | None = None,
+) -> ExportResult:
+    """Write `<output_prefix>_<source>_document.bin/.idx` for every source of `split`.
+
+    Documents keep the dataset's shard order. Existing files are refused, not overwritten.
+    """
+    dataset = open_dataset(dataset_path, verification="digest", split=split)
+    manifest = dataset.manifest
+    records = [r for r in manifest.shards if r.split == split]
+    if not records:
+        raise DataError(f"dataset {manifest.dataset_id[:12]} has no {split!r} shards")
+    output_prefix = Path(output_prefix)
+    sources = manifest.sources(split)
+    targets = {src: Path(f"{output_prefix}_{src}_document") for src in sources}
+    for target in targets.values():
+        for suffix in (".bin", ".idx"):
+            if target.with_suffix(suffix).exists():
+                raise DataError(
+                    f"{target.with_suffix(suffix)} exists; choose another output prefix or "
+                    "remove it (an export never overwrites)"
+                )
+    output_prefix.parent.mkdir(parents=True, exist_ok=True)
+    eod = np.array([manifest.tokenizer.eod_token_id])
+    total = sum(r.documents for r in records)
+    documents = tokens = 0
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, console=console, disable=not show_progress) as progress:
+        task = progress.add_task("exporting documents", total=total)
+        for src, target in targets.items():
+            mine = [r for r in records if r.source == src]
+            writer = IndexedWriter(target, np.dtype(mine[0].dtype))
+            for record in mine:
+                shard = dataset.shards[record.name]
+                for i in range(shard.documents):
+                    doc = shard.document(i)
+                    writer.add(np.concatenate([doc, eod.astype(doc.dtype)]) if append_eod else doc)
+                progress.advance(task, shard.documents)
+                documents += shard.documents
+            writer.finish()
+            tokens += writer.tokens
+    return ExportResult(prefixes=targets, documents=documents, tokens=tokens)

@@ -93,53 +93,50 @@ static PyObject *fill_result(FillArgs *a, int status, int64_t zeros, int64_t pad
                          (long long)stored);
 }
 
+/* The inner loops, with restrict pointers so they vectorise (the outputs alias nothing). */
+static inline void number_cells(int64_t *restrict pos, int32_t *restrict seg, int64_t cells,
+                                int32_t segment) {
+    for (int64_t t = 0; t < cells; t++) {
+        pos[t] = t;
+        seg[t] = segment;
+    }
+}
+
+static inline void mask_from(float *restrict mask, int64_t counted, int64_t cells) {
+    for (int64_t c = 0; c < cells; c++) mask[c] = c < counted ? 1.0f : 0.0f;
+}
+
 PER_CPU static int concat_rows(const FillArgs *a, int64_t *zeros_out, int64_t *stored_out) {
-    /* Everything in locals and restrict pointers: the stores into the outputs could otherwise
-     * alias *a, which would force reloads and keep the inner loops scalar. */
-    const int64_t *restrict start = a->span_start.buf, *restrict end = a->span_end.buf;
-    const int64_t *restrict len = a->lengths.buf, *restrict shard = a->doc_shard.buf;
-    const int64_t *restrict offset = a->doc_offset.buf;
-    int64_t *restrict ids = a->ids.buf, *restrict pos = a->pos.buf;
-    int32_t *restrict seg = a->seg.buf;
-    float *restrict mask = a->mask.buf;
-    const ShardTable *table = a->table;
-    const Py_ssize_t docs = a->docs;
-    const int64_t S = a->seq, W = a->seq + 1, eod = a->eod, rows = a->rows;
-    const int64_t first_row_start = a->first_row_start;
+    const int64_t *start = a->span_start.buf, *end = a->span_end.buf, *len = a->lengths.buf;
+    const int64_t *shard = a->doc_shard.buf, *offset = a->doc_offset.buf;
+    const int64_t S = a->seq, W = a->seq + 1;
     int64_t zeros = 0, stored = 0;
     int status = FILL_OK;
-    Py_ssize_t j = document_at(end, docs, first_row_start);
-    for (int64_t r = 0; r < rows && status == FILL_OK; r++) {
-        const int64_t row_start = first_row_start + r * S, row_end = row_start + W;
-        int64_t *rid = ids + r * W, *rpos = pos + r * S;
-        int32_t *rseg = seg + r * S;
-        float *rmask = mask + r * S;
-        for (int64_t c = 0; c < S; c++) rmask[c] = 1.0f;
+    Py_ssize_t j = document_at(end, a->docs, a->first_row_start);
+    for (int64_t r = 0; r < a->rows && status == FILL_OK; r++) {
+        const int64_t row_start = a->first_row_start + r * S, row_end = row_start + W;
+        int64_t *rid = (int64_t *)a->ids.buf + r * W, *rpos = (int64_t *)a->pos.buf + r * S;
+        int32_t *rseg = (int32_t *)a->seg.buf + r * S;
+        float *rmask = (float *)a->mask.buf + r * S;
+        mask_from(rmask, S, S);
         int64_t col = 0;
         int32_t piece = 0;
         Py_ssize_t k = j;
         for (;;) {
-            if (k >= docs || start[k] > row_start + col || end[k] <= row_start + col) {
+            if (k >= a->docs || start[k] > row_start + col || end[k] <= row_start + col) {
                 status = FILL_UNCOVERED;
                 break;
             }
             const int64_t lo = row_start + col, hi = end[k] < row_end ? end[k] : row_end;
             const int64_t first = lo - start[k], stop = hi - start[k], n = hi - lo;
             const int64_t real = (stop < len[k] ? stop : len[k]) - first;
-            if (copy_tokens(table, shard[k], offset[k] + first, real, rid + col) < 0) {
+            if (copy_tokens(a->table, shard[k], offset[k] + first, real, rid + col) < 0) {
                 status = FILL_STORAGE;
                 break;
             }
             stored += real;
-            if (stop > len[k]) rid[col + real] = eod;
-            piece++;
-            const int64_t cells = col + n < S ? n : S - col;
-            int64_t *p = rpos + col;
-            int32_t *g = rseg + col;
-            for (int64_t t = 0; t < cells; t++) {
-                p[t] = t;
-                g[t] = piece;
-            }
+            if (stop > len[k]) rid[col + real] = a->eod;
+            number_cells(rpos + col, rseg + col, col + n < S ? n : S - col, ++piece);
             col += n;
             if (col >= W) break;
             /* The piece ends before its row: the next label starts another document. */
@@ -169,50 +166,35 @@ PyObject *rw_fill_concat(PyObject *mod, PyObject *args) {
 
 PER_CPU static int pad_rows(const FillArgs *a, int64_t *zeros_out, int64_t *padded_out,
                             int64_t *stored_out) {
-    /* Everything in locals and restrict pointers: the stores into the outputs could otherwise
-     * alias *a, which would force reloads and keep the inner loops scalar. */
-    const int64_t *restrict start = a->span_start.buf, *restrict end = a->span_end.buf;
-    const int64_t *restrict len = a->lengths.buf, *restrict shard = a->doc_shard.buf;
-    const int64_t *restrict offset = a->doc_offset.buf;
-    int64_t *restrict ids = a->ids.buf, *restrict pos = a->pos.buf;
-    int32_t *restrict seg = a->seg.buf;
-    float *restrict mask = a->mask.buf;
-    const ShardTable *table = a->table;
-    const Py_ssize_t docs = a->docs;
-    const int64_t S = a->seq, W = a->seq + 1, eod = a->eod, rows = a->rows;
-    const int64_t first_row_start = a->first_row_start;
+    const int64_t *start = a->span_start.buf, *end = a->span_end.buf, *len = a->lengths.buf;
+    const int64_t *shard = a->doc_shard.buf, *offset = a->doc_offset.buf;
+    const int64_t S = a->seq, W = a->seq + 1;
     int64_t zeros = 0, padded = 0, stored = 0;
     int status = FILL_OK;
-    Py_ssize_t j = document_at(end, docs, first_row_start);
-    for (int64_t r = 0; r < rows; r++) {
+    Py_ssize_t j = document_at(end, a->docs, a->first_row_start);
+    for (int64_t r = 0; r < a->rows; r++) {
         const Py_ssize_t k = j + r;
-        if (k >= docs || start[k] != first_row_start + r) {
+        if (k >= a->docs || start[k] != a->first_row_start + r) {
             status = FILL_UNCOVERED;
             break;
         }
-        int64_t *rid = ids + r * W, *rpos = pos + r * S;
-        int32_t *rseg = seg + r * S;
-        float *rmask = mask + r * S;
+        int64_t *rid = (int64_t *)a->ids.buf + r * W, *rpos = (int64_t *)a->pos.buf + r * S;
+        int32_t *rseg = (int32_t *)a->seg.buf + r * S;
         const int64_t n = len[k] + 1 < W ? len[k] + 1 : W;
         const int64_t real = n < len[k] ? n : len[k];
-        if (copy_tokens(table, shard[k], offset[k], real, rid) < 0) {
+        if (copy_tokens(a->table, shard[k], offset[k], real, rid) < 0) {
             status = FILL_STORAGE;
             break;
         }
         stored += real;
-        for (int64_t c = real; c < W; c++) rid[c] = eod;
+        for (int64_t c = real; c < W; c++) rid[c] = a->eod;
         const int64_t inputs = n < S ? n : S;
-        for (int64_t c = 0; c < inputs; c++) {
-            rpos[c] = c;
-            rseg[c] = 1;
-        }
-        for (int64_t c = inputs; c < S; c++) {
-            rpos[c] = 0;
-            rseg[c] = 0;
-        }
+        number_cells(rpos, rseg, inputs, 1);
+        memset(rpos + inputs, 0, sizeof(int64_t) * (size_t)(S - inputs));
+        memset(rseg + inputs, 0, sizeof(int32_t) * (size_t)(S - inputs));
         /* Labels from column n - 1 on are padding (the EOD -> pad prediction included). */
         const int64_t counted = n - 1 > 0 ? n - 1 : 0;
-        for (int64_t c = 0; c < S; c++) rmask[c] = c < counted ? 1.0f : 0.0f;
+        mask_from((float *)a->mask.buf + r * S, counted, S);
         zeros += S - counted;
         padded += S - inputs;
     }

@@ -6,7 +6,8 @@ synthetic vocabulary, log-normal lengths (median ~300 words), with 2% exact copi
 copies (one word in 200 changed) so both dedup stages have work. The recipe runs every stage:
 NFC normalisation, length and character-ratio filters, exact and MinHash near dedup, a 1% eval
 split, BPE training (8,192 ids from the first 8 M characters), tokenization and sharding, with
-two build workers. A second, unchanged build shows what the completion markers save.
+two build workers. A second, unchanged build shows what the completion markers and the
+assembly marker save.
 Writes benchmarks/results/data_build.json.
 
     .venv/bin/python benchmarks/data_build.py [--megabytes 50]

@@ -41,6 +41,8 @@ def test_same_recipe_and_inputs_give_the_same_id(tmp_path: Path) -> None:
     again = build_dataset(EXAMPLES / "tiny.yaml", tmp_path / "a")
     assert again.partitions_run == 0 and again.partitions_reused == 2
     assert again.dataset_id == first.dataset_id
+    # Nothing changed, so nothing was assembled again: the published folder is returned as is.
+    assert again.manifest == first.manifest and again.quarantined == first.quarantined
     text = (first.folder / "manifest.json").read_text()
     hashed = json.loads(text)
     hashed.pop("build")
@@ -198,3 +200,32 @@ build: {workers: 2}
         assert int(batch.tokens.max()) < loader.vocab_size
         assert np.isin(batch.tokens.numpy(), np.arange(loader.vocab_size)).all()
     shutil.rmtree(tmp_path / "root" / "datasets" / ".work")
+
+
+def test_a_rebuild_reassembles_when_the_dataset_or_tokenizer_changed(tmp_path: Path) -> None:
+    first = build_dataset(EXAMPLES / "tiny.yaml", tmp_path)
+    shutil.rmtree(first.folder)  # the published dataset is gone: assemble it again
+    again = build_dataset(EXAMPLES / "tiny.yaml", tmp_path)
+    assert again.dataset_id == first.dataset_id and (again.folder / "manifest.json").exists()
+    assert again.manifest.build.created_at >= first.manifest.build.created_at
+    # A loaded tokenizer whose file changes gives another dataset, partitions reused or not.
+    tok_file = tmp_path / "tok.json"
+    shutil.copyfile(first.folder / "tokenizer.json", tok_file)
+    recipe = (
+        (EXAMPLES / "tiny.yaml")
+        .read_text()
+        .replace(
+            "tokenizer:\n  train: {vocab_size: 300, min_frequency: 1}",
+            f"tokenizer:\n  path: {tok_file}",
+        )
+    )
+    assert f"path: {tok_file}" in recipe
+    shutil.copytree(EXAMPLES / "tiny", tmp_path / "tiny")
+    (tmp_path / "loaded.yaml").write_text(recipe)
+    loaded = build_dataset(tmp_path / "loaded.yaml", tmp_path / "root")
+    tok = Tokenizer.from_file(str(tok_file))
+    tok.add_tokens(["<extra-token>"])
+    tok.save(str(tok_file))
+    changed = build_dataset(tmp_path / "loaded.yaml", tmp_path / "root")
+    assert changed.partitions_run == 0
+    assert changed.dataset_id != loaded.dataset_id

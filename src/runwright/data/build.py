@@ -29,9 +29,11 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from runwright import __version__
+from runwright.data.dataset import file_sha256
 from runwright.data.dedup import MINHASH_SCHEME, Candidate, decide
 from runwright.data.indexed import token_dtype
 from runwright.data.manifest import (
+    MANIFEST_FILE,
     BuildInfo,
     DatasetManifest,
     InputRecord,
@@ -40,6 +42,7 @@ from runwright.data.manifest import (
     SplitBoundary,
     StageRecord,
     Statistics,
+    read_manifest,
     write_manifest,
 )
 from runwright.data.partitions import (
@@ -114,10 +117,62 @@ def build_dataset(
     with _progress(show_progress, console) as progress:
         tasks = plan_partitions(recipe, parts_dir)
         todo = [t for t in tasks if not t.finished]
+        assembly = _assembly_key(recipe, tasks)
+        if not todo:
+            done = _already_assembled(root, work, assembly, len(tasks), began)
+            if done is not None:
+                return done
         run_partitions(todo, recipe.build.workers, progress)
-        return _assemble(
+        result = _assemble(
             recipe, recipe_path, root, work, tasks, len(todo), began, progress, console
         )
+    marker = work / ASSEMBLED_FILE
+    staged = marker.with_suffix(".tmp")
+    staged.write_text(json.dumps({"assembly": assembly, "dataset_id": result.dataset_id}))
+    staged.replace(marker)
+    return result
+
+
+ASSEMBLED_FILE = "assembled.json"
+"""In a build's work folder: which assembly produced which dataset, so an unchanged rebuild
+returns the published dataset instead of tokenizing and sharding every document again."""
+
+
+def _assembly_key(recipe: Recipe, tasks: list[PartitionTask]) -> str:
+    """Everything assembly reads besides the recipe (which keys the work folder itself)."""
+    tokenizer = recipe.tokenizer.path
+    return sha256_hex(
+        canonical_json(
+            {
+                "partitions": [t.key for t in tasks],
+                "tokenizer_sha256": file_sha256(tokenizer) if tokenizer else None,
+                "code": f"runwright {__version__} {BUILD_ALGORITHM}",
+            }
+        )
+    )
+
+
+def _already_assembled(
+    root: Path, work: Path, assembly: str, partitions: int, began: float
+) -> BuildResult | None:
+    """The published dataset of an identical earlier assembly, if it is still there."""
+    try:
+        marker = json.loads((work / ASSEMBLED_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    folder = root / "datasets" / str(marker.get("dataset_id"))
+    if marker.get("assembly") != assembly or not (folder / MANIFEST_FILE).exists():
+        return None
+    manifest = read_manifest(folder)
+    return BuildResult(
+        dataset_id=manifest.dataset_id,
+        folder=folder,
+        manifest=manifest,
+        partitions_run=0,
+        partitions_reused=partitions,
+        quarantined=sum(manifest.statistics.quarantined.values()),
+        seconds=time.perf_counter() - began,
+    )
 
 
 def _assemble(

@@ -12,6 +12,7 @@ import pytest
 
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
+from runwright.control.executor import LocalExecutor
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -324,6 +325,35 @@ def test_concurrent_threads_never_run_two_groups(tmp_path):
     assert results == ["SUCCEEDED", "SUCCEEDED"]
     launched = of_type(store, run.run_id, "WORKER_GROUP_LAUNCHED")
     assert len({e.generation for e in launched}) == len(launched)
+
+
+class SlowLaunch(LocalExecutor):
+    """Holds every launch back, so two racing controllers both find no group to adopt."""
+
+    def launch(self, **kwargs):
+        time.sleep(0.5)
+        return super().launch(**kwargs)
+
+
+def test_racing_controllers_claim_a_generation_once_and_the_loser_adopts(tmp_path):
+    store, _, run = start(tmp_path, spec_for(steps=4, every=2))
+    results = []
+
+    def drive():
+        controller = Controller(Store.open(tmp_path), tmp_path, SlowLaunch(), poll_seconds=0.1)
+        results.append(controller.drive(run.run_id).state)
+
+    threads = [threading.Thread(target=drive) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert results == ["SUCCEEDED", "SUCCEEDED"]
+    launched = of_type(store, run.run_id, "WORKER_GROUP_LAUNCHED")
+    adopted = of_type(store, run.run_id, "WORKER_GROUP_ADOPTED")
+    assert len(launched) == 1 and len(adopted) >= 1
+    assert {e.generation for e in adopted} == {launched[0].generation}
+    assert [a.generation for a in store.attempts(run.run_id)] == [launched[0].generation]
 
 
 def test_token_budget_stops_at_a_step_boundary_with_a_checkpoint(tmp_path):

@@ -118,6 +118,17 @@ def test_stale_event_rejected_and_recorded(store):
     assert store.append_event(event(event_id="old", generation=0), fenced=False) is Outcome.APPLIED
 
 
+def test_an_attempt_is_claimed_once_per_generation(store):
+    make_run(store)
+    assert store.start_attempt("run-a", 1, world_size=2) is Outcome.APPLIED
+    # A second controller racing to launch generation 1 learns it lost, as a value.
+    assert store.start_attempt("run-a", 1, world_size=2) is Outcome.ALREADY_APPLIED
+    assert store.start_attempt("run-a", 2, world_size=2) is Outcome.APPLIED
+    assert [a.generation for a in store.attempts("run-a")] == [1, 2]
+    with pytest.raises(StoreError, match="no-such-run"):
+        store.start_attempt("no-such-run", 1, world_size=2)
+
+
 def test_attempts_record_exit(store):
     make_run(store)
     store.start_attempt("run-a", 1, world_size=2)

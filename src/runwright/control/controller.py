@@ -15,7 +15,13 @@ from pathlib import Path
 
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
-from runwright.control.executor import LocalExecutor, adopt, launched_generations, run_dir
+from runwright.control.executor import (
+    LocalExecutor,
+    WorkerGroup,
+    adopt,
+    launched_generations,
+    run_dir,
+)
 from runwright.control.fencing import raise_fence
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
@@ -32,6 +38,9 @@ from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store
 
 UNFINISHED = [s for s in RunState if s not in TERMINAL]
+LAUNCH_CLAIM_SECONDS = 30.0
+"""How long a controller that lost the claim to launch a generation waits for the winner's
+group to appear before it concludes the winner died first and launches itself."""
 
 
 def new_run_id(spec: JobSpec) -> str:
@@ -172,20 +181,34 @@ class Controller:
         """Start the current generation's group once (its pid file marks the launch), or adopt
         the one an earlier controller started."""
         group = adopt(Path(run.root), run.run_id, run.generation)
+        world = spec.resources.world_size
+        if group is None and (
+            self.store.start_attempt(run.run_id, run.generation, world) is Outcome.ALREADY_APPLIED
+        ):
+            # The attempt row is the claim to launch this generation, and another controller
+            # holds it: its pid file follows the claim within milliseconds, so adopt that group.
+            group = self._await_launch(run)
         if group is not None:
             self.journal.record(run, "WORKER_GROUP_ADOPTED", pid=group.pid)
         else:
             raise_fence(Path(run.root), run.run_id, run.generation)
-            group = self.executor.launch(
-                spec=spec,
-                run_id=run.run_id,
-                generation=run.generation,
-                root=Path(run.root),
-                workdir=Path(run.workdir),
-                rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
-                extra_env={ENV_SKIP_STEPS: json.dumps(skip_ranges(self.store.events(run.run_id)))},
-            )
-            self.store.start_attempt(run.run_id, run.generation, spec.resources.world_size)
+            try:
+                group = self.executor.launch(
+                    spec=spec,
+                    run_id=run.run_id,
+                    generation=run.generation,
+                    root=Path(run.root),
+                    workdir=Path(run.workdir),
+                    rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
+                    extra_env={
+                        ENV_SKIP_STEPS: json.dumps(skip_ranges(self.store.events(run.run_id)))
+                    },
+                )
+            except Exception as exc:
+                self.store.end_attempt(
+                    run.run_id, run.generation, None, "launch_failed", {"error": str(exc)}
+                )
+                raise
             self.journal.record(
                 run,
                 "WORKER_GROUP_LAUNCHED",
@@ -204,6 +227,18 @@ class Controller:
         # generation (ingestion is idempotent).
         self._ingest.pop(run.run_id, None)
         return sup
+
+    def _await_launch(self, run: RunRecord) -> WorkerGroup | None:
+        """The group another controller is launching for this generation, once its pid file is
+        there; None if none appears within LAUNCH_CLAIM_SECONDS (that controller died between
+        claiming and launching, so nothing runs and this one launches instead)."""
+        deadline = time.monotonic() + LAUNCH_CLAIM_SECONDS
+        while time.monotonic() < deadline:
+            group = adopt(Path(run.root), run.run_id, run.generation)
+            if group is not None:
+                return group
+            time.sleep(0.05)
+        return None
 
     def _kill_orphans(self, run: RunRecord) -> None:
         """No two worker groups of one run ever run: kill every older generation's group. The

@@ -197,16 +197,30 @@ class Store:
 
     # -- attempts -----------------------------------------------------------------------------
 
-    def start_attempt(self, run_id: str, generation: int, world_size: int) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(
-                attempts.insert().values(
-                    run_id=run_id,
-                    generation=generation,
-                    world_size=world_size,
-                    started_unix_s=time.time(),
+    def start_attempt(self, run_id: str, generation: int, world_size: int) -> Outcome:
+        """Record generation `generation`'s attempt; one row per generation, so the insert is
+        also the claim to launch it: a second claim is ALREADY_APPLIED, not an error."""
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(
+                    attempts.insert().values(
+                        run_id=run_id,
+                        generation=generation,
+                        world_size=world_size,
+                        started_unix_s=time.time(),
+                    )
                 )
-            )
+        except sa.exc.IntegrityError as exc:
+            with self.engine.connect() as conn:
+                claimed = conn.execute(
+                    sa.select(attempts.c.run_id).where(
+                        attempts.c.run_id == run_id, attempts.c.generation == generation
+                    )
+                ).first()
+            if claimed is None:  # not the unique key: e.g. no such run
+                raise StoreError(f"cannot record an attempt of run {run_id}: {exc.orig}") from None
+            return Outcome.ALREADY_APPLIED
+        return Outcome.APPLIED
 
     def end_attempt(
         self,

@@ -307,22 +307,26 @@ def test_stale_worker_cannot_publish_or_report(tmp_path):
     assert {e.attributes["rejected_type"] for e in rejected} >= {"STEP_HEALTHY"}
 
 
-def test_concurrent_threads_never_run_two_groups(tmp_path):
-    """Two controllers racing on one run: generation CAS lets only one launch per generation."""
-    store, _, run = start(tmp_path, spec_for(steps=4, every=2))
+def race_two_controllers(tmp_path, run_id, executor_type=LocalExecutor) -> list[str]:
+    """Drive one run from two controllers in two threads; their final states."""
     results = []
 
     def drive():
-        results.append(
-            Controller(Store.open(tmp_path), tmp_path, poll_seconds=0.1).drive(run.run_id).state
-        )
+        controller = Controller(Store.open(tmp_path), tmp_path, executor_type(), poll_seconds=0.1)
+        results.append(controller.drive(run_id).state)
 
     threads = [threading.Thread(target=drive) for _ in range(2)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(timeout=300)
-    assert results == ["SUCCEEDED", "SUCCEEDED"]
+    return results
+
+
+def test_concurrent_threads_never_run_two_groups(tmp_path):
+    """Two controllers racing on one run: generation CAS lets only one launch per generation."""
+    store, _, run = start(tmp_path, spec_for(steps=4, every=2))
+    assert race_two_controllers(tmp_path, run.run_id) == ["SUCCEEDED", "SUCCEEDED"]
     launched = of_type(store, run.run_id, "WORKER_GROUP_LAUNCHED")
     assert len({e.generation for e in launched}) == len(launched)
 
@@ -337,18 +341,7 @@ class SlowLaunch(LocalExecutor):
 
 def test_racing_controllers_claim_a_generation_once_and_the_loser_adopts(tmp_path):
     store, _, run = start(tmp_path, spec_for(steps=4, every=2))
-    results = []
-
-    def drive():
-        controller = Controller(Store.open(tmp_path), tmp_path, SlowLaunch(), poll_seconds=0.1)
-        results.append(controller.drive(run.run_id).state)
-
-    threads = [threading.Thread(target=drive) for _ in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=300)
-    assert results == ["SUCCEEDED", "SUCCEEDED"]
+    assert race_two_controllers(tmp_path, run.run_id, SlowLaunch) == ["SUCCEEDED", "SUCCEEDED"]
     launched = of_type(store, run.run_id, "WORKER_GROUP_LAUNCHED")
     adopted = of_type(store, run.run_id, "WORKER_GROUP_ADOPTED")
     assert len(launched) == 1 and len(adopted) >= 1

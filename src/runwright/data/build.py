@@ -18,15 +18,13 @@ import json
 import pickle
 import shutil
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from runwright import __version__
 from runwright.data.dataset import file_sha256
@@ -52,6 +50,7 @@ from runwright.data.partitions import (
     run_partitions,
 )
 from runwright.data.pretokenized import length_histogram
+from runwright.data.progress import progress_bar
 from runwright.data.recipe import Recipe, load_recipe
 from runwright.data.shards import ShardSet
 from runwright.data.tokenizer import load_tokenizer, save_and_describe, train_bpe
@@ -71,21 +70,6 @@ class BuildResult:
     partitions_reused: int
     quarantined: int
     seconds: float
-
-
-@contextmanager
-def _progress(show: bool, console: Console | None) -> Iterator[Progress | None]:
-    if not show:
-        yield None
-        return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as progress:
-        yield progress
 
 
 def _lineage_sources(recipe: Recipe) -> list[dict[str, Any]]:
@@ -114,7 +98,7 @@ def build_dataset(
     work = root / "datasets" / ".work" / sha256_hex(canonical_json(hashed_recipe))[:16]
     parts_dir = work / "partitions"
     parts_dir.mkdir(parents=True, exist_ok=True)
-    with _progress(show_progress, console) as progress:
+    with progress_bar(show_progress, console) as progress:
         tasks = plan_partitions(recipe, parts_dir)
         todo = [t for t in tasks if not t.finished]
         assembly = _assembly_key(recipe, tasks)

@@ -26,13 +26,14 @@ from pathlib import Path
 
 import numpy as np
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+from rich.progress import Progress
 
 from runwright.data.dataset import file_sha256, open_dataset
 from runwright.data.errors import DataError
 from runwright.data.indexed import IndexedShard, IndexedWriter, open_shard
 from runwright.data.manifest import MANIFEST_FILE, DatasetManifest, InputRecord, StageRecord
 from runwright.data.pretokenized import write_pretokenized
+from runwright.data.progress import progress_bar
 
 
 @dataclass(frozen=True)
@@ -136,11 +137,9 @@ def import_megatron(
         name="megatron-import",
         parameters={"strip_eod": strip_eod, "eod_token_id": eod_token_id},
     )
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    progress = Progress(*columns, console=console, disable=not show_progress)
     try:
-        with progress:
-            task = progress.add_task("importing documents", total=total)
+        with progress_bar(show_progress, console) as progress:
+            task = progress.add_task("importing documents", total=total) if progress else None
             manifest = write_pretokenized(
                 staging,
                 {src: documents(shards, progress, task) for src, shards in opened.items()},
@@ -152,7 +151,8 @@ def import_megatron(
                 inputs=inputs,
                 stage=stage,
             )
-            progress.update(task, completed=total)
+            if progress is not None:
+                progress.update(task, completed=total)
         folder = datasets / manifest.dataset_id
         reused = (folder / MANIFEST_FILE).exists()
         if not reused:
@@ -222,9 +222,8 @@ def export_megatron(
     eod = np.array([manifest.tokenizer.eod_token_id])
     total = sum(r.documents for r in records)
     documents = tokens = 0
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, console=console, disable=not show_progress) as progress:
-        task = progress.add_task("exporting documents", total=total)
+    with progress_bar(show_progress, console) as progress:
+        task = progress.add_task("exporting documents", total=total) if progress else None
         for src, target in targets.items():
             mine = [r for r in records if r.source == src]
             writer = IndexedWriter(target, np.dtype(mine[0].dtype))
@@ -233,7 +232,8 @@ def export_megatron(
                 for i in range(shard.documents):
                     doc = shard.document(i)
                     writer.add(np.concatenate([doc, eod.astype(doc.dtype)]) if append_eod else doc)
-                progress.advance(task, shard.documents)
+                if progress is not None:
+                    progress.advance(task, shard.documents)
                 documents += shard.documents
             writer.finish()
             tokens += writer.tokens

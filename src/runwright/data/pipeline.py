@@ -66,10 +66,9 @@ class ReadPipeline:
     ) -> None:
         self._plan = plan
         self._read = read
-        self.capacity = reorder_capacity + prefetch_batches
         self._stop = threading.Event()
         self._tokens: queue.SimpleQueue[None] = queue.SimpleQueue()
-        for _ in range(self.capacity):
+        for _ in range(reorder_capacity + prefetch_batches):
             self._tokens.put(None)
         self._plan_lock = threading.Lock()
         self._planned = 0

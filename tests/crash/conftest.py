@@ -1,0 +1,8 @@
+"""Makes the shared helpers importable from tests and from the child processes they start."""
+
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))

@@ -1,0 +1,71 @@
+"""Checkpoint saves (sync and async), retention, GC and the fence, killed at random times.
+
+Each life advances the fence's generation, constructs a Checkpointer (which collects residue),
+restores, and saves more steps with keep_last=2, so every durable write of the package is inside
+the kill window: shard writes, the manifest and commit record, the pointer publish, retention's
+deletions, GC's removals and the generation file.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+from harness import ForkServer, sweep
+from workloads import read_lines
+
+from runwright.ckpt import Checkpointer, LocalFence, scan
+from runwright.ckpt.storage import STAGING, CheckpointStorage, parse_folder
+from runwright.spec.policies import CheckpointSpec
+
+pytestmark = pytest.mark.integration
+
+DEFAULT_KILLS = 20
+KNOWN = {"FENCE.lock", "GENERATION", "LATEST.json", STAGING}
+SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
+
+
+def checkpoint_sweep(tmp_path: Path, mode: str, kills: int, seed: int):
+    root = tmp_path / "ckpt"
+    server = ForkServer(
+        tmp_path / "lives.log",
+        "checkpoint_life",
+        lambda life: {"root": str(root), "mode": mode, "saves": 4, "life": life},
+    )
+    try:
+        report = sweep(f"checkpoint-{mode}", server, kills, seed=seed)
+    finally:
+        server.close()
+    log = (tmp_path / "lives.log").read_text()
+    assert not report.wedged, f"lives failed on their own: {report.wedged}\n{log[-4000:]}"
+    assert not report.survivors, f"processes of killed lives still alive: {report.survivors}"
+    verdicts = read_lines(tmp_path / "verdicts.jsonl")
+    lost = [v for v in verdicts if v["acked"] is not None and (v["restored"] or 0) < v["acked"]]
+    mixed = [v for v in verdicts if v["differences"]]
+    assert not lost, f"acknowledged steps lost: {lost}"
+    assert not mixed, f"restores that differ from the state saved at their step: {mixed}"
+    # Nothing a later start could trip on: one more GC pass (every writer is dead) leaves no
+    # residue, and the newest checkpoint verifies.
+    fence = LocalFence(str(root))
+    checker = Checkpointer(str(root), policy=CheckpointSpec(), fence=fence)
+    checker.collect_garbage(min_age_seconds=0)
+    storage = CheckpointStorage(str(root))
+    _, residue = scan(storage)
+    strays = [n for n in os.listdir(root) if n not in KNOWN and parse_folder(n) is None]
+    staged = storage.list_names(storage.path(STAGING))
+    assert (residue, strays, staged) == ([], [], []), f"left after GC: {residue} {strays} {staged}"
+    return report, verdicts
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_checkpoint_writer_survives_random_kills(tmp_path, mode):
+    report, verdicts = checkpoint_sweep(tmp_path, mode, DEFAULT_KILLS, seed=28)
+    assert report.kills == DEFAULT_KILLS, report.summary()
+    assert len(verdicts) >= 2
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(7200)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_checkpoint_writer_survives_a_thousand_random_kills(tmp_path, mode):
+    report, _ = checkpoint_sweep(tmp_path, mode, SLOW_KILLS, seed=1028)
+    print(report.summary())

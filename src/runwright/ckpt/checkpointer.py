@@ -417,7 +417,9 @@ class Checkpointer:
         was collective, so each gets its own copy), then all raise if any must."""
         error = self._backlog.take_error()
         if agree and self.distributed:
-            if self._ranks.any(error is not None) and error is None:
+            if not self._ranks.any(error is not None):
+                return  # one small all-reduce per save when nothing failed
+            if error is None:
                 self._backlog.wait_below(1)
                 error = self._backlog.take_error()
             skip = (

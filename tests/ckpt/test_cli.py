@@ -30,8 +30,14 @@ def test_ckpt_commands(tmp_path):
     assert listed["committed"][0]["latest"]
     code, shown = _run("inspect", str(root), "1")
     assert code == 0 and shown["manifest"]["step"] == 1
-    code, reports = _run("verify", str(root))
-    assert code == 0 and all(r["ok"] for r in reports)
+    code, report = _run("verify", str(root))
+    assert (
+        code == 0
+        and report["ok"]
+        and [r["checkpoint_id"] for r in report["checkpoints"]]
+        == [c["checkpoint_id"] for c in listed["committed"]]
+    )
+    assert [r["path"] for r in report["residue"]] == ["staging/g000000-0123456789ab"]
     code, report = _run("gc", str(root), "--min-age-seconds", "0")
     assert code == 0 and "staging/g000000-0123456789ab" in report["removed"]
     config = tmp_path / "config.json"
@@ -44,7 +50,7 @@ def test_ckpt_commands(tmp_path):
     assert {f["name"] for f in release["files"]} == {"config.json", "model.safetensors"}
     shard = next(root.glob("0000000002-*")) / "__0_0.distcp"
     shard.write_bytes(b"x" + shard.read_bytes()[1:])
-    code, reports = _run("verify", str(root), "2")
-    assert code == 1 and reports[0]["problems"][0]["file"] == "__0_0.distcp"
+    code, report = _run("verify", str(root), "2")
+    assert code == 1 and report["checkpoints"][0]["problems"][0]["file"] == "__0_0.distcp"
     code, _ = _run("export", str(root), "--out", str(root / "x"))
     assert code == 2

@@ -13,6 +13,8 @@ from runwright.ckpt.errors import (
     CheckpointCorruptError,
     CheckpointError,
     CheckpointIncompleteError,
+    CheckpointRootError,
+    CheckpointStorageError,
     IncompatibleCheckpointError,
     NoUsableCheckpointError,
 )
@@ -24,7 +26,7 @@ from runwright.ckpt.events import (
     MemorySink,
 )
 from runwright.ckpt.fence import Fence, LocalFence, PublishOutcome
-from runwright.ckpt.gc import GcReport, collect_residue
+from runwright.ckpt.gc import GcReport, Residue, collect_residue, find_residue
 from runwright.ckpt.interval import IntervalChoice, IntervalPolicy
 from runwright.ckpt.manifest import (
     CheckpointManifest,
@@ -34,8 +36,9 @@ from runwright.ckpt.manifest import (
     LatestPointer,
     LogicalKey,
 )
-from runwright.ckpt.records import DurabilityLag, SaveResult, SaveStatus
+from runwright.ckpt.records import DurabilityLag, SaveResult, SaveStatus, StorageFailure
 from runwright.ckpt.restore import Fallback, RestoreResult, SmokeCheck
+from runwright.ckpt.start import start_generation
 from runwright.ckpt.state import TrainState
 from runwright.ckpt.verify import VerifyReport, verify_checkpoint
 
@@ -47,6 +50,8 @@ __all__ = [
     "CheckpointEventType",
     "CheckpointIncompleteError",
     "CheckpointManifest",
+    "CheckpointRootError",
+    "CheckpointStorageError",
     "Checkpointer",
     "CommitProbe",
     "CommitRecord",
@@ -70,15 +75,19 @@ __all__ = [
     "MemorySink",
     "NoUsableCheckpointError",
     "PublishOutcome",
+    "Residue",
     "RestoreMode",
     "RestoreResult",
     "SaveResult",
     "SaveStatus",
     "SmokeCheck",
+    "StorageFailure",
     "TrainState",
     "VerifyReport",
     "collect_residue",
+    "find_residue",
     "restore_candidates",
     "scan",
+    "start_generation",
     "verify_checkpoint",
 ]

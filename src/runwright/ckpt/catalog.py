@@ -10,6 +10,7 @@ import hashlib
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from runwright.ckpt.errors import CheckpointRootError
 from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import (
     COMMIT_FILE,
@@ -60,7 +61,7 @@ def read_committed(storage: CheckpointStorage, folder: str) -> CommittedCheckpoi
     try:
         record = CommitRecord.model_validate_json(storage.read_bytes(f"{path}/{COMMIT_FILE}"))
         raw = storage.read_bytes(f"{path}/{MANIFEST_FILE}")
-    except (ValidationError, FileNotFoundError, ValueError) as exc:
+    except (ValidationError, OSError, ValueError) as exc:
         return f"unreadable commit record or manifest ({type(exc).__name__})"
     if record.folder != folder or record.checkpoint_id != parsed[1]:
         return f"commit record names {record.folder}, not this folder"
@@ -74,10 +75,18 @@ def read_committed(storage: CheckpointStorage, folder: str) -> CommittedCheckpoi
 
 
 def scan(storage: CheckpointStorage) -> tuple[list[CommittedCheckpoint], list[Uncommitted]]:
-    """All committed checkpoints (newest step first) and every other checkpoint folder."""
+    """All committed checkpoints (newest step first) and every other checkpoint folder; raises
+    `CheckpointRootError` when the root cannot be listed."""
     committed: list[CommittedCheckpoint] = []
     other: list[Uncommitted] = []
-    for name in storage.list_names(storage.root):
+    try:
+        names = storage.list_names(storage.root)
+    except OSError as exc:
+        raise CheckpointRootError(
+            f"cannot list the checkpoint root {storage.root}: {type(exc).__name__}: {exc}. "
+            "Make it a folder this user can read (permissions, the mount, the URL)."
+        ) from exc
+    for name in names:
         if parse_folder(name) is None:
             continue
         found = read_committed(storage, name)

@@ -5,6 +5,13 @@ retention, collects residue, and restores.
 Every rank constructs one and calls the same methods at the same step boundaries; decisions that
 depend on a clock or on the backlog are agreed across ranks (max over ranks on a gloo group), so
 ranks never disagree about whether a collective save happens.
+
+A save that storage refuses (a full volume, permissions) is a `CheckpointStorageError`, identical
+on every rank (commit.py), and `policy.on_save_failure` decides what follows: `stop` raises it,
+`skip` records CHECKPOINT_FAILED and returns a FAILED result. An async save's failure is applied
+at the next save call, after the ranks agree that one happened (a rank whose worker has not yet
+seen it waits for its own copy), or at `wait()`/`close()`, once every backlog is drained; a
+single process also applies it at every `maybe_save`.
 """
 
 import hashlib
@@ -15,7 +22,7 @@ from typing import Any
 from runwright.ckpt import restore as restoring
 from runwright.ckpt.backlog import Backlog
 from runwright.ckpt.commit import CommitProbe, CommitStep, RunFacts, Snapshot, persist
-from runwright.ckpt.errors import BackgroundSaveError
+from runwright.ckpt.errors import BackgroundSaveError, CheckpointStorageError
 from runwright.ckpt.events import CheckpointEvent, CheckpointEventType, EventSink, LoggingSink
 from runwright.ckpt.fence import Fence, LocalFence, PublishOutcome
 from runwright.ckpt.gc import GcReport, collect_residue
@@ -101,7 +108,10 @@ class Checkpointer:
         stopping: bool = False,
     ) -> SaveResult | None:
         """Save if the interval policy says one is due (or `stopping` and save_on_stop)."""
-        self._raise_background_error()
+        if not self.distributed:
+            # one process needs no agreement, so a background failure surfaces at once; ranks
+            # settle it in save(), where they all meet
+            self._settle_background(agree=False)
         if not self.policy.enabled:
             return None
         due = self.interval_policy.due(step) or (stopping and self.policy.save_on_stop)
@@ -117,15 +127,19 @@ class Checkpointer:
         loss: float | None = None,
         health: HealthVerdict = HealthVerdict.UNKNOWN,
     ) -> SaveResult:
-        """Save now. Sync mode returns once published; async mode once staged in host memory."""
-        self._raise_background_error()
+        """Save now. Sync mode returns once published; async mode once staged in host memory.
+        A save storage refuses raises `CheckpointStorageError` (`on_save_failure: stop`) or
+        returns a FAILED result (`skip`); so does an earlier async save's failure."""
+        self._settle_background(agree=True)
         started = time.perf_counter()
         if self.policy.mode == "sync":
             result = self._save_inline(step, state, loss, health, started)
         else:
             result = self._save_async(step, state, loss, health, started)
+        # a failed save counts as the interval's attempt: retrying at every step would rewrite
+        # the same doomed bytes until the volume has room again
         self.interval_policy.mark_saved()
-        if result.status != SaveStatus.SKIPPED:
+        if result.status not in (SaveStatus.SKIPPED, SaveStatus.FAILED):
             self.interval_policy.observe_stall(result.stall_seconds)
         return result
 
@@ -175,9 +189,10 @@ class Checkpointer:
         return result
 
     def wait(self) -> None:
-        """Block until every queued async save is persisted; raise a background failure."""
+        """Block until every queued async save is persisted; apply `on_save_failure` to a
+        background failure (other background failures raise `BackgroundSaveError`)."""
         self._backlog.wait_below(1)
-        self._raise_background_error()
+        self._settle_background(agree=False)
 
     def durability_lag(self) -> DurabilityLag:
         """How far the newest durable checkpoint trails the newest staged one."""
@@ -264,7 +279,21 @@ class Checkpointer:
         snap = self._snapshot(step, capture(state, step, self.rank), state, loss, health, 0.0)
         self._staged_step = step
         self._emit(CheckpointEventType.CHECKPOINT_STAGED, step, snap.checkpoint_id, {})
-        return self._persist(snap, started_perf=started)
+        try:
+            return self._persist(snap, started_perf=started)
+        except CheckpointStorageError as exc:
+            # identical on every rank (commit.py), so every rank takes the same branch here
+            self._report_failure(snap, exc)
+            if self.policy.on_save_failure == "stop":
+                raise
+            return SaveResult(
+                checkpoint_id=snap.checkpoint_id,
+                step=step,
+                status=SaveStatus.FAILED,
+                stall_seconds=time.perf_counter() - started,
+                reason=str(exc),
+                failure=exc.failure,
+            )
 
     def _save_async(
         self,
@@ -288,7 +317,9 @@ class Checkpointer:
                 self.wait()
                 return self._save_inline(step, state, loss, health, started)
             self._backlog.wait_below(self.policy.max_inflight)
-            self._raise_background_error()
+            # the oldest persist finished on every rank (persists are collective and in order),
+            # so every rank sees the same outcome without agreeing
+            self._settle_background(agree=False)
         self._reach(CommitStep.ALLOCATE)
         self._reach(CommitStep.STAGE)
         staged = self._pool.take(capture(state, step, self.rank))
@@ -306,12 +337,14 @@ class Checkpointer:
         )
 
     def _report_failure(self, snap: Snapshot, exc: BaseException) -> None:
-        self._emit(
-            CheckpointEventType.CHECKPOINT_FAILED,
-            snap.step,
-            snap.checkpoint_id,
-            {"error": f"{type(exc).__name__}: {exc}"},
-        )
+        """CHECKPOINT_FAILED, the alert: the error, and for a storage failure its path, cause,
+        errno, bytes needed and free, and the policy that applies."""
+        attributes: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
+        if isinstance(exc, CheckpointStorageError):
+            attributes |= exc.failure.model_dump(exclude={"remedy"})
+            attributes["on_save_failure"] = self.policy.on_save_failure
+        attributes["mode"] = self.policy.mode
+        self._emit(CheckpointEventType.CHECKPOINT_FAILED, snap.step, snap.checkpoint_id, attributes)
 
     def _persist(self, snap: Snapshot, started_perf: float | None) -> SaveResult:
         """Run the commit protocol; `started_perf` is when an inline save's call began (None on
@@ -376,14 +409,42 @@ class Checkpointer:
         if self._probe is not None:
             self._probe.reached(step)
 
-    def _raise_background_error(self) -> None:
+    def _settle_background(self, *, agree: bool) -> None:
+        """Apply `on_save_failure` to a failed async save (its CHECKPOINT_FAILED is out already).
+
+        `agree`: the ranks meet here but their workers may not all have finished the failed
+        persist yet; if any rank has a failure, the others wait for their backlog (the persist
+        was collective, so each gets its own copy), then all raise if any must."""
         error = self._backlog.take_error()
-        if error is not None:
-            raise BackgroundSaveError(
-                f"an async checkpoint save failed in the background: {type(error).__name__}: "
-                f"{error}. Fix the cause (disk space, permissions, storage reachability); the "
-                "last committed checkpoint is unaffected."
+        if agree and self.distributed:
+            if not self._ranks.any(error is not None):
+                return  # one small all-reduce per save when nothing failed
+            if error is None:
+                self._backlog.wait_below(1)
+                error = self._backlog.take_error()
+            skip = (
+                isinstance(error, CheckpointStorageError) and self.policy.on_save_failure == "skip"
+            )
+            if not self._ranks.any(error is not None and not skip):
+                return
+            if error is None or skip:
+                raise BackgroundSaveError(
+                    "an async checkpoint save failed on another rank; that rank's error names "
+                    "the cause. The last committed checkpoint is unaffected."
+                )
+        if error is None:
+            return
+        if isinstance(error, CheckpointStorageError):
+            if self.policy.on_save_failure == "skip":
+                return
+            failure = error.failure
+            raise CheckpointStorageError(
+                failure.model_copy(update={"action": f"async {failure.action}"})
             ) from error
+        raise BackgroundSaveError(
+            f"an async checkpoint save failed in the background: {type(error).__name__}: "
+            f"{error}. Fix the cause; the last committed checkpoint is unaffected."
+        ) from error
 
     def _emit_fallback(self, fallback: restoring.Fallback) -> None:
         self._emit(

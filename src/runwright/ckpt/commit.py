@@ -12,9 +12,12 @@
     DONE
 
 A crash before WRITE_COMMIT completes leaves residue that restore ignores and GC removes; a crash
-after it leaves a complete checkpoint. `CommitProbe.reached(step)` is called before each step
-(and `WRITE_SHARDS` before every 64 KiB written when a probe is set): the crash-consistency tests
-kill the process there.
+after it leaves a complete checkpoint. A save that fails (a full volume, an I/O error, DCP's
+`CheckpointException` from any rank) is cleaned up at once: the coordinator removes what it
+wrote once every rank has failed or finished, and every rank raises the same
+`CheckpointStorageError` (path, cause, bytes needed and free); the pointer does not move.
+`CommitProbe.reached(step)` is called before each step (and `WRITE_SHARDS` before every 64 KiB
+written when a probe is set): the crash-consistency tests kill the process there.
 """
 
 import hashlib
@@ -28,7 +31,10 @@ from typing import Any, Protocol
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
 
+from runwright.ckpt.errors import CheckpointError, CheckpointStorageError
+from runwright.ckpt.failures import SAVE_FAILURES, describe, free_bytes, payload_bytes, root_cause
 from runwright.ckpt.fence import Fence, PublishOutcome
 from runwright.ckpt.manifest import (
     COMMIT_FILE,
@@ -39,6 +45,7 @@ from runwright.ckpt.manifest import (
     FileEntry,
     HealthVerdict,
 )
+from runwright.ckpt.records import StorageFailure
 from runwright.ckpt.storage import CheckpointStorage, folder_name
 from runwright.ckpt.verify import check_staged, logical_keys
 from runwright.ckpt.writer import DCP_METADATA, make_writer
@@ -141,6 +148,7 @@ def persist(
         probe=_probe_bytes(probe),
         thread_count=thread_count,
     )
+    result: list[Any] = [None]
     try:
         with warnings.catch_warnings():
             # single-process saves are intended; DCP warns about them on every call
@@ -151,19 +159,25 @@ def persist(
                 process_group=process_group,
                 no_dist=process_group is None,
             )
+        timings["write"] = time.perf_counter() - started
+        if facts.rank == 0:
+            try:
+                result[0] = _commit_as_coordinator(snap, storage, fence, facts, writer, path, reach)
+            except Exception as exc:
+                result[0] = exc
+        if process_group is not None:
+            dist.broadcast_object_list(result, src=0, group=process_group)
+        if isinstance(result[0], Exception):
+            raise result[0]
+    except (Exception, CheckpointException) as exc:
+        # Every rank is here together: DCP raises only after gathering every rank's result,
+        # and a coordinator failure reaches the others through the broadcast above.
+        error = _after_failure(snap, storage, fence, facts, writer, path, exc, process_group)
+        if error is exc:
+            raise
+        raise error from exc
     finally:
         writer.shutdown()
-    timings["write"] = time.perf_counter() - started
-    result: list[Any] = [None]
-    if facts.rank == 0:
-        try:
-            result[0] = _commit_as_coordinator(snap, storage, fence, facts, writer, path, reach)
-        except Exception as exc:
-            result[0] = exc
-    if process_group is not None:
-        dist.broadcast_object_list(result, src=0, group=process_group)
-    if isinstance(result[0], Exception):
-        raise result[0]
     outcome, folder, total_bytes, manifest_sha256, coordinator_timings = result[0]
     timings.update(coordinator_timings)
     timings["persist"] = time.perf_counter() - started
@@ -174,6 +188,84 @@ def persist(
         total_bytes=total_bytes,
         manifest_sha256=manifest_sha256,
         timings_seconds=timings,
+    )
+
+
+def _after_failure(
+    snap: Snapshot,
+    storage: CheckpointStorage,
+    fence: Fence,
+    facts: RunFacts,
+    writer: Any,
+    path: str,
+    exc: BaseException,
+    process_group: dist.ProcessGroup | None,
+) -> BaseException:
+    """On every rank after a failed save: the coordinator removes what the save wrote and, for a
+    storage failure, describes it; every rank returns the same `CheckpointStorageError` (or
+    `exc` itself for any other failure, which is re-raised unchanged)."""
+    verdict: list[StorageFailure | None] = [None]
+    if facts.rank == 0:
+        try:
+            verdict[0] = _describe_failure(snap, storage, fence, writer, path, exc)
+        except Exception:
+            verdict[0] = None
+    if process_group is not None:
+        dist.broadcast_object_list(verdict, src=0, group=process_group)
+    return exc if verdict[0] is None else CheckpointStorageError(verdict[0])
+
+
+def _describe_failure(
+    snap: Snapshot,
+    storage: CheckpointStorage,
+    fence: Fence,
+    writer: Any,
+    path: str,
+    exc: BaseException,
+) -> StorageFailure | None:
+    """Coordinator: remove the failed save's folder (staging, or the final folder unless the
+    pointer already names it) and describe a storage failure; None for any other failure."""
+    leftovers = [path]
+    final = storage.path(folder_name(snap.step, snap.checkpoint_id))
+    if final != path and storage.exists(final):
+        try:
+            latest = fence.latest()
+        except CheckpointError:
+            latest = None  # cannot tell whether it was published: keep it
+        else:
+            leftovers += [] if latest and latest.checkpoint_id == snap.checkpoint_id else [final]
+    not_removed = []
+    for leftover in leftovers:
+        try:
+            if storage.exists(f"{leftover}/{COMMIT_FILE}"):
+                storage.remove_file(f"{leftover}/{COMMIT_FILE}")  # uncommit first
+            storage.remove_tree(leftover)
+        except (OSError, CheckpointError) as cleanup:
+            not_removed.append(f"{leftover} ({type(cleanup).__name__}: {cleanup})")
+    if isinstance(exc, CheckpointStorageError):
+        inner = exc.failure
+        where, cause, errno = inner.path, inner.cause, inner.errno
+    else:
+        cause_exc = root_cause(exc)
+        if not isinstance(exc, SAVE_FAILURES) and not isinstance(cause_exc, OSError):
+            return None
+        errno = cause_exc.errno if isinstance(cause_exc, OSError) else None
+        filename = getattr(cause_exc, "filename", None)
+        where, cause = (str(filename) if filename else path), describe(exc)
+    planned = getattr(writer, "planned_bytes", None)
+    cleaned = (
+        "The failed save's files were removed"
+        if not not_removed
+        else "Could not remove " + "; ".join(not_removed) + " (run `runwright ckpt gc`)"
+    )
+    return StorageFailure(
+        action=f"checkpoint save of step {snap.step} ({snap.checkpoint_id})",
+        path=where,
+        cause=cause,
+        errno=errno,
+        bytes_needed=planned if planned is not None else payload_bytes(snap.state_dict),
+        bytes_free=free_bytes(storage.root),
+        remedy=f"{cleaned}; the latest checkpoint is unchanged.",
     )
 
 

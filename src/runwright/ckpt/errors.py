@@ -4,6 +4,7 @@ Expected outcomes (a stale publish, a skipped save, a fallback during restore) a
 exceptions: see `PublishOutcome`, `SaveOutcome` and `RestoreResult`.
 """
 
+from runwright.ckpt.records import StorageFailure
 from runwright.errors import RunwrightError
 
 
@@ -30,5 +31,29 @@ class NoUsableCheckpointError(CheckpointError):
 
 
 class BackgroundSaveError(CheckpointError):
-    """An asynchronous save failed in the background; raised at the next Checkpointer call so a
-    failure is never swallowed."""
+    """An asynchronous save failed in the background for a reason other than storage (storage
+    failures are `CheckpointStorageError`); raised at the next Checkpointer call so a failure is
+    never swallowed."""
+
+
+class CheckpointStorageError(CheckpointError):
+    """A checkpoint write failed on storage: a full volume, a permission, an unreachable store.
+
+    `failure` holds the figures (path, cause, errno, bytes needed and free); the message names
+    the path, the cause and what to free or fix. The control plane classifies this name (and
+    `No space left`) as a `storage` failure. Raised by a save under `on_save_failure: stop`, by
+    the fence's pointer and generation writes, and by a start that cannot advance the generation.
+    """
+
+    def __init__(self, failure: StorageFailure) -> None:
+        super().__init__(failure)
+        self.failure = failure
+
+    def __str__(self) -> str:
+        return self.failure.message()
+
+
+class CheckpointRootError(CheckpointError):
+    """A checkpoint root cannot be opened: its latest pointer or generation file is unreadable or
+    corrupt, or the folder cannot be listed. Restore cannot get past it; the message names the
+    path and the fix."""

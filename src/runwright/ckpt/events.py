@@ -11,6 +11,8 @@ Attributes the controller and the run report read (govern/evidence.py, observe/)
                             publish for a sync save), persist_seconds (shards written through
                             publish), and the per-step timings stage/write/verify/persist
     CHECKPOINT_DELETED      folder, bytes, seconds (retention's delete, never part of a stall)
+    CHECKPOINT_FAILED       error, mode; for a storage failure also action, path, cause, errno,
+                            bytes_needed, bytes_free and on_save_failure (the alert)
 """
 
 import logging

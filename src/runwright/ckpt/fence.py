@@ -18,18 +18,29 @@ Contract for implementations:
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from runwright.ckpt.errors import CheckpointError
+from pydantic import ValidationError
+
+from runwright.ckpt.errors import CheckpointError, CheckpointRootError
+from runwright.ckpt.failures import storage_error
 from runwright.ckpt.manifest import CommitRecord, LatestPointer
-from runwright.ckpt.storage import fsync_dir
+from runwright.ckpt.storage import replace_file
 
 LOCK_FILE = "FENCE.lock"
 GENERATION_FILE = "GENERATION"
 LATEST_FILE = "LATEST.json"
+
+
+_WITHOUT = {
+    LATEST_FILE: "restore the newest committed checkpoint instead (`runwright ckpt list` shows "
+    "it; a folder a fenced writer committed after the last publish would count too)",
+    GENERATION_FILE: "start again from generation 0 (safe only when no writer of this run is "
+    "still running)",
+}
 
 
 class PublishOutcome(StrEnum):
@@ -65,9 +76,12 @@ class LocalFence:
 
     Files under the run's checkpoint folder: `FENCE.lock` (flock taken around every read-modify-
     write), `GENERATION` (the current generation as text) and `LATEST.json` (the pointer). Both
-    data files are replaced atomically (tmp, fsync, os.replace, fsync folder). A script calls
-    `advance_generation()` once at start-up, which fences off any writer still running from an
-    earlier start.
+    data files are replaced atomically (`<name>.tmp-<pid>`, fsync, os.replace, fsync folder); a
+    failed replace removes its tmp file and raises `CheckpointStorageError`, and a tmp file left
+    by a killed writer is never read (GC removes it once its pid is gone). A script calls
+    `advance_generation()` once at start-up (or `ckpt.start.start_generation`, which makes room
+    first), which fences off any writer still running from an earlier start. An unreadable or
+    corrupt pointer or generation file raises `CheckpointRootError` naming the file and the fix.
     """
 
     def __init__(self, checkpoint_root: str | os.PathLike[str]) -> None:
@@ -82,7 +96,12 @@ class LocalFence:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        with open(self.root / LOCK_FILE, "a+") as handle:
+        path = self.root / LOCK_FILE
+        try:
+            handle = open(path, "a+")  # noqa: SIM115 (closed by the with below; open may fail)
+        except OSError as exc:
+            raise storage_error("opening the fence lock", str(path), exc) from exc
+        with handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield
@@ -90,34 +109,65 @@ class LocalFence:
                 fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
 
     def _replace(self, name: str, text: str) -> None:
-        tmp = self.root / f"{name}.tmp-{os.getpid()}"
-        with open(tmp, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.root / name)
-        fsync_dir(self.root)
+        replace_file(self.root / name, text.encode(), action=f"replacing {name}")
+
+    def _read(self, name: str) -> str | None:
+        path = self.root / name
+        try:
+            return path.read_text()
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CheckpointRootError(
+                f"cannot read {path}: {type(exc).__name__}: {exc}. Restore and every start need "
+                f"it: make it a readable file again (permissions, the mount), or move it aside "
+                f"(`mv {path} {path}.bad`) to {_WITHOUT[name]}."
+            ) from exc
 
     def _read_generation(self) -> int:
-        path = self.root / GENERATION_FILE
-        return int(path.read_text().strip()) if path.exists() else 0
+        text = self._read(GENERATION_FILE)
+        if text is None:
+            return 0
+        try:
+            return int(text.strip())
+        except ValueError as exc:
+            raise CheckpointRootError(
+                f"{self.root / GENERATION_FILE} holds {text[:40]!r}, not a generation number. "
+                f"Write the generation back (`runwright ckpt list` shows the newest in use) or "
+                f"move it aside to {_WITHOUT[GENERATION_FILE]}."
+            ) from exc
 
     def current_generation(self) -> int:
         with self._locked():
             return self._read_generation()
 
-    def advance_generation(self) -> int:
-        """Bump and return the generation: every writer holding an older one is now stale."""
+    def advance_generation(self, make_room: Callable[[int], object] | None = None) -> int:
+        """Bump and return the generation: every writer holding an older one is now stale.
+
+        `make_room(new_generation)` runs first, under the same lock as every publish (so no
+        publish lands between the two): it may collect what the new generation fences off, so a
+        full volume has room for the generation file. A failed write leaves no tmp file and
+        raises `CheckpointStorageError`."""
         with self._locked():
             generation = self._read_generation() + 1
+            if make_room is not None:
+                make_room(generation)
             self._replace(GENERATION_FILE, f"{generation}\n")
             return generation
 
     def latest(self) -> LatestPointer | None:
-        path = self.root / LATEST_FILE
-        if not path.exists():
+        text = self._read(LATEST_FILE)
+        if text is None:
             return None
-        return LatestPointer.model_validate_json(path.read_text())
+        try:
+            return LatestPointer.model_validate_json(text)
+        except ValidationError as exc:
+            raise CheckpointRootError(
+                f"{self.root / LATEST_FILE} is not a latest pointer ({exc.error_count()} errors: "
+                f"{exc.errors()[0]['msg']}); it names the newest published checkpoint, so restore "
+                f"cannot choose without it. Put back a copy, or move it aside to "
+                f"{_WITHOUT[LATEST_FILE]}."
+            ) from exc
 
     def publish(self, record: CommitRecord, generation: int) -> PublishOutcome:
         with self._locked():

@@ -11,10 +11,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from runwright.ckpt.catalog import CommittedCheckpoint, Uncommitted, scan
-from runwright.ckpt.errors import CheckpointError
+from runwright.ckpt.errors import CheckpointError, CheckpointRootError
 from runwright.ckpt.export import ReleaseManifest, export_model
 from runwright.ckpt.fence import LocalFence
-from runwright.ckpt.gc import GcReport, collect_residue
+from runwright.ckpt.gc import GcReport, Residue, collect_residue, find_residue
 from runwright.ckpt.manifest import HealthVerdict, LatestPointer
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.verify import VerifyMode, VerifyReport, verify_checkpoint
@@ -128,22 +128,75 @@ def find(root: str, ref: str) -> tuple[CheckpointStorage, CommittedCheckpoint]:
     return storage, matches[0]
 
 
+class RootReport(BaseModel):
+    """What `runwright ckpt verify` found in a checkpoint root."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+
+    root: str
+    """The checkpoint root."""
+    problems: list[str] = Field(default_factory=list)
+    """Why restore or a start could not open this root, each naming the path and the fix."""
+    residue: list[Residue] = Field(default_factory=list)
+    """Entries that belong to no committed checkpoint, with what GC would do (restore and
+    starts get past all of them)."""
+    uninspectable: dict[str, str] = Field(default_factory=dict)
+    """Entries that could not be inspected -> the error (restore skips them too)."""
+    checkpoints: list[VerifyReport] = Field(default_factory=list)
+    """One report per committed checkpoint verified, newest first."""
+
+    @property
+    def ok(self) -> bool:
+        """Restore can open the root and every checkpoint verified; residue does not count."""
+        return not self.problems and all(r.ok for r in self.checkpoints)
+
+
 def verify(
-    root: str, ref: str | None, mode: VerifyMode, on_file: Callable[[int], None] | None = None
-) -> list[VerifyReport]:
-    """Verify one checkpoint (`ref`) or every committed one."""
-    if ref is not None:
-        storage, found = find(root, ref)
-        return [verify_checkpoint(storage, found.path, found.manifest, mode, on_file)]
+    root: str,
+    ref: str | None,
+    mode: VerifyMode,
+    on_file: Callable[[int], None] | None = None,
+    on_total: Callable[[int], None] | None = None,
+) -> RootReport:
+    """Check what restore and a start read first (the fence's pointer and generation, the
+    listing), list the residue, then verify one checkpoint (`ref`) or every committed one.
+    `on_total(bytes)` is called once the bytes to read are known (progress bars)."""
     storage = CheckpointStorage(root)
-    committed, _ = scan(storage)
-    return [verify_checkpoint(storage, c.path, c.manifest, mode, on_file) for c in committed]
-
-
-def total_bytes(root: str, ref: str | None) -> int:
-    if ref is not None:
-        return find(root, ref)[1].manifest.total_bytes
-    return sum(c.manifest.total_bytes for c in scan(CheckpointStorage(root))[0])
+    if not storage.exists(storage.root):
+        raise NotFoundError(f"no checkpoint folder at {root}; pass a run id or a folder path")
+    problems: list[str] = []
+    generation, latest = 0, None
+    fence = _local_fence(storage)
+    if fence is not None:
+        try:
+            generation = fence.current_generation()
+        except CheckpointError as exc:
+            problems.append(str(exc))
+        try:
+            latest = fence.latest()
+        except CheckpointError as exc:
+            problems.append(str(exc))
+    try:
+        committed, _ = scan(storage)
+    except CheckpointRootError as exc:
+        problems.append(str(exc))
+        committed = []
+    residue, uninspectable = find_residue(
+        storage,
+        current_generation=generation,
+        min_age_seconds=3600.0,
+        latest_step=latest.step if latest is not None else None,
+    )
+    chosen = [find(root, ref)[1]] if ref is not None and not problems else committed
+    if on_total is not None:
+        on_total(sum(c.manifest.total_bytes for c in chosen))
+    return RootReport(
+        root=storage.root,
+        problems=problems,
+        residue=residue,
+        uninspectable=uninspectable,
+        checkpoints=[verify_checkpoint(storage, c.path, c.manifest, mode, on_file) for c in chosen],
+    )
 
 
 def collect(root: str, min_age_seconds: float, max_entries: int) -> GcReport:

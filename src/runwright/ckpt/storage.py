@@ -14,16 +14,20 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Literal
 
 import fsspec
 
 from runwright.ckpt.errors import CheckpointError
+from runwright.ckpt.failures import storage_error
 
 STAGING = "staging"
+EntryKind = Literal["file", "folder", "symlink", "other"]
+"""What a name in a folder is, without following links (`other`: FIFO, socket, device)."""
 _FOLDER = re.compile(r"^(?P<step>\d+)-(?P<id>g\d{6,}-[0-9a-f]{12})$")
 
 
@@ -45,6 +49,34 @@ def fsync_dir(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def replace_file(path: str | Path, data: bytes, *, action: str) -> None:
+    """Create or replace a local file so that a reader sees the old bytes or the new bytes,
+    never a prefix: `<path>.tmp-<pid>`, fsync, os.replace, fsync the folder. A failed write
+    (ENOSPC, EIO, permissions) removes its tmp file and raises `CheckpointStorageError` naming
+    the path, the cause and the free space."""
+    target = os.fspath(path)
+    tmp = f"{target}.tmp-{os.getpid()}"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+        fsync_dir(os.path.dirname(target))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise storage_error(action, target, exc, bytes_needed=len(data)) from exc
+
+
+def local_kind(mode: int) -> EntryKind:
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    if stat.S_ISDIR(mode):
+        return "folder"
+    return "file" if stat.S_ISREG(mode) else "other"
 
 
 class CheckpointStorage:
@@ -103,12 +135,40 @@ class CheckpointStorage:
             return []
         return sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(path, detail=False))
 
+    def entries(self, path: str) -> list[tuple[str, EntryKind]]:
+        """Names directly in the folder `path` with what each is, links not followed; empty if
+        `path` does not exist. Raises OSError when the folder cannot be listed."""
+        if not self.is_local:
+            if not self.fs.exists(path):
+                return []
+            found = []
+            for info in self.fs.ls(path, detail=True):
+                name = info["name"].rstrip("/").rsplit("/", 1)[-1]
+                found.append((name, "folder" if info.get("type") == "directory" else "file"))
+            return sorted(found)
+        if not os.path.lexists(path):
+            return []
+        found = []
+        with os.scandir(path) as listing:
+            for entry in listing:
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except FileNotFoundError:
+                    continue
+                found.append((entry.name, local_kind(mode)))
+        return sorted(found)
+
     def age_seconds(self, path: str) -> float:
-        """Seconds since the newest modification of anything directly in `path`."""
+        """Seconds since the newest modification of `path`: a file's (or link's) own mtime, a
+        folder's newest among itself and what is directly in it."""
         if self.is_local:
-            stamps = [os.stat(path).st_mtime]
-            with contextlib.suppress(FileNotFoundError):
-                stamps += [e.stat().st_mtime for e in os.scandir(path)]
+            own = os.lstat(path)
+            stamps = [own.st_mtime]
+            if stat.S_ISDIR(own.st_mode):
+                with contextlib.suppress(OSError), os.scandir(path) as listing:
+                    for entry in listing:
+                        with contextlib.suppress(OSError):
+                            stamps.append(entry.stat(follow_symlinks=False).st_mtime)
             return time.time() - max(stamps)
         try:
             info = self.fs.info(path)
@@ -129,17 +189,15 @@ class CheckpointStorage:
     def write_durable(self, path: str, data: bytes) -> None:
         """Create or replace `path` with `data` so that a reader sees the old bytes or the new
         bytes, never a prefix: tmp file, fsync, os.replace, fsync folder (local); one put
-        (object stores, where an object appears whole or not at all)."""
+        (object stores, where an object appears whole or not at all). A failed write leaves no
+        tmp file and raises `CheckpointStorageError`."""
         if not self.is_local:
-            self.fs.pipe_file(path, data)
+            try:
+                self.fs.pipe_file(path, data)
+            except OSError as exc:
+                raise storage_error("write", path, exc, bytes_needed=len(data)) from exc
             return
-        tmp = f"{path}.tmp-{os.getpid()}"
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        fsync_dir(os.path.dirname(path))
+        replace_file(path, data, action=f"write of {os.path.basename(path)}")
 
     def move_to_final(self, step: int, checkpoint_id: str) -> str:
         """Move a staged checkpoint to `<step>-<ckpt_id>/` (local: one atomic rename plus fsyncs;

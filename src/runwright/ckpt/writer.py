@@ -83,6 +83,14 @@ class _Follower:
         if self._position != size_bytes:
             raise OSError(f"hashed {self._position} of {size_bytes} bytes: the file shrank")
 
+    def abandon(self) -> None:
+        """The write failed: stop hashing and close the file, so deleting it frees its space."""
+        with self._cond:
+            self._final = True
+            self._cond.notify()
+        self._thread.join()
+        os.close(self._fd)
+
     def _run(self) -> None:
         buffer = bytearray(_FOLLOW_CHUNK_BYTES)
         view = memoryview(buffer)
@@ -171,6 +179,14 @@ class _HashingStream(io.RawIOBase):
     def flush(self) -> None:
         self._raw.flush()
 
+    def abandon(self) -> None:
+        """The write failed: release the follower and its descriptor, record nothing."""
+        if self._follower is not None:
+            self._follower.abandon()
+            self._follower = None
+        with contextlib.suppress(OSError):  # closing flushes, which fails again on a full disk
+            super().close()
+
     def close(self) -> None:
         if not self.closed:
             self._raw.flush()
@@ -204,7 +220,13 @@ class _HashingFileSystem:
                 self._owner._probe,
                 follow=self._owner._follow,
             )
-            yield stream
+            try:
+                yield stream
+            except BaseException:
+                # a failed write (ENOSPC) must not leave the follower holding the file open: an
+                # open descriptor keeps a deleted file's blocks allocated
+                stream.abandon()
+                raise
             stream.close()
 
 
@@ -225,6 +247,8 @@ class _MeasuringMixin:
         self._probe = probe
         self.files: dict[str, tuple[int, str]] = {}
         self.local_keys: list[str] = []
+        self.planned_bytes: int | None = None
+        """Bytes of every rank's planned writes (coordinator, once planned): the save's size."""
         self.metadata: Metadata | None = None
         self.fs = _HashingFileSystem(self.fs, self)
 
@@ -237,6 +261,16 @@ class _MeasuringMixin:
     def prepare_local_plan(self, plan: SavePlan) -> SavePlan:
         self.local_keys = sorted({item.index.fqn for item in plan.items})
         return super().prepare_local_plan(plan)  # type: ignore[misc]
+
+    def prepare_global_plan(self, plans: list[SavePlan]) -> list[SavePlan]:
+        # DCP has deduplicated replicated items by now, so this is what the ranks will write
+        self.planned_bytes = sum(
+            item.tensor_storage_size()
+            or (item.bytes_io_data.nbytes if item.bytes_io_data is not None else 0)
+            for plan in plans
+            for item in plan.items
+        )
+        return super().prepare_global_plan(plans)  # type: ignore[misc]
 
     def write_data(self, plan: SavePlan, planner: SavePlanner) -> Future[list[WriteResult]]:
         done: Future[list[WriteResult]] = super().write_data(plan, planner)  # type: ignore[misc]

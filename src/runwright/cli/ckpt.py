@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 from rich.table import Table
 
@@ -82,22 +83,37 @@ def verify(
     root: Root = None,
     json_out: Json = False,
 ) -> None:
-    """Recompute checksums against the manifest; exit status 1 if anything is wrong."""
+    """Check the root as restore opens it, list residue, and recompute checksums against the
+    manifests; exit status 1 if restore could not open the root or a checkpoint is damaged."""
     folder = inv.checkpoint_root(target, root)
     verify_mode = "sampled" if mode == "sampled" else "full"
     if json_out:
-        reports = inv.verify(folder, checkpoint, verify_mode)
-        print_json([r.model_dump() | {"ok": r.ok} for r in reports])
+        report = inv.verify(folder, checkpoint, verify_mode)
+        print_json(report.model_dump(mode="json") | {"ok": report.ok})
     else:
         columns = (BarColumn(), DownloadColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console) as progress:
-            task = progress.add_task("verify", total=inv.total_bytes(folder, checkpoint))
-            reports = inv.verify(
-                folder, checkpoint, verify_mode, lambda n: progress.advance(task, n)
+            task = progress.add_task("verify", total=None)
+            report = inv.verify(
+                folder,
+                checkpoint,
+                verify_mode,
+                lambda n: progress.advance(task, n),
+                lambda total: progress.update(task, total=total),
             )
-        for report in reports:
-            console.print(report.summary(), highlight=False)
-    if not all(r.ok for r in reports):
+        for problem in report.problems:
+            console.print(f"[bold red]cannot open:[/] {escape(problem)}", highlight=False)
+        for item in report.residue:
+            verdict = "gc removes it" if item.removable else f"gc keeps it: {item.kept_because}"
+            console.print(
+                f"residue: {escape(item.path)} ({item.kind}, {item.reason}); {verdict}",
+                highlight=False,
+            )
+        for path, error in report.uninspectable.items():
+            console.print(f"residue: {escape(path)} cannot be inspected: {escape(error)}")
+        for checkpoint_report in report.checkpoints:
+            console.print(checkpoint_report.summary(), highlight=False)
+    if not report.ok:
         raise typer.Exit(code=1)
 
 

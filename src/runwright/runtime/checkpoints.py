@@ -12,8 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from runwright.ckpt import Checkpointer, LocalFence
+from runwright.ckpt import Checkpointer, CheckpointError, LocalFence
 from runwright.ckpt.events import CheckpointEvent
+from runwright.ckpt.start import start_generation
+from runwright.ckpt.storage import CheckpointStorage
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
@@ -56,12 +58,24 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
     root = checkpoint_root(ctx.run_dir)
     fence = LocalFence(root)
     if not ctx.managed:
-        # Standalone: this start fences off any writer left from an earlier one; the other
-        # ranks read the new generation only after rank 0 has written it.
+        # Standalone: this start fences off any writer left from an earlier one, collecting
+        # residue first so a full volume has room for the generation file. The other ranks read
+        # the new generation only after rank 0 has written it, and raise what rank 0 raised
+        # instead of waiting for it forever.
+        outcome: list[BaseException | None] = [None]
         if ctx.rank == 0:
-            fence.advance_generation()
+            try:
+                start_generation(
+                    fence,
+                    CheckpointStorage(str(root)),
+                    gc_min_age_seconds=kwargs.get("gc_min_age_seconds", 3600.0),
+                )
+            except CheckpointError as exc:
+                outcome[0] = exc
         if dist.is_available() and dist.is_initialized():
-            dist.barrier()
+            dist.broadcast_object_list(outcome, src=0)
+        if outcome[0] is not None:
+            raise outcome[0]
     return Checkpointer(
         str(root),
         fence=fence,

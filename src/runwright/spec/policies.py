@@ -58,6 +58,9 @@ class CheckpointSpec(Section):
     """Resume semantics: exact sample sequence, coverage only, or distribution only."""
     save_on_stop: bool = True
     """Save at the stop step on cancel, preemption or budget exhaustion."""
+    on_save_failure: Literal["skip", "stop"] = "stop"
+    """A save storage refuses (full volume): `stop` raises CheckpointStorageError, `skip` alerts
+    (CHECKPOINT_FAILED) and trains on without that checkpoint."""
 
 
 class FailureClass(StrEnum):

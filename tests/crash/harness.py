@@ -190,6 +190,54 @@ class ForkServer:
             self.process.wait()
 
 
+class TorchrunLives:
+    """Lives that are real `torchrun --standalone` groups of a script (2 ranks, gloo). A kill is
+    a lost node (torchrun and every rank at once) or, every other time, one random rank (whose
+    death torchrun must notice and tear the group down)."""
+
+    def __init__(self, log: Path, script: Path, argv_for: Callable[[int], list[str]]) -> None:
+        self.log, self.script, self.argv_for = log, script, argv_for
+        self.process: subprocess.Popen[bytes] | None = None
+        self._kills = 0
+
+    def start(self, index: int) -> int:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
+        argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes", "1"]
+        argv += ["--nproc-per-node", "2", "--max-restarts", "0", str(self.script)]
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(
+                [*argv, *self.argv_for(index)],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        return self.process.pid
+
+    def wait_exit(self, timeout: float | None) -> int | None:
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self, pid: int, members: set[int], rng: random.Random) -> None:
+        self._kills += 1
+        ranks = sorted(p for p in members if is_alive(p) and _parent(p) == pid)
+        victims = [pid, *members] if self._kills % 2 or not ranks else [rng.choice(ranks)]
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+
+
+def _parent(pid: int) -> int | None:
+    try:
+        return int((PROC / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def sweep(
     writer: str,
     lives_of: Lives,

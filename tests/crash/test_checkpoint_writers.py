@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from harness import ForkServer, sweep
+from harness import HERE, ForkServer, TorchrunLives, sweep
 from workloads import read_lines
 
 from runwright.ckpt import Checkpointer, LocalFence, scan
@@ -20,6 +20,8 @@ from runwright.spec.policies import CheckpointSpec
 pytestmark = pytest.mark.integration
 
 DEFAULT_KILLS = 20
+# Each torchrun life costs an interpreter start per rank (about 3-5 s here): fewer by default.
+TORCHRUN_KILLS = 10
 KNOWN = {"FENCE.lock", "GENERATION", "LATEST.json", STAGING}
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 
@@ -69,3 +71,43 @@ def test_checkpoint_writer_survives_random_kills(tmp_path, mode):
 def test_checkpoint_writer_survives_a_thousand_random_kills(tmp_path, mode):
     report, _ = checkpoint_sweep(tmp_path, mode, SLOW_KILLS, seed=1028)
     print(report.summary())
+
+
+def torchrun_sweep(tmp_path: Path, kills: int, seed: int, mode: str = "sync"):
+    root = tmp_path / "ckpt"
+    lives = TorchrunLives(
+        tmp_path / "lives.log",
+        HERE / "dist_life.py",
+        lambda life: [str(root), str(life), "3", mode],
+    )
+    # A rank killed alone: torchrun sees it within its monitor interval, SIGTERMs the other
+    # rank and waits for it; a 2-rank group's whole teardown stays well inside a minute.
+    report = sweep(
+        f"checkpoint-torchrun-{mode}", lives, kills, seed=seed, survivor_bound_seconds=60
+    )
+    log = (tmp_path / "lives.log").read_text(errors="replace")
+    assert not report.wedged, f"groups failed on their own: {report.wedged}\n{log[-4000:]}"
+    assert not report.survivors, f"processes of killed groups still alive: {report.survivors}"
+    verdicts = read_lines(tmp_path / "verdicts.jsonl")
+    lost = [v for v in verdicts if v["acked"] is not None and (v["restored"] or 0) < v["acked"]]
+    mixed = [v for v in verdicts if v["differences"]]
+    assert not lost, f"acknowledged steps lost: {lost}"
+    assert not mixed, f"restores that differ from the state saved at their step: {mixed}"
+    # Both ranks of a life restored the same step.
+    by_life: dict[int, set] = {}
+    for v in verdicts:
+        by_life.setdefault(v["life"], set()).add(v["restored"])
+    assert all(len(steps) == 1 for steps in by_life.values()), by_life
+    return report
+
+
+def test_two_rank_checkpoint_writer_survives_random_kills(tmp_path):
+    report = torchrun_sweep(tmp_path, TORCHRUN_KILLS, seed=282)
+    assert report.kills == TORCHRUN_KILLS, report.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(14400)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_rank_checkpoint_writer_survives_many_random_kills(tmp_path, mode):
+    print(torchrun_sweep(tmp_path, SLOW_KILLS, seed=1282, mode=mode).summary())

@@ -18,6 +18,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import runwright.runtime
 from runwright.ckpt import TrainState
+from runwright.train.loop import parameter_digests
 
 
 class Position:
@@ -106,6 +107,14 @@ def main() -> int:
     if loop.stop_request is not None and loop.stop_request.save:
         ckpt.maybe_save(step, state, stopping=True)
     ckpt.close()
+    if not loop.stop_request:
+        # Recovery equivalence (govern/compare.py) compares these with an uninterrupted run's.
+        ctx.event(
+            "TRAINING_COMPLETE",
+            step=step,
+            event_id=f"g{ctx.generation}-r{ctx.rank}-complete",
+            parameter_digests=parameter_digests(model.module),
+        )
     ctx.close()
     dist.destroy_process_group()
     return 0

@@ -21,7 +21,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 import runwright
-from runwright.ckpt import HealthVerdict, TrainState
+from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
 from runwright.data import DataLoader, read_manifest
 from runwright.train.model import GPT
 from runwright.train.schedule import lr_multiplier
@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         with loop.phase("checkpoint_stall"):
             # The guard passed for this step (finite loss and gradient norm): a healthy point.
             saved = ckpt.maybe_save(step, state, loss=float(loss_sum), health=HealthVerdict.HEALTHY)
-            if saved is not None:
+            if saved is not None and saved.status is not SaveStatus.FAILED:
                 saved_step = step
         loop.complete(
             step,

@@ -30,6 +30,10 @@ SQLITE_BUSY_TIMEOUT_MS = 5_000
 (milliseconds), so 5 s rides out any burst of controllers and CLI commands; a longer hold (a
 backup, a migration) is an outage, which the controller should see, report and retry with backoff
 rather than sit silently inside one statement."""
+PG_CONNECT_TIMEOUT_SECONDS = 10
+"""A PostgreSQL host that drops packets would otherwise hold a connection attempt (and the
+controller's pass) for the kernel's TCP connect timeout, about 2 min on Linux; a connect_timeout
+in the URL wins."""
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
@@ -86,7 +90,12 @@ def create_engine(url: str) -> sa.Engine:
         engine = _sqlite_engine(url)
     else:
         try:
-            engine = sa.create_engine(url, pool_pre_ping=True)
+            timeout = (
+                {}
+                if "connect_timeout" in sa.make_url(url).query
+                else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
+            )
+            engine = sa.create_engine(url, pool_pre_ping=True, connect_args=timeout)
         except ModuleNotFoundError as exc:
             raise StoreError(
                 f"the PostgreSQL driver is missing ({exc.name}); install it with "

@@ -30,6 +30,12 @@ class StoreError(RunwrightError):
     """The durable store cannot be opened, migrated or reached."""
 
 
+class StoreUnavailableError(StoreError):
+    """The store is there but cannot answer for now (SQLite locked past its busy timeout,
+    PostgreSQL restarting or unreachable): retrying later can succeed, so the controller rides it
+    out instead of stopping (store/faults.py, control/outage.py)."""
+
+
 class NotFoundError(RunwrightError):
     """A run, dataset or checkpoint named by the user does not exist."""
 

@@ -68,3 +68,24 @@ def test_runwright_init_is_the_runtime_init():
     import runwright
 
     assert runwright.init is init
+
+
+def test_a_consumer_that_fails_gets_the_message_again(tmp_path):
+    """The cursor passes a message only once the consumer asks for the next one, so a message
+    whose handling failed (the store went away) is read again, and nothing after it is lost."""
+    writer = ChannelWriter(tmp_path, generation=1, rank=0)
+    for step in (1, 2, 3):
+        writer.send("STEP_HEALTHY", step=step)
+    reader = ChannelReader(tmp_path)
+    handled = []
+    try:
+        for message in reader.poll():
+            if message.step == 2:
+                raise ConnectionError("store unavailable")
+            handled.append(message.step)
+    except ConnectionError:
+        pass
+    writer.send("STEP_HEALTHY", step=4)
+    handled += [m.step for m in reader.poll()]
+    assert handled == [1, 2, 3, 4]
+    writer.close()

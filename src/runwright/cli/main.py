@@ -1,5 +1,7 @@
 """`runwright` entry point: assembles the command groups."""
 
+import logging
+
 import typer
 
 from runwright.cli import ckpt, data, demo, plan, report, runs, spec
@@ -22,6 +24,9 @@ app.registered_commands.extend(report.app.registered_commands)
 
 
 def main() -> None:
+    # Warnings from below the CLI (e.g. the controller's store-outage line) as one timestamped
+    # line on stderr, which is the controller log of `submit --detach`.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s")
     app()
 
 

@@ -145,10 +145,10 @@ def controller_cmd(
 ) -> None:
     """Run the controller: reconcile runs from the store (what `submit --detach` starts). A
     restarted controller adopts live worker groups and kills orphans of older generations."""
-    resolved, st = open_store(root, store)
+    resolved, st = open_store(root, store, ride_out_outage=True)
     controller = Controller(st, resolved, on_event=_printer(False))
     if run_id is not None:
-        controller.drive(st.get_run(run_id).run_id)
+        controller.drive(run_id)
         return
     try:
         finished = controller.drive_all(until_idle=not daemon)

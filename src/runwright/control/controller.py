@@ -4,14 +4,17 @@ A pass reads the run record (the source of truth), ingests what the workers repo
 the worker group, and takes at most the next step of the state machine. Side effects carry an
 operation id (journal.py's event ids; one launch per generation, marked by its pid file), so a
 pass repeated by a restarted controller is harmless: it adopts a live group of the current
-generation and kills any group of an older one.
+generation and kills any group of an older one. For the same reason a pass that the store breaks
+off (locked, busy, unreachable) is simply abandoned and retried after a backoff (outage.py): the
+workers keep reporting into their channel, which is read from where the last pass stopped.
 """
 
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
+from typing import TypeVar
 
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
@@ -25,6 +28,7 @@ from runwright.control.executor import (
 from runwright.control.fencing import raise_fence
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
+from runwright.control.outage import Outage, OutageRider
 from runwright.control.processes import is_alive
 from runwright.control.recovery import RecoverySequence, skip_ranges
 from runwright.control.states import TERMINAL, RunState, TerminalReason
@@ -37,6 +41,7 @@ from runwright.runtime.stop import write_stop_request
 from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store
 
+T = TypeVar("T")
 UNFINISHED = [s for s in RunState if s not in TERMINAL]
 LAUNCH_CLAIM_SECONDS = 30.0
 """How long a controller that lost the claim to launch a generation waits for the winner's
@@ -65,6 +70,7 @@ class Controller:
         self.on_event = on_event
         self.journal = Journal(store)
         self.recovery = RecoverySequence(store, self.journal)
+        self.outage = OutageRider(reset=store.reset_connections)
         self._sup: dict[str, Supervision] = {}
         self._ingest: dict[str, Ingestor] = {}
         self._seen_seq: dict[str, int] = {}
@@ -94,38 +100,48 @@ class Controller:
         return run, created
 
     def drive(self, run_id: str) -> RunRecord:
-        """Reconcile until the run is terminal and its workers are gone. Ctrl-C cancels."""
-        run_id = self.store.get_run(run_id).run_id
+        """Reconcile until the run is terminal and its workers are gone (`run_id` may be a unique
+        prefix). Ctrl-C cancels. A store outage is ridden out, however long it lasts."""
+        # get_run takes the prefix too, so an outage before the id is resolved is still recorded.
+        run_id = self._riding(lambda: self.store.get_run(run_id).run_id, [run_id])
+        runs = [run_id]
         try:
-            while not self.reconcile(run_id):
+            while not self._riding(lambda: self.reconcile(run_id), runs):
                 time.sleep(self.poll_seconds)
         except KeyboardInterrupt:
             from runwright.control.cancel import request_cancel
 
-            request_cancel(self.store, run_id, "interrupted by the user (Ctrl-C)")
-            while not self.reconcile(run_id):
+            why = "interrupted by the user (Ctrl-C)"
+            self._riding(lambda: request_cancel(self.store, run_id, why), runs)
+            while not self._riding(lambda: self.reconcile(run_id), runs):
                 time.sleep(self.poll_seconds)
-        self._emit(run_id)
-        return self.store.get_run(run_id)
+        self._riding(lambda: self._emit(run_id), runs)
+        return self._riding(lambda: self.store.get_run(run_id), runs)
 
     def drive_all(self, *, until_idle: bool = True) -> list[str]:
         """Pick up every unfinished run in the store where its records say it is, and reconcile
         them all until none is left (or forever, as a daemon). Stopping this controller leaves the
-        workers running; the next controller adopts them."""
+        workers running; the next controller adopts them. A store outage is ridden out."""
         active: set[str] = set()
         finished: list[str] = []
         while True:
-            active |= {r.run_id for r in self.store.list_runs(limit=100_000, states=UNFINISHED)}
-            for run_id in sorted(active):
-                if self.reconcile(run_id):
-                    active.discard(run_id)
-                    finished.append(run_id)
+            self._riding(lambda: self._sweep(active, finished), active)
             if not active and until_idle:
                 return finished
             time.sleep(self.poll_seconds)
 
+    def _sweep(self, active: set[str], finished: list[str]) -> None:
+        """One pass over every unfinished run. `active` and `finished` change run by run, so a
+        sweep the store breaks off keeps what it did."""
+        active.update(r.run_id for r in self.store.list_runs(limit=100_000, states=UNFINISHED))
+        for run_id in sorted(active):
+            if self.reconcile(run_id):
+                active.discard(run_id)
+                finished.append(run_id)
+
     def reconcile(self, run_id: str) -> bool:
-        """One pass; True once the run is terminal and no worker of it is left."""
+        """One pass; True once the run is terminal and no worker of it is left. A transient store
+        error (StoreUnavailableError) breaks the pass off; the drive loops retry it."""
         run = self.store.get_run(run_id)
         spec = spec_from_mapping(run.spec, f"run {run_id}")
         if run_id not in self._orphans_checked:
@@ -382,6 +398,22 @@ class Controller:
         self._sup.pop(run.run_id, None)
         self.journal.finished(run, exit_code=code)
         return True
+
+    # -- store outages --------------------------------------------------------------------------
+
+    def _riding(self, work: Callable[[], T], run_ids: Collection[str] = ()) -> T:
+        """`work()`, riding out a store outage; once the store is back, the outage is recorded in
+        the log of every run in `run_ids` (read then) before anything else is written."""
+        return self.outage.call(work, lambda outage: self._record_outage(run_ids, outage))
+
+    def _record_outage(self, run_ids: Collection[str], outage: Outage) -> None:
+        for run_id in sorted(run_ids):
+            run = self.store.get_run(run_id)
+            if RunState(run.state) in TERMINAL and self.store.events(
+                run_id, types=["RUN_FINISHED"]
+            ):
+                continue  # RUN_FINISHED stays the last event of a finished run's log
+            self.journal.store_unavailable(run, outage)
 
     # -- helpers --------------------------------------------------------------------------------
 

@@ -4,6 +4,11 @@ Heartbeats update the run's liveness (fenced) and the watchdog; every other mess
 event (fenced: a stale generation is rejected and recorded). A CHECKPOINT_COMMITTED event is
 mirrored into the store's latest pointer with the fenced compare-and-set, and STEP_HEALTHY moves
 the run's last healthy step.
+
+The channel is the buffer while the store is away: the reader's cursor passes a message only after
+every store write it causes has succeeded, so a poll the store breaks off (StoreUnavailableError)
+leaves that message for the next poll. Nothing a worker reported is lost, and the event id keeps
+the second attempt from storing it twice.
 """
 
 from collections.abc import Callable
@@ -25,27 +30,34 @@ class Ingestor:
         self.root = Path(run.root)
         self.reader = ChannelReader(run_dir(self.root, run.run_id) / "channel")
         self.last_step = run.last_step or 0
+        self._beats: dict[int, float] = {}
+        """generation -> newest heartbeat read but not yet written to the run record."""
+        self._unfinished: set[str] = set()
+        """Events whose follow-up writes (last step, latest checkpoint) a failed poll may have
+        cut short: stored or not, they are finished when read again."""
 
     def poll(
         self,
         on_message: Callable[[ChannelMessage, Outcome | None], None] | None = None,
     ) -> int:
         """Ingest new messages; returns how many there were."""
-        newest_beat: dict[int, float] = {}
         count = 0
         for message in self.reader.poll():
             count += 1
             outcome = None
             if message.type == HEARTBEAT:
-                newest_beat[message.generation] = max(
-                    newest_beat.get(message.generation, 0.0), message.time_unix_s
+                # One liveness write per generation and poll, however many beats were read; a
+                # beat the store did not take stays here for the next poll.
+                self._beats[message.generation] = max(
+                    self._beats.get(message.generation, 0.0), message.time_unix_s
                 )
             else:
                 outcome = self._event(message)
             if on_message is not None:
                 on_message(message, outcome)
-        for generation, beat in newest_beat.items():
+        for generation, beat in sorted(self._beats.items()):
             self.store.fenced_update(self.run_id, generation, last_heartbeat_unix_s=beat)
+            del self._beats[generation]
         return count
 
     def _event(self, message: ChannelMessage) -> Outcome:
@@ -60,13 +72,22 @@ class Ingestor:
             time_unix_s=message.time_unix_s,
             attributes={**message.attributes, "rank": message.rank},
         )
+        # Marked before the append: if the store fails at its commit, whether the event was
+        # stored is unknown, and an ALREADY_APPLIED on the retry must still do the follow-ups.
+        resumed = event.event_id in self._unfinished
+        self._unfinished.add(event.event_id)
         outcome = self.store.append_event(event, fenced=True)
-        if outcome is not Outcome.APPLIED:
-            return outcome
+        if outcome is Outcome.APPLIED or (resumed and outcome is Outcome.ALREADY_APPLIED):
+            self._follow_up(message)
+        self._unfinished.discard(event.event_id)
+        return outcome
+
+    def _follow_up(self, message: ChannelMessage) -> None:
+        """The run-record writes a stored event implies; each is idempotent."""
         if message.type == "STEP_HEALTHY" and message.step is not None:
             if message.step > self.last_step:
-                self.last_step = message.step
                 self.store.fenced_update(self.run_id, message.generation, last_step=message.step)
+                self.last_step = message.step
         elif message.type == "CHECKPOINT_COMMITTED" and message.checkpoint_id:
             folder = checkpoint_root(run_dir(self.root, self.run_id)) / str(
                 message.attributes.get("folder") or ""
@@ -89,7 +110,6 @@ class Ingestor:
                 message.attributes["folder"]
             )
             self.store.checkpoints.mark_deleted(self.run_id, str(folder))
-        return outcome
 
 
 def _manifest_sha256(folder: Path) -> str:

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from runwright.control.fencing import raise_fence
+from runwright.control.outage import Outage
 from runwright.control.states import RunState, TerminalReason, advance
 from runwright.store import NewEvent, Outcome, RunRecord, Store
 
@@ -70,6 +71,21 @@ class Journal:
             reason=final.terminal_reason,
             last_step=final.last_step,
             **attributes,
+        )
+
+    def store_unavailable(self, run: RunRecord, outage: Outage) -> None:
+        """STORE_UNAVAILABLE, once per outage, written as the store's first write when it is back:
+        how long this controller could not drive the run, and why."""
+        self.record(
+            run,
+            "STORE_UNAVAILABLE",
+            op=outage.op,
+            per_step=False,
+            outage_seconds=round(outage.seconds(), 3),
+            attempts=outage.attempts,
+            error=outage.error,
+            started_unix_s=outage.started_unix_s,
+            recovered_unix_s=time.time(),
         )
 
     def finish(

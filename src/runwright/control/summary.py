@@ -27,6 +27,7 @@ INCIDENT_TYPES = (
     "BUDGET_EXCEEDED",
     "STOP_REQUESTED",
     "ORPHAN_KILLED",
+    "STORE_UNAVAILABLE",
 )
 INCIDENT_KEYS = (
     "failure_class",
@@ -42,6 +43,9 @@ INCIDENT_KEYS = (
     "detail",
     "rejected_type",
     "writer_generation",
+    "outage_seconds",
+    "attempts",
+    "error",
 )
 
 
@@ -176,6 +180,12 @@ def _incident_line(incident: dict[str, Any]) -> str:
             f"gen {incident['generation']}: recovered from step "
             f"{incident.get('restored_step')}, lost {incident.get('lost_steps')} steps, "
             f"{incident.get('recovery_seconds')} s to recover"
+        )
+    if kind == "STORE_UNAVAILABLE":
+        return (
+            f"gen {incident['generation']}: the store was unavailable for "
+            f"{incident.get('outage_seconds')} s ({incident.get('attempts')} failed attempts: "
+            f"{incident.get('error')}); the controller waited and carried on"
         )
     details = {k: v for k, v in incident.items() if k not in ("type", "generation", "step")}
     return f"gen {incident['generation']}: {kind} {details}"

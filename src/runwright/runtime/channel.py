@@ -131,7 +131,12 @@ class ChannelWriter:
 
 
 class ChannelReader:
-    """Tails every file in a channel folder, yielding only complete new lines."""
+    """Tails every file in a channel folder, yielding only complete new lines.
+
+    The cursor moves past a message only when the consumer asks for the next one, i.e. once it
+    has handled this one. A consumer that raises (the store went away while it stored the
+    message) or stops early gets the same message again on the next poll, so the file stays the
+    buffer of everything not yet handled; the event id makes the second copy harmless."""
 
     def __init__(self, channel_dir: Path) -> None:
         self.channel_dir = channel_dir
@@ -145,14 +150,21 @@ class ChannelReader:
             with open(path, "rb") as f:
                 f.seek(offset)
                 data = f.read()
-            end = data.rfind(b"\n")
-            if end < 0:
-                continue
+            start = 0
             # A line without its newline is still being written; read it next time.
-            self._offsets[path] = offset + end + 1
-            for line in data[: end + 1].splitlines():
-                if line.strip():
-                    try:
-                        yield ChannelMessage.model_validate(json.loads(line))
-                    except (ValueError, TypeError):
-                        continue
+            while (end := data.find(b"\n", start)) >= 0:
+                message = _parse(data[start:end])
+                if message is not None:
+                    yield message
+                start = end + 1
+                self._offsets[path] = offset + start
+
+
+def _parse(line: bytes) -> ChannelMessage | None:
+    """One message, or None for a blank or unreadable line (skipped, never retried)."""
+    if not line.strip():
+        return None
+    try:
+        return ChannelMessage.model_validate(json.loads(line))
+    except (ValueError, TypeError):
+        return None

@@ -2,6 +2,7 @@
 by default, PostgreSQL for shared deployments)."""
 
 from runwright.store.engine import resolve_root, resolve_store_url
+from runwright.store.faults import describe_fault, is_transient
 from runwright.store.records import (
     AttemptRecord,
     CheckpointRow,
@@ -25,6 +26,8 @@ __all__ = [
     "RunRecord",
     "Store",
     "WriteResult",
+    "describe_fault",
+    "is_transient",
     "resolve_root",
     "resolve_store_url",
 ]

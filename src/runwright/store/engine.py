@@ -3,7 +3,10 @@
 SQLite is the embedded default (`<root>/state.db`): WAL so readers never block the writer, a busy
 timeout so concurrent writers wait instead of failing, foreign keys on, and every transaction
 started with BEGIN IMMEDIATE so a read-then-write can never deadlock on lock upgrade. Any
-PostgreSQL URL works the same way for shared deployments.
+PostgreSQL URL works the same way for shared deployments; its pool pings a connection before
+handing it out, so connections a server restart killed are replaced instead of failing a pass.
+Either way a transient error (locked, busy, unreachable) is raised as StoreUnavailableError
+(faults.py).
 """
 
 import os
@@ -17,11 +20,20 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from runwright.errors import StoreError
+from runwright.store import faults
 
 STORE_ENV = "RUNWRIGHT_STORE"
 ROOT_ENV = "RUNWRIGHT_ROOT"
 DEFAULT_ROOT = ".runwright"
-SQLITE_BUSY_TIMEOUT_MS = 30_000
+SQLITE_BUSY_TIMEOUT_MS = 5_000
+"""How long a SQLite statement waits for a lock. Writers here hold it for one compare-and-set
+(milliseconds), so 5 s rides out any burst of controllers and CLI commands; a longer hold (a
+backup, a migration) is an outage, which the controller should see, report and retry with backoff
+rather than sit silently inside one statement."""
+PG_CONNECT_TIMEOUT_SECONDS = 10
+"""A PostgreSQL host that drops packets would otherwise hold a connection attempt (and the
+controller's pass) for the kernel's TCP connect timeout, about 2 min on Linux; a connect_timeout
+in the URL wins."""
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
@@ -75,14 +87,22 @@ def _sqlite_engine(url: str) -> sa.Engine:
 
 def create_engine(url: str) -> sa.Engine:
     if url.startswith("sqlite:///"):
-        return _sqlite_engine(url)
-    try:
-        return sa.create_engine(url, pool_pre_ping=True)
-    except ModuleNotFoundError as exc:
-        raise StoreError(
-            f"the PostgreSQL driver is missing ({exc.name}); install it with "
-            "`pip install 'psycopg[binary]'`"
-        ) from None
+        engine = _sqlite_engine(url)
+    else:
+        try:
+            timeout = (
+                {}
+                if "connect_timeout" in sa.make_url(url).query
+                else {"connect_timeout": PG_CONNECT_TIMEOUT_SECONDS}
+            )
+            engine = sa.create_engine(url, pool_pre_ping=True, connect_args=timeout)
+        except ModuleNotFoundError as exc:
+            raise StoreError(
+                f"the PostgreSQL driver is missing ({exc.name}); install it with "
+                "`pip install 'psycopg[binary]'`"
+            ) from None
+    faults.install(engine)
+    return engine
 
 
 def migrate(engine: sa.Engine) -> None:

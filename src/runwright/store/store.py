@@ -37,7 +37,11 @@ class Store:
     def __init__(self, url: str) -> None:
         self.url = url
         self.engine = create_engine(url)
-        migrate(self.engine)
+        try:
+            migrate(self.engine)
+        except BaseException:
+            self.engine.dispose()  # a caller that retries the open must not leak a pool per try
+            raise
         self.checkpoints = CheckpointCatalog(self)
         self.datasets = DatasetCatalog(self)
 
@@ -46,6 +50,11 @@ class Store:
         return cls(resolve_store_url(store, resolve_root(root)))
 
     def close(self) -> None:
+        self.engine.dispose()
+
+    def reset_connections(self) -> None:
+        """Drop every pooled connection, so the next call connects afresh (after an outage, the
+        pool may hold connections to a server that has since restarted)."""
         self.engine.dispose()
 
     # -- runs ---------------------------------------------------------------------------------

@@ -1,0 +1,125 @@
+"""A throw-away PostgreSQL server for the tests that need a real one (the store suite, the
+controller's store-outage tests).
+
+The server is started the way pytest-postgresql does it: initdb into a temporary folder, a free
+port on 127.0.0.1, stopped at the end. PostgreSQL refuses to run as root, so under root the
+server runs as the `postgres` (or `nobody`) user. Without the server binaries these tests skip,
+unless RUNWRIGHT_REQUIRE_POSTGRES is set (CI sets it), which makes them fail instead."""
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+
+def find_bindir() -> Path | None:
+    initdb = shutil.which("initdb")
+    if initdb:
+        return Path(os.path.realpath(initdb)).parent
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
+    return Path(found[-1]).parent if found else None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _runner() -> tuple[list[str], str | None]:
+    if os.geteuid() != 0:
+        return [], None
+    for user in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            pwd.getpwnam(user)
+            return ["runuser", "-u", user, "--"], user
+    raise RuntimeError("running as root and no unprivileged user exists for PostgreSQL")
+
+
+class PostgresServer:
+    """One initdb'd cluster on a free port; `stop()` and `start()` it to simulate an outage."""
+
+    def __init__(self, bindir: Path) -> None:
+        self.bindir = bindir
+        self.prefix, user = _runner()
+        self.base = Path(tempfile.mkdtemp(prefix="runwright-pg-"))
+        if user:
+            pw = pwd.getpwnam(user)
+            os.chown(self.base, pw.pw_uid, pw.pw_gid)
+        self.data, self.log = self.base / "data", self.base / "server.log"
+        self.port = _free_port()
+        self.url = f"postgresql+psycopg://runwright@127.0.0.1:{self.port}/postgres"
+        self._pg(
+            "initdb", "-D", str(self.data), "-U", "runwright", "--auth=trust", "-E", "UTF8",
+            "--no-sync",
+        )  # fmt: skip
+
+    def _pg(self, tool: str, *args: str, check: bool = True) -> None:
+        subprocess.run(
+            [*self.prefix, str(self.bindir / tool), *args],
+            check=check,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.base} -c listen_addresses=127.0.0.1 -c fsync=off"
+        self._pg("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-w", "-t", "60", "-o",
+                 options, "start")  # fmt: skip
+
+    def stop(self, mode: str = "fast", check: bool = True) -> None:
+        """`fast` ends every session (clients get admin_shutdown); `immediate` aborts."""
+        self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=check)
+
+    def remove(self) -> None:
+        self.stop("immediate", check=False)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_server() -> Iterator[PostgresServer]:
+    """A started server, removed at the end."""
+    bindir = find_bindir()
+    if bindir is None:
+        raise FileNotFoundError("PostgreSQL server binaries (initdb, pg_ctl) not found")
+    server = PostgresServer(bindir)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+def require_postgres() -> None:
+    if find_bindir() is None:
+        if os.environ.get("RUNWRIGHT_REQUIRE_POSTGRES"):
+            pytest.fail("RUNWRIGHT_REQUIRE_POSTGRES is set but no PostgreSQL binaries exist")
+        pytest.skip(
+            "PostgreSQL server binaries (initdb, pg_ctl) not installed; "
+            "install Debian's `postgresql` package to run the PostgreSQL half"
+        )
+
+
+@pytest.fixture(scope="session")
+def pg_base_url():
+    """The URL of a server shared by the whole session (tests make databases of their own)."""
+    require_postgres()
+    with postgres_server() as server:
+        yield server.url
+
+
+@pytest.fixture
+def pg_server():
+    """A server of this test's own, which it may stop and start."""
+    require_postgres()
+    with postgres_server() as server:
+        yield server

@@ -1,0 +1,97 @@
+"""Ingesting the workers' channel while the store fails part-way: nothing is lost, nothing is
+stored twice, and the follow-up writes of an event cut short are finished on the next poll."""
+
+import pytest
+
+from runwright.control.ingest import Ingestor
+from runwright.errors import StoreUnavailableError
+from runwright.runtime import ChannelWriter
+from runwright.store import Outcome, Store
+
+
+class Flaky:
+    """Makes one store method fail once, after (or before) doing its write, as a connection that
+    drops around a commit does."""
+
+    def __init__(self, store, name, *, after_write):
+        self.store, self.name, self.after_write = store, name, after_write
+        self.real = getattr(store, name)
+        self.armed = False
+        setattr(store, name, self)
+
+    def __call__(self, *args, **kwargs):
+        if not self.armed:
+            return self.real(*args, **kwargs)
+        self.armed = False
+        if self.after_write:
+            self.real(*args, **kwargs)
+        raise StoreUnavailableError("the store at test is unavailable: injected")
+
+
+@pytest.fixture
+def setup(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    store.create_run(
+        run_id="run-a",
+        name="t",
+        spec={"name": "t"},
+        spec_hash="h" * 64,
+        plan={},
+        workdir=str(tmp_path),
+        root=str(tmp_path),
+        state="RUNNING",
+    )
+    store.transition("run-a", "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
+    writer = ChannelWriter(tmp_path / "runs" / "run-a" / "channel", generation=1, rank=0)
+    yield store, Ingestor(store, store.get_run("run-a")), writer
+    writer.close()
+    store.close()
+
+
+def steps_stored(store):
+    return [e.step for e in store.events("run-a", types=["STEP_HEALTHY"])]
+
+
+@pytest.mark.parametrize("after_write", [False, True], ids=["before-commit", "after-commit"])
+def test_an_append_cut_short_is_retried_once_stored(setup, after_write):
+    store, ingestor, writer = setup
+    for step in (1, 2, 3):
+        writer.send("STEP_HEALTHY", step=step)
+    flaky = Flaky(store, "append_event", after_write=after_write)
+    ingestor.poll()
+    writer.send("STEP_HEALTHY", step=4)
+    flaky.armed = True
+    seen = []
+    with pytest.raises(StoreUnavailableError):
+        ingestor.poll(lambda m, outcome: seen.append((m.step, outcome)))
+    writer.send("STEP_HEALTHY", step=5)
+    ingestor.poll(lambda m, outcome: seen.append((m.step, outcome)))
+    assert steps_stored(store) == [1, 2, 3, 4, 5]
+    retried = Outcome.ALREADY_APPLIED if after_write else Outcome.APPLIED
+    assert seen == [(4, retried), (5, Outcome.APPLIED)]
+    assert store.get_run("run-a").last_step == 5
+
+
+def test_a_follow_up_cut_short_is_finished_on_the_next_poll(setup):
+    """The event was stored but the run's last step was not moved: the retry reads the event as
+    ALREADY_APPLIED and must still move it."""
+    store, ingestor, writer = setup
+    writer.send("STEP_HEALTHY", step=1)
+    flaky = Flaky(store, "fenced_update", after_write=False)
+    flaky.armed = True
+    with pytest.raises(StoreUnavailableError):
+        ingestor.poll()
+    assert steps_stored(store) == [1] and store.get_run("run-a").last_step is None
+    ingestor.poll()
+    assert steps_stored(store) == [1] and store.get_run("run-a").last_step == 1
+
+
+def test_a_heartbeat_the_store_missed_is_written_next_time(setup):
+    store, ingestor, writer = setup
+    beat = writer.send("HEARTBEAT")
+    flaky = Flaky(store, "fenced_update", after_write=False)
+    flaky.armed = True
+    with pytest.raises(StoreUnavailableError):
+        ingestor.poll()
+    assert ingestor.poll() == 0  # nothing new in the channel, but the beat is still written
+    assert store.get_run("run-a").last_heartbeat_unix_s == beat.time_unix_s

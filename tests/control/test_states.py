@@ -132,3 +132,20 @@ def test_random_event_sequences_never_break_the_machine(store, sequence):
             assert after == before or after.updated_unix_s == before.updated_unix_s
             assert result.outcome in (Outcome.STALE_GENERATION, Outcome.INVALID_TRANSITION)
         assert after.generation >= before.generation
+
+
+def test_a_move_and_its_state_changed_event_are_one_transaction(store):
+    """A controller killed right after a move cannot leave it without its STATE_CHANGED event:
+    the journal writes both in one transaction, and a retried move writes nothing."""
+    from runwright.control.journal import Journal
+
+    put_in_state(store, "journaled", RunState.CREATED)
+    journal = Journal(store)
+    run = store.get_run("journaled")
+    assert journal.move(run, RunState.QUEUED, "JOB_ACCEPTED")
+    assert not journal.move(run, RunState.QUEUED, "JOB_ACCEPTED")
+    types = [e.type for e in store.events("journaled")]
+    assert types == ["STATE_CHANGED", "JOB_ACCEPTED"]
+    changed = store.events("journaled", types=["STATE_CHANGED"])[0]
+    assert changed.attributes["from_state"] == "CREATED"
+    assert changed.attributes["to_state"] == "QUEUED"

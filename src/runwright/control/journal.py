@@ -21,19 +21,23 @@ class Journal:
         self, run: RunRecord, type_: str, op: str = "", per_step: bool = True, **attributes: object
     ) -> None:
         """Append one controller event (unfenced: the controller owns the run)."""
+        self.store.append_event(self.event(run, type_, op, per_step, **attributes), fenced=False)
+
+    @staticmethod
+    def event(
+        run: RunRecord, type_: str, op: str = "", per_step: bool = True, **attributes: object
+    ) -> NewEvent:
+        """The controller event `record` appends, with its operation id."""
         key = op or f"{attributes.get('from_state', '')}>{attributes.get('to_state', '')}"
         at = f"@{run.last_step}" if per_step else ""
-        self.store.append_event(
-            NewEvent(
-                event_id=f"{run.run_id}:g{run.generation}:{type_}:{key}{at}",
-                run_id=run.run_id,
-                generation=run.generation,
-                type=type_,
-                step=run.last_step,
-                time_unix_s=time.time(),
-                attributes={k: v for k, v in attributes.items() if v is not None},
-            ),
-            fenced=False,
+        return NewEvent(
+            event_id=f"{run.run_id}:g{run.generation}:{type_}:{key}{at}",
+            run_id=run.run_id,
+            generation=run.generation,
+            type=type_,
+            step=run.last_step,
+            time_unix_s=time.time(),
+            attributes={k: v for k, v in attributes.items() if v is not None},
         )
 
     def move(
@@ -44,21 +48,25 @@ class Journal:
         reason: TerminalReason | None = None,
         detail: str | None = None,
     ) -> bool:
-        """One state transition through the store's compare-and-set, and its STATE_CHANGED."""
-        result = advance(self.store, run.run_id, target, reason=reason, detail=detail)
-        if result.outcome is not Outcome.APPLIED or result.run is None:
-            return False
-        self.record(
-            result.run,
-            "STATE_CHANGED",
-            from_state=run.state,
-            to_state=str(target),
-            reason=str(reason) if reason else None,
-            detail=detail,
+        """One state transition through the store's compare-and-set, with its STATE_CHANGED
+        (and `event_type`) in the same transaction: a controller killed right after the move
+        cannot leave it unrecorded, and a retried move (ALREADY_APPLIED) writes nothing."""
+
+        def events(moved: RunRecord) -> list[NewEvent]:
+            changed = self.event(
+                moved,
+                "STATE_CHANGED",
+                from_state=run.state,
+                to_state=str(target),
+                reason=str(reason) if reason else None,
+                detail=detail,
+            )
+            return [changed, *([self.event(moved, event_type)] if event_type else [])]
+
+        result = advance(
+            self.store, run.run_id, target, reason=reason, detail=detail, with_events=events
         )
-        if event_type:
-            self.record(result.run, event_type)
-        return True
+        return result.outcome is Outcome.APPLIED and result.run is not None
 
     def finished(self, run: RunRecord, **attributes: object) -> None:
         """RUN_FINISHED, once per run: the last event of its log."""

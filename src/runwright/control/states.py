@@ -5,9 +5,10 @@ worker-driven moves, the generation), so a late message from an old generation c
 run and a terminal run never moves again.
 """
 
+from collections.abc import Callable
 from enum import StrEnum
 
-from runwright.store import Outcome, Store, WriteResult
+from runwright.store import NewEvent, Outcome, RunRecord, Store, WriteResult
 
 
 class RunState(StrEnum):
@@ -82,8 +83,10 @@ def advance(
     generation: int | None = None,
     reason: TerminalReason | None = None,
     detail: str | None = None,
+    with_events: Callable[[RunRecord], list[NewEvent]] | None = None,
 ) -> WriteResult:
-    """Apply one transition through the store's compare-and-set.
+    """Apply one transition through the store's compare-and-set (with `with_events(moved run)`
+    appended in its transaction).
 
     `generation`, when given, fences the move to that generation (a worker-driven move such as
     STARTING -> RUNNING). Terminal targets need a reason from TERMINAL_REASONS.
@@ -108,4 +111,5 @@ def advance(
         bump_generation=target in BUMPS_GENERATION,
         terminal_reason=str(reason) if reason else None,
         detail=detail,
+        with_events=with_events,
     )

@@ -6,7 +6,7 @@ stale generation, invalid transition).
 """
 
 import time
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +140,12 @@ class Store:
         bump_generation: bool = False,
         terminal_reason: str | None = None,
         detail: str | None = None,
+        with_events: Callable[[RunRecord], list[NewEvent]] | None = None,
     ) -> WriteResult:
         """Move a run to `to_state` iff its state is in `allowed_from` (and, when given, its
-        generation equals `generation`), in one compare-and-set statement."""
+        generation equals `generation`), in one compare-and-set statement. `with_events(moved run)`
+        are appended in the same transaction, so a process killed after the move cannot leave
+        it without its STATE_CHANGED event."""
         values: dict[str, Any] = {"state": to_state, "updated_unix_s": time.time()}
         if bump_generation:
             values["generation"] = runs.c.generation + 1
@@ -155,6 +158,11 @@ class Store:
             where.append(runs.c.generation == generation)
         with self.engine.begin() as conn:
             changed = conn.execute(runs.update().where(*where).values(**values)).rowcount
+            if changed == 1 and with_events is not None:
+                moved = conn.execute(runs.select().where(runs.c.run_id == run_id)).first()
+                assert moved is not None
+                for event in with_events(RunRecord.model_validate(moved._asdict())):
+                    _insert_event_once(conn, event)
         run = self.get_run(run_id)
         if changed == 1:
             return WriteResult(outcome=Outcome.APPLIED, run=run)
@@ -334,3 +342,13 @@ class Store:
             query = query.limit(limit)
         with self.engine.connect() as conn:
             return [EventRecord.model_validate(r._asdict()) for r in conn.execute(query)]
+
+
+def _insert_event_once(conn: sa.Connection, event: NewEvent) -> None:
+    """Insert an event unless its id is already there, inside the caller's transaction."""
+    row = event.model_dump()
+    columns = list(row)
+    select = sa.select(*[sa.literal(row[c], type_=events.c[c].type) for c in columns]).where(
+        ~sa.exists().where(events.c.event_id == event.event_id)
+    )
+    conn.execute(events.insert().from_select(columns, select))

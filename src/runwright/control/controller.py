@@ -259,7 +259,7 @@ class Controller:
             self.journal.record(
                 run,
                 "ORPHAN_KILLED",
-                op=f"{generation}<{below}",
+                op=f"{generation}-before-{below}",
                 per_step=False,
                 orphan_generation=generation,
                 pids=sorted(pids),

@@ -34,7 +34,7 @@ from runwright.control.processes import (
     wait_gone,
 )
 from runwright.errors import LaunchError
-from runwright.lifetime import has_tags
+from runwright.lifetime import environ_of, has_tags
 from runwright.runtime.context import (
     ENV_GENERATION,
     ENV_RANK_MANIFEST,
@@ -134,8 +134,11 @@ class WorkerGroup:
     """Set when this controller launched the group; None for an adopted one."""
 
     def _supervisor_alive(self) -> bool:
-        # A recycled pid is not our supervisor: believe the pid only while it carries the tag.
-        return is_alive(self.pid) and (not self.tags or has_tags(self.pid, self.tags))
+        # A recycled pid is not our supervisor: believe the pid only while it carries the tag,
+        # or while its environment cannot be read (then the pid is all there is to go on).
+        if not is_alive(self.pid):
+            return False
+        return not self.tags or environ_of(self.pid) is None or has_tags(self.pid, self.tags)
 
     def poll(self) -> int | None:
         """torchrun's exit status once the supervisor wrote it; None while the supervisor runs;

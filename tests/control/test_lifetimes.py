@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from runwright.control.controller import Controller
-from runwright.control.executor import LocalExecutor, generation_processes, generation_tags
+from runwright.control.executor import LocalExecutor, generation_tags
 from runwright.control.processes import is_alive, processes_tagged
 from runwright.spec import FailureClass, RecoverySpec, spec_from_mapping
 from runwright.store import Store
@@ -46,6 +46,23 @@ def spec_for(steps, every, **recovery):
 def supervisor_pid(root, run_id, generation):
     pid_file = root / "runs" / run_id / "attempts" / f"gen{generation:05d}" / "pid"
     return int(pid_file.read_text().split()[0])
+
+
+def processes_of_generations_below(root, run_id, generation):
+    """Live processes whose launch environment names this run and an older generation, read
+    from /proc here rather than through the executor under test."""
+    folder = f"RUNWRIGHT_RUN_DIR={root / 'runs' / run_id}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            env = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        gens = [v.split(b"=", 1)[1] for v in env if v.startswith(b"RUNWRIGHT_GENERATION=")]
+        if folder in env and state != "Z" and gens and int(gens[0]) < generation:
+            found.append(int(entry.name))
+    return found
 
 
 def parent_of(pid):
@@ -81,8 +98,7 @@ def test_lost_supervisors_are_repaired_and_never_run_two_generations(tmp_path):
             delay = rng.uniform(0, 2 * STEP_SLEEP_SECONDS)
             threading.Timer(delay, os.kill, (pid, signal.SIGKILL)).start()
         elif event.type == "WORKER_STARTED" and gen > 1 and gen not in older_alive:
-            found = generation_processes(tmp_path, event.run_id)
-            older_alive[gen] = [pid for g, pids in found.items() if g < gen for pid in pids]
+            older_alive[gen] = processes_of_generations_below(tmp_path, event.run_id, gen)
 
     store = Store.open(tmp_path)
     controller = Controller(store, tmp_path, poll_seconds=0.1, on_event=on_event)

@@ -25,11 +25,11 @@ SCRIPT = Path(__file__).parent / "scripts" / "small_train.py"
 STEP_SLEEP_SECONDS = 0.3
 
 
-def spec_for(steps, every, **recovery):
+def spec_for(steps, every, step_sleep=STEP_SLEEP_SECONDS, **recovery):
     return spec_from_mapping(
         {
             "name": "lifetime-test",
-            "code": {"entrypoint": str(SCRIPT), "args": ["--step-sleep", str(STEP_SLEEP_SECONDS)]},
+            "code": {"entrypoint": str(SCRIPT), "args": ["--step-sleep", str(step_sleep)]},
             "training": {"global_batch_samples": 8, "steps": steps, "optimizer": {"lr": 0.01}},
             "resources": {"devices_per_node": 2},
             "checkpoint": {"interval": {"policy": "steps", "every_steps": every}, "keep_last": 5},
@@ -119,22 +119,25 @@ def test_lost_supervisors_are_repaired_and_never_run_two_generations(tmp_path):
 
 
 def test_a_sigkilled_torchrun_leaves_no_rank_alive(tmp_path):
-    """The controller is held inside the event callback while torchrun is killed, so only the
-    ranks' parent-death signals can end them."""
+    """The controller is held inside the event callback while torchrun is killed, so no sweep of
+    the executor can end the ranks; and torchrun is killed just after a step, while the ranks
+    sleep between steps, so they do not fail on the lost agent store either before the next
+    step's collectives. Only their parent-death signals can end them within half a step."""
     holder: dict = {}
+    healthy: list = []
 
     def on_event(event):
-        if holder or event.type != "STEP_HEALTHY" or event.generation != 1:
+        if event.type != "STEP_HEALTHY" or event.generation != 1 or event.attributes["rank"]:
+            return
+        healthy.append(event)
+        if holder or len(healthy) < 2:
             return
         ranks = [
             int(e.attributes["pid"])
             for e in store.events(event.run_id, types=["WORKER_STARTED"])
             if e.generation == 1
         ]
-        launched = next(e for e in store.events(event.run_id) if e.type == "WORKER_GROUP_LAUNCHED")
-        # Dying is a kernel signal; starting took imports, a rendezvous and a first step: the
-        # ranks get at most the time the group took to start.
-        bound = max(event.time_unix_s - launched.time_unix_s, 1.0)
+        step_seconds = healthy[-1].time_unix_s - healthy[-2].time_unix_s
         supervisor = supervisor_pid(tmp_path, event.run_id, 1)
         (torchrun,) = [
             pid
@@ -143,18 +146,21 @@ def test_a_sigkilled_torchrun_leaves_no_rank_alive(tmp_path):
         ]
         os.kill(torchrun, signal.SIGKILL)
         killed_at = time.monotonic()
-        while any(is_alive(p) for p in ranks) and time.monotonic() - killed_at < bound:
+        while any(is_alive(p) for p in ranks) and time.monotonic() - killed_at < step_seconds / 2:
             time.sleep(0.01)
-        holder["ranks"] = ranks
-        holder["alive"] = [p for p in ranks if is_alive(p)]
-        holder["bound"] = bound
+        holder.update(
+            ranks=ranks,
+            alive=[p for p in ranks if is_alive(p)],
+            seconds=time.monotonic() - killed_at,
+            bound=step_seconds / 2,
+        )
 
     store = Store.open(tmp_path)
     controller = Controller(store, tmp_path, poll_seconds=0.1, on_event=on_event)
-    run, _ = controller.submit(spec_for(steps=6, every=2), tmp_path)
+    run, _ = controller.submit(spec_for(steps=6, every=2, step_sleep=2.0), tmp_path)
     final = controller.drive(run.run_id)
     assert len(holder["ranks"]) == 2
-    assert holder["alive"] == [], f"ranks alive {holder['bound']:.1f} s after torchrun died"
+    assert holder["alive"] == [], f"ranks alive {holder['bound']:.2f} s after torchrun died"
     assert final.state == "SUCCEEDED"
     (failure,) = failures_of(store, run.run_id)
     assert failure.attributes["failure_class"] == "infrastructure"

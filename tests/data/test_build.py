@@ -1,7 +1,14 @@
 """The build pipeline: sources, quarantine, determinism, resumable partitions, eval isolation."""
 
 import json
+import os
+import random
 import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +236,90 @@ def test_a_rebuild_reassembles_when_the_dataset_or_tokenizer_changed(tmp_path: P
     changed = build_dataset(tmp_path / "loaded.yaml", tmp_path / "root")
     assert changed.partitions_run == 0
     assert changed.dataset_id != loaded.dataset_id
+
+
+def _build_processes(pgid: int, tag: str) -> list[int]:
+    """Live processes of one build: its process group (the build runs in a session of its own)
+    or its tag (a worker could leave the group; it cannot shed its launch environment)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if stat[0] == "Z":
+            continue
+        if int(stat[2]) == pgid or f"RUNWRIGHT_TEST_BUILD={tag}".encode() in environ.split(b"\0"):
+            found.append(pid)
+    return found
+
+
+def test_a_sigkilled_build_leaves_no_worker_and_reruns_to_the_same_id(tmp_path: Path) -> None:
+    """`runwright data build` SIGKILLed from outside after a random number of partitions: its
+    pool workers die with it (parent-death signal), and the rerun gives the dataset an
+    uninterrupted build gives."""
+    seed = random.randrange(1 << 30)
+    rng = random.Random(seed)
+    partitions = 24
+    inputs = tmp_path / "in"
+    inputs.mkdir()
+    words = [f"w{i}" for i in range(5000)]
+    for k in range(partitions):
+        docs = (" ".join(rng.choice(words) for _ in range(100)) for _ in range(40))
+        (inputs / f"{k:03d}.txt").write_text("\n\n".join(docs))
+    recipe = _write_recipe(
+        tmp_path,
+        "name: killed\nsources:\n  - {name: text, paths: ['in/*.txt'], files_per_partition: 1}\n"
+        "dedup: {near: {threshold: 0.8, num_perm: 64, shingle_words: 3}}\n"
+        "tokenizer: {train: {vocab_size: 300, min_frequency: 1}}\n"
+        "eval: {fraction: 0}\nbuild: {workers: 2}\n",
+    )
+    root = tmp_path / "root"
+    tag = uuid.uuid4().hex
+    started = time.monotonic()
+    build = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "runwright.cli.main",
+            "data",
+            "build",
+            str(recipe),
+            "--root",
+            str(root),
+        ],
+        env={**os.environ, "RUNWRIGHT_TEST_BUILD": tag},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        while len(_build_processes(build.pid, tag)) < 3 and build.poll() is None:
+            time.sleep(0.01)  # the build and its two workers
+        workers_seconds = time.monotonic() - started
+        workers = [p for p in _build_processes(build.pid, tag) if p != build.pid]
+        assert len(workers) == 2, f"seed {seed}: the build ended before its workers were seen"
+        # A random moment after the workers exist: once a random number of partitions is done.
+        kill_after = rng.randrange(partitions // 2)
+        markers = root / "datasets" / ".work"
+        while len(list(markers.glob("*/partitions/*.done"))) < kill_after and build.poll() is None:
+            time.sleep(0.01)
+        os.kill(build.pid, signal.SIGKILL)
+        assert build.wait(timeout=60) == -signal.SIGKILL, f"seed {seed}: the build finished first"
+        # Dying is one kernel signal; starting took the interpreter, imports and a fork: the
+        # workers get at most the time they took to appear.
+        deadline = time.monotonic() + max(workers_seconds, 1.0)
+        while _build_processes(build.pid, tag) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _build_processes(build.pid, tag) == [], f"seed {seed}: workers outlived the build"
+    finally:
+        for pid in _build_processes(build.pid, tag):
+            os.kill(pid, signal.SIGKILL)
+    assert not list((root / "datasets").glob("*/manifest.json")), "killed after publishing"
+    rerun = build_dataset(recipe, root)
+    assert rerun.partitions_run + rerun.partitions_reused == partitions
+    assert rerun.dataset_id == build_dataset(recipe, tmp_path / "fresh").dataset_id

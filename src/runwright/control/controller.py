@@ -29,7 +29,6 @@ from runwright.control.fencing import raise_fence
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.outage import Outage, OutageRider
-from runwright.control.processes import is_alive
 from runwright.control.recovery import RecoverySequence, skip_ranges
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.supervision import Supervision
@@ -195,7 +194,9 @@ class Controller:
 
     def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision:
         """Start the current generation's group once (its pid file marks the launch), or adopt
-        the one an earlier controller started."""
+        the one an earlier controller started; either way only once no process of an older
+        generation is left on this node."""
+        self._kill_orphans(run, below=run.generation)
         group = adopt(Path(run.root), run.run_id, run.generation)
         world = spec.resources.world_size
         if group is None and (
@@ -256,21 +257,29 @@ class Controller:
             time.sleep(0.05)
         return None
 
-    def _kill_orphans(self, run: RunRecord) -> None:
-        """No two worker groups of one run ever run: kill every older generation's group. The
-        newest launched group is the current one (or, for a just-cancelled run, the one finishing
-        its stop-step save); supervise() and _wind_down() look after it."""
-        for generation in launched_generations(Path(run.root), run.run_id)[:-1]:
-            group = adopt(Path(run.root), run.run_id, generation)
-            if group is not None and is_alive(group.pid):
-                group.stop(0.0, self._rank_pids(run.run_id, generation))
-                self.journal.record(
-                    run,
-                    "ORPHAN_KILLED",
-                    op=str(generation),
-                    orphan_generation=generation,
-                    pid=group.pid,
-                )
+    def _kill_orphans(self, run: RunRecord, below: int | None = None) -> None:
+        """No two generations of one run ever run at once: SIGKILL every live process of a
+        generation older than `below`, and return once they are gone (LaunchError if some
+        survive). By default `below` is the newest launched generation: the current group or, for
+        a just-cancelled run, the one finishing its stop-step save, which supervise() and
+        _wind_down() look after. The executor finds the processes by their generation tag, so
+        ranks whose supervisor and torchrun are gone are found too; pids reported earlier are not
+        trusted, since they may name another process by now."""
+        if below is None:
+            launched = launched_generations(Path(run.root), run.run_id)
+            if not launched:
+                return
+            below = launched[-1]
+        killed = self.executor.kill_generations_below(Path(run.root), run.run_id, below)
+        for generation, pids in sorted(killed.items()):
+            self.journal.record(
+                run,
+                "ORPHAN_KILLED",
+                op=f"{generation}-before-{below}",
+                per_step=False,
+                orphan_generation=generation,
+                pids=sorted(pids),
+            )
 
     # -- supervision ----------------------------------------------------------------------------
 

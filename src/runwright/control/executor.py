@@ -1,23 +1,40 @@
 """The local executor: launches a run's worker group under torchrun on this machine.
 
 One generation = one supervisor (control/supervise.py) running torchrun, in a session of its own
-so the group outlives a controller restart; stopping a generation kills every process of its tree
-and nothing else. Each rank gets the run id, generation, run folder, the
-spec and its rank-manifest entry through environment variables (runtime/context.py).
+so the group outlives a controller restart. Each rank gets the run id, generation, run folder,
+the spec and its rank-manifest entry through environment variables (runtime/context.py); those
+variables are also the generation's tag: every process of it (supervisor, torchrun, ranks and
+anything they start) carries the run folder and generation in its launch environment, so the
+executor finds all of them through /proc even once their parents are gone.
+
+Process lifetimes: torchrun dies with its supervisor and every rank with torchrun (parent-death
+signals, runwright/lifetime.py); stopping a generation kills its process tree and its tagged
+processes and nothing else; and `kill_generations_below` makes sure no process of an older
+generation is alive before a new one starts.
 """
 
 import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from runwright.control.processes import is_alive, kill_tree
+from runwright.control.processes import (
+    boot_time_unix_s,
+    environs,
+    is_alive,
+    kill_tree,
+    processes_tagged,
+    signal_all,
+    wait_gone,
+)
 from runwright.errors import LaunchError
+from runwright.lifetime import environ_of, has_tags
 from runwright.runtime.context import (
     ENV_GENERATION,
     ENV_RANK_MANIFEST,
@@ -49,46 +66,146 @@ def entrypoint_argv(spec: JobSpec, workdir: Path) -> list[str]:
     return [str(script), *spec.code.args]
 
 
-# poll() result for a group whose supervisor vanished without writing its exit status (e.g. the
-# machine or the supervisor was killed): the process was lost.
+# poll() result for a group whose supervisor ended without writing its exit status (the
+# supervisor was killed, or the machine restarted): torchrun's own exit status is lost.
 EXIT_LOST = -1000
 PID_FILE = "pid"
 EXIT_FILE = "exit_status"
+KILLED_EXIT_SECONDS = 10.0
+"""How long SIGKILLed processes get to leave the kernel before the executor reports them as
+survivors (SIGKILL acts at once unless a process is blocked in uninterruptible I/O)."""
+
+
+def generation_tags(root: Path, run_id: str, generation: int) -> dict[str, str]:
+    """The launch-environment variables that mark every process of one generation."""
+    return {ENV_RUN_DIR: str(run_dir(root, run_id)), ENV_GENERATION: str(generation)}
+
+
+def generation_processes(root: Path, run_id: str) -> dict[int, list[int]]:
+    """generation -> live processes of run `run_id` on this machine, found by their tags."""
+    folder = str(run_dir(root, run_id))
+    found: dict[int, list[int]] = {}
+    for pid, env in environs():
+        if env.get(ENV_RUN_DIR) == folder and (env.get(ENV_GENERATION) or "").isdigit():
+            found.setdefault(int(env[ENV_GENERATION]), []).append(pid)
+    return found
+
+
+@dataclass(frozen=True)
+class LostSupervisor:
+    """What the executor found and did when a group's supervisor ended without an exit status."""
+
+    supervisor_pid: int
+    cause: str
+    """How the supervisor ended, as far as this machine can tell."""
+    node_restarted: bool
+    """The machine booted after the group was launched: the node, not only the process, went."""
+    killed_pids: tuple[int, ...]
+    """Processes of the generation still alive that the executor killed."""
+
+    @property
+    def message(self) -> str:
+        return f"the worker group's supervisor (pid {self.supervisor_pid}) {self.cause}"
+
+    @property
+    def evidence(self) -> str:
+        left = (
+            f"the executor killed {len(self.killed_pids)} process(es) of the generation still "
+            f"running without it: {list(self.killed_pids)}"
+            if self.killed_pids
+            else "no process of the generation was left (parent-death signals took them)"
+        )
+        return f"supervisor exit file missing; {left}"
 
 
 @dataclass
 class WorkerGroup:
-    """A launched generation: its supervisor process, exit file and logs."""
+    """A launched generation: its supervisor process, exit file, logs and process tags."""
 
     generation: int
     pid: int
     exit_file: Path
     log_path: Path
     log_dir: Path
+    tags: dict[str, str] = field(default_factory=dict)
+    """generation_tags() of this generation; empty matches nothing by tag."""
+    launched_unix_s: float | None = None
     process: subprocess.Popen[bytes] | None = None
     """Set when this controller launched the group; None for an adopted one."""
 
+    def _supervisor_alive(self) -> bool:
+        # A recycled pid is not our supervisor: believe the pid only while it carries the tag,
+        # or while its environment cannot be read (then the pid is all there is to go on).
+        if not is_alive(self.pid):
+            return False
+        return not self.tags or environ_of(self.pid) is None or has_tags(self.pid, self.tags)
+
     def poll(self) -> int | None:
+        """torchrun's exit status once the supervisor wrote it; None while the supervisor runs;
+        EXIT_LOST when the supervisor ended without writing it."""
         if self.process is not None:
-            code = self.process.poll()
-            if code is None:
+            if self.process.poll() is None:
                 return None
+        elif self._supervisor_alive():
+            return None
         if self.exit_file.exists():
             try:
                 return int(self.exit_file.read_text().strip())
             except ValueError:
                 return EXIT_LOST
-        if self.process is None and is_alive(self.pid):
-            return None
-        return EXIT_LOST if self.process is None else self.process.returncode
+        return EXIT_LOST
+
+    def members(self) -> list[int]:
+        """Live processes of this generation, by tag (wherever they were re-parented to)."""
+        return processes_tagged(self.tags) if self.tags else []
 
     def stop(self, grace_seconds: float, worker_pids: list[int] | None = None) -> int | None:
-        """SIGTERM every process of the group, SIGKILL what is left after the grace period."""
-        kill_tree(self.pid, worker_pids or [], grace_seconds)
+        """SIGTERM every process of the group, SIGKILL what is left after the grace period, and
+        wait until they are gone."""
+        kill_tree(self.pid, [*(worker_pids or []), *self.members()], grace_seconds)
+        signal_all(self.members(), signal.SIGKILL)  # tagged ones started during the grace
         if self.process is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.process.wait(timeout=30)
+        wait_gone(self.members(), KILLED_EXIT_SECONDS)
         return self.poll()
+
+    def repair_lost(self) -> LostSupervisor:
+        """The supervisor ended without an exit status: kill what is left of the generation.
+
+        Killing, not adopting, is the repair. Without its supervisor nobody can wait() for
+        torchrun, so its exit status (the only trustworthy end of the generation) is gone; and
+        torchrun dies with its supervisor anyway (its parent-death signal), taking the ranks with
+        it, so a group still complete enough to adopt exists only where parent-death signals are
+        missing, and then its ranks have lost the agent that would stop them all when one fails.
+        The next generation restarts from the newest committed checkpoint: the loss is the steps
+        since it, and those are bounded by the checkpoint interval."""
+        if self.process is not None:
+            code = self.process.returncode
+            cause = (
+                f"was killed by {signal.Signals(-code).name}"
+                if code is not None and code < 0 and -code in signal.valid_signals()
+                else f"exited with code {code} without writing its exit status"
+            )
+        else:
+            cause = "vanished without an exit status (killed, or crashed)"
+        booted = boot_time_unix_s()
+        restarted = (
+            booted is not None
+            and self.launched_unix_s is not None
+            and booted > self.launched_unix_s
+        )
+        if restarted:
+            cause = "is gone: the machine restarted after the group was launched"
+        left = self.members()
+        signal_all(left, signal.SIGKILL)
+        wait_gone(left, KILLED_EXIT_SECONDS)
+        return LostSupervisor(
+            supervisor_pid=self.pid,
+            cause=cause,
+            node_restarted=restarted,
+            killed_pids=tuple(sorted(left)),
+        )
 
 
 def adopt(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
@@ -96,7 +213,9 @@ def adopt(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
     left an exit status."""
     gen_dir = run_dir(root, run_id) / "attempts" / f"gen{generation:05d}"
     try:
-        pid = int((gen_dir / PID_FILE).read_text().split()[0])
+        fields = (gen_dir / PID_FILE).read_text().split()
+        pid = int(fields[0])
+        launched = float(fields[1]) if len(fields) > 1 else None
     except (OSError, ValueError, IndexError):
         return None
     return WorkerGroup(
@@ -105,6 +224,8 @@ def adopt(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
         exit_file=gen_dir / EXIT_FILE,
         log_path=gen_dir / "torchrun.log",
         log_dir=gen_dir / "ranks",
+        tags=generation_tags(root, run_id, generation),
+        launched_unix_s=launched,
     )
 
 
@@ -129,6 +250,29 @@ class LocalExecutor:
                 "a cluster executor"
             )
         return [socket.gethostname()]
+
+    def kill_generations_below(
+        self, root: Path, run_id: str, generation: int
+    ) -> dict[int, list[int]]:
+        """SIGKILL every live process of run `run_id` on this machine whose generation is below
+        `generation`, found by tag (so ranks whose supervisor and torchrun are gone are found
+        too), and return once they are gone: generation -> the pids killed. Raises LaunchError
+        naming the processes that outlived KILLED_EXIT_SECONDS, since starting `generation`
+        beside them would run two generations at once."""
+        older = {
+            g: pids for g, pids in generation_processes(root, run_id).items() if g < generation
+        }
+        doomed = [pid for pids in older.values() for pid in pids]
+        signal_all(doomed, signal.SIGKILL)
+        survivors = wait_gone(doomed, KILLED_EXIT_SECONDS)
+        if survivors:
+            raise LaunchError(
+                f"processes {survivors} of run {run_id}'s generations {sorted(older)} survived "
+                f"SIGKILL for {KILLED_EXIT_SECONDS:g} s (blocked in uninterruptible I/O? see "
+                f"/proc/<pid>/stack); generation {generation} starts only once they are gone: "
+                "fix what they are blocked on, or reboot the node"
+            )
+        return older
 
     def launch(
         self,
@@ -185,6 +329,8 @@ class LocalExecutor:
             *entrypoint_argv(spec, workdir),
         ]
         log_path = gen_dir / "torchrun.log"
+        # The supervisor alone gets no parent-death signal: the group must outlive a controller
+        # restart, and the next controller adopts it by its pid file.
         with open(log_path, "ab") as log:
             try:
                 process = subprocess.Popen(
@@ -198,12 +344,15 @@ class LocalExecutor:
                 )
             except OSError as exc:
                 raise LaunchError(f"cannot start torchrun: {exc}") from None
-        (gen_dir / PID_FILE).write_text(f"{process.pid} {time.time()}\n")
+        launched = time.time()
+        (gen_dir / PID_FILE).write_text(f"{process.pid} {launched}\n")
         return WorkerGroup(
             generation=generation,
             pid=process.pid,
             exit_file=gen_dir / EXIT_FILE,
             log_path=log_path,
             log_dir=gen_dir / "ranks",
+            tags=generation_tags(root, run_id, generation),
+            launched_unix_s=launched,
             process=process,
         )

@@ -5,16 +5,25 @@ Evidence, strongest first: the watchdog's verdict (hang / no progress), the work
 (NAN_DETECTED, STOP_ACKNOWLEDGED for a preemption), torchrun's per-rank error files written by
 `torch.distributed.elastic.multiprocessing.errors.record` (the earliest timestamp is the rank that
 failed first, not the last one to time out), the root-cause exit code torchrun logged (a rank
-killed by a signal), and finally the group's own exit status.
+killed by a signal), what the executor found of a group whose supervisor was lost, and finally
+the group's own exit status.
+
+An exception raised by runwright's own platform code (a checkpoint error, a store error, an
+OSError inside the checkpoint or runtime packages) is the platform's fault, not the user's: it is
+`storage` or `infrastructure`, never `user_code` (`platform_fault`).
 """
 
+import builtins
 import json
 import re
+import signal
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
-from runwright.control.executor import EXIT_LOST
+import runwright
+from runwright.ckpt import errors as ckpt_errors
+from runwright.control.executor import EXIT_LOST, LostSupervisor
 from runwright.spec import FailureClass
 
 # Classes whose cause travels with the code or data: retrying the same inputs fails the same way.
@@ -49,6 +58,112 @@ PATTERNS: list[tuple[FailureClass, re.Pattern[str]]] = [
         ),
     ),
 ]
+
+
+def _subclass_names(cls: type) -> set[str]:
+    names = {cls.__name__}
+    for sub in cls.__subclasses__():
+        names |= _subclass_names(sub)
+    return names
+
+
+# A checkpoint that cannot be written, read or published is a storage fault wherever it is raised
+# (the names are distinctive). CheckpointStorageError is named too, for a checkpoint package that
+# defines it outside ckpt/errors.py.
+CHECKPOINT_ERRORS = frozenset(
+    _subclass_names(ckpt_errors.CheckpointError) | {"CheckpointStorageError"}
+)
+# These names are common (a user's sqlite3.OperationalError, their own StoreError): they count as
+# the platform's only when runwright's platform code raised them, or by their qualified name.
+STORE_ERRORS = frozenset(
+    {
+        "StoreError",
+        "LaunchError",
+        "OperationalError",
+        "DatabaseError",
+        "InterfaceError",
+        "DBAPIError",
+    }
+)
+QUALIFIED_PLATFORM_ERRORS = re.compile(
+    r"^runwright\.(errors|store\.[\w.]+)\.(StoreError|LaunchError)\b"
+)
+OS_ERRORS = frozenset(
+    name
+    for name, obj in vars(builtins).items()
+    if isinstance(obj, type) and issubclass(obj, OSError)
+)
+NETWORK_OS_ERRORS = frozenset(
+    name
+    for name, obj in vars(builtins).items()
+    if isinstance(obj, type) and issubclass(obj, ConnectionError)
+)
+# runwright's platform packages. train/ and demo/ are built on the public API as a user's script
+# is, so an error raised in them is treated like one raised in the user's code.
+PLATFORM_PACKAGES = frozenset({"ckpt", "control", "data", "observe", "runtime", "store"})
+RUNWRIGHT_DIR = Path(runwright.__file__).resolve().parent.as_posix()
+FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)', re.M)
+INSTALLED_RUNWRIGHT = re.compile(r"/(?:site|dist)-packages/runwright/(?P<rest>.+)$")
+LIBRARY = re.compile(r"/(?:site|dist)-packages/|/lib/python3\.\d+/|^<")
+
+
+def _runwright_module(path: str) -> str | None:
+    """`ckpt/restore.py` for a frame in runwright's code (this installation, or runwright
+    installed on another machine), else None."""
+    path = path.replace("\\", "/")
+    if path.startswith(RUNWRIGHT_DIR + "/"):
+        return path[len(RUNWRIGHT_DIR) + 1 :]
+    installed = INSTALLED_RUNWRIGHT.search(path)
+    return installed.group("rest") if installed else None
+
+
+def _deciding_frame(traceback: str) -> tuple[str, int] | None:
+    """The innermost frame in code that is runwright's or the user's, skipping the standard
+    library and third-party packages between (an OSError from `open()` inside pathlib is raised
+    by whoever called pathlib): (runwright module or user path, line); None without frames."""
+    frames = [(m.group("path"), int(m.group("line"))) for m in FRAME.finditer(traceback)]
+    for path, line in reversed(frames):
+        module = _runwright_module(path)
+        if module is not None:
+            return f"runwright/{module}", line
+        if not LIBRARY.search(path.replace("\\", "/")):
+            return path, line
+    return None
+
+
+def exception_line(text: str) -> str:
+    """The final exception's `Name: message` line of a traceback (or the text's last line)."""
+    block = text.rsplit("Traceback (most recent call last)", 1)[-1]
+    lines = [ln for ln in block.splitlines() if ln.strip() and not ln.startswith((" ", "\t"))]
+    return lines[-1].strip() if lines else ""
+
+
+def platform_fault(message: str, traceback: str) -> tuple[FailureClass, str] | None:
+    """(storage or infrastructure, where it was raised) when runwright's platform code caused the
+    failure; None for the user's own errors.
+
+    `message` is the exception's `Name: text` line, `traceback` the formatted traceback (the
+    last one decides when exceptions were chained)."""
+    last = traceback.rsplit("Traceback (most recent call last)", 1)[-1]
+    line = exception_line(last) or message.strip()
+    qualified = re.split(r"[:\s]", line, maxsplit=1)[0]
+    name = qualified.rsplit(".", 1)[-1]
+    frame = _deciding_frame(last)
+    where = f"raised in {frame[0]}:{frame[1]}" if frame else "raised without a traceback"
+    if name in CHECKPOINT_ERRORS:
+        return FailureClass.STORAGE, where
+    if QUALIFIED_PLATFORM_ERRORS.match(qualified):
+        return FailureClass.INFRASTRUCTURE, where
+    package = frame[0].split("/")[1] if frame and frame[0].startswith("runwright/") else None
+    if package not in PLATFORM_PACKAGES:
+        return None
+    if name in STORE_ERRORS or name in NETWORK_OS_ERRORS or package == "store":
+        return FailureClass.INFRASTRUCTURE, where
+    if name in OS_ERRORS:
+        return FailureClass.STORAGE, where
+    return None
+
+
 ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)", re.S)
 # Every failure block of torchrun's summary (root cause and the others).
 FAILURE_BLOCK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*exitcode\s*:\s*(-?\d+)")
@@ -108,21 +223,25 @@ def read_error_files(log_dir: Path) -> list[ErrorRecord]:
 
 
 def rank_tracebacks(log_dir: Path) -> dict[int, str]:
-    """The last exception line of each rank whose stderr shows a Python traceback (a rank that
-    failed without `@record`, e.g. before the runtime was set up)."""
+    """The last traceback of each rank whose stderr shows one (a rank that failed without
+    `@record`, e.g. before the runtime was set up); `exception_line` gives its message."""
     found: dict[int, str] = {}
     for path in log_dir.glob("*/attempt_*/*/stderr.log"):
         try:
             text = path.read_bytes()[-20_000:].decode("utf-8", errors="replace")
         except OSError:
             continue
-        if "Traceback (most recent call last)" not in text:
-            continue
-        tail = text.rsplit("Traceback (most recent call last)", 1)[1]
-        lines = [ln for ln in tail.splitlines() if ln.strip() and not ln.startswith((" ", "\t"))]
-        if lines:
-            found[int(path.parent.name)] = lines[-1].strip()
+        marker = "Traceback (most recent call last)"
+        if marker in text and exception_line(text):
+            found[int(path.parent.name)] = marker + text.rsplit(marker, 1)[1]
     return found
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
 
 
 def _signature(cls: FailureClass, text: str, step: int | None) -> str:
@@ -145,7 +264,11 @@ def classify(
     last_step: int | None,
     ranks_started: int,
     world_size: int,
+    lost: LostSupervisor | None = None,
 ) -> Classification:
+    """`lost` is what the executor found and did when the supervisor ended without an exit
+    status (exit_code EXIT_LOST)."""
+
     def verdict(
         cls: FailureClass,
         rank: int | None,
@@ -213,21 +336,37 @@ def classify(
         for cls, pattern in PATTERNS:
             if pattern.search(text):
                 return verdict(cls, first.rank, first.message, "torchrun error file")
+        platform = platform_fault(first.message, first.traceback)
+        if platform is not None:
+            cls, where = platform
+            return verdict(
+                cls, first.rank, first.message, f"torchrun error file: {first.message} ({where})"
+            )
         return verdict(FailureClass.USER_CODE, first.rank, first.message, "torchrun error file")
     if exit_code == EXIT_LOST:
+        if lost is not None and not lost.node_restarted:
+            # The executor's own fault, repaired by killing the group: not the run's node.
+            return verdict(FailureClass.INFRASTRUCTURE, None, lost.message, lost.evidence)
         return verdict(
             FailureClass.NODE_LOST,
             None,
-            "the worker group's supervisor vanished without an exit status",
-            "supervisor exit file missing",
+            lost.message
+            if lost
+            else "the worker group's supervisor vanished without an exit status",
+            lost.evidence if lost else "supervisor exit file missing",
         )
     tracebacks = rank_tracebacks(log_dir)
     if root is not None:
         rank, code = int(root.group(1)), int(root.group(2))
-        message = tracebacks.get(rank) or f"rank {rank} exited with code {code}"
+        trace = tracebacks.get(rank, "")
+        message = exception_line(trace) or f"rank {rank} exited with code {code}"
         for cls, pattern in PATTERNS:
             if pattern.search(message):
                 return verdict(cls, rank, message, "torchrun root cause")
+        platform = platform_fault(message, trace) if trace else None
+        if platform is not None:
+            cls, where = platform
+            return verdict(cls, rank, message, f"torchrun root cause: {message} ({where})")
         if ranks_started < world_size and rank not in tracebacks:
             return verdict(
                 FailureClass.INFRASTRUCTURE,
@@ -238,11 +377,25 @@ def classify(
         return verdict(FailureClass.USER_CODE, rank, message, "torchrun root cause")
     if tracebacks:
         rank = min(tracebacks)
-        message = tracebacks[rank]
+        message = exception_line(tracebacks[rank])
         for cls, pattern in PATTERNS:
             if pattern.search(message):
                 return verdict(cls, rank, message, "rank stderr traceback")
+        platform = platform_fault(message, tracebacks[rank])
+        if platform is not None:
+            cls, where = platform
+            return verdict(cls, rank, message, f"rank stderr traceback: {message} ({where})")
         return verdict(FailureClass.USER_CODE, rank, message, "rank stderr traceback")
+    if exit_code is not None and exit_code < 0:
+        # torchrun itself died by a signal (a failed rank makes it exit 1, not negative): the
+        # launcher was killed from outside, and its ranks died with it.
+        name = _signal_name(-exit_code)
+        return verdict(
+            FailureClass.INFRASTRUCTURE,
+            None,
+            f"torchrun was killed by {name}",
+            f"supervisor exit file: torchrun exit status {exit_code} ({name})",
+        )
     if ranks_started < world_size:
         return verdict(
             FailureClass.INFRASTRUCTURE,

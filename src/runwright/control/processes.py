@@ -1,17 +1,22 @@
 """Finding and stopping every process of a worker group.
 
-torchrun starts each rank in a session of its own (so a signal to torchrun's process group does
-not reach the ranks), and a SIGKILLed torchrun leaves its ranks running. Stopping a generation
-therefore walks the process tree under the group's supervisor through /proc and signals every
-member, plus the rank pids the workers reported themselves.
+torchrun starts each rank in a session of its own, so a signal to torchrun's process group does
+not reach the ranks. Two ways find a group's processes through /proc: the tree under its
+supervisor (parent pids), and the launch tags every process of a generation inherits in its
+environment (`processes_tagged`), which still find ranks whose supervisor and torchrun are gone
+(re-parented to init, so no longer in any tree of ours). The parent-death signals set at every
+level (runwright/lifetime.py) normally take such ranks down already; the tags are the check that
+does not depend on them.
 """
 
 import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+
+from runwright.lifetime import environ_of
 
 PROC = Path("/proc")
 
@@ -70,3 +75,43 @@ def kill_tree(root_pid: int, extra_pids: Iterable[int] = (), grace_seconds: floa
             time.sleep(0.1)
     members |= set(descendants(root_pid)) if is_alive(root_pid) else set()
     signal_all([p for p in members if is_alive(p)], signal.SIGKILL)
+
+
+def environs() -> Iterator[tuple[int, dict[str, str]]]:
+    """(pid, launch environment) of every live process this user may read, this one excepted."""
+    me = os.getpid()
+    for entry in PROC.iterdir():
+        if entry.name.isdigit() and int(entry.name) != me:
+            env = environ_of(int(entry.name))
+            if env is not None:
+                yield int(entry.name), env
+
+
+def processes_tagged(tags: dict[str, str]) -> list[int]:
+    """Every live process (this one excepted) started with each `tags` variable set to its
+    value. Other users' processes are unreadable and never match."""
+    return [pid for pid, env in environs() if all(env.get(k) == v for k, v in tags.items())]
+
+
+def wait_gone(pids: Iterable[int], timeout_seconds: float) -> list[int]:
+    """Wait until none of `pids` is alive (a zombie counts as gone); the survivors at the
+    deadline. SIGKILL takes effect when a process leaves the kernel, so one blocked in
+    uninterruptible I/O (a hung NFS mount) can outlast any deadline."""
+    pending = set(pids)
+    deadline = time.monotonic() + timeout_seconds
+    while True:
+        pending = {p for p in pending if is_alive(p)}
+        if not pending or time.monotonic() >= deadline:
+            return sorted(pending)
+        time.sleep(0.02)
+
+
+def boot_time_unix_s() -> float | None:
+    """When this machine booted (`btime` in /proc/stat), or None where unknown."""
+    try:
+        for line in (PROC / "stat").read_text().splitlines():
+            if line.startswith("btime "):
+                return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runwright.control.executor import WorkerGroup, run_dir
+from runwright.control.executor import EXIT_LOST, LostSupervisor, WorkerGroup, run_dir
 from runwright.control.failures import Classification, classify, read_error_files
 from runwright.control.fencing import raise_fence
 from runwright.control.policy import PastFailure, decide
@@ -141,11 +141,17 @@ class RecoverySequence:
             e.type == "STOP_ACKNOWLEDGED" and e.attributes.get("reason") == "preemption"
             for e in current
         )
+        lost: LostSupervisor | None = None
         if exit_code is None:
             # A live but broken group (hang, no progress): fence first, so no worker of this
             # generation can publish once we act on it, then stop it; it has nothing to save.
             raise_fence(Path(run.root), run.run_id, run.generation + 1)
             exit_code = sup.group.stop(FAILED_GROUP_GRACE_SECONDS, sorted(sup.worker_pids))
+        elif exit_code == EXIT_LOST:
+            # The supervisor is gone: fence, then kill whatever of the group still runs without
+            # it (executor.WorkerGroup.repair_lost says why it is not adopted).
+            raise_fence(Path(run.root), run.run_id, run.generation + 1)
+            lost = sup.group.repair_lost()
         failure = classify(
             exit_code=exit_code,
             watchdog_class=verdict.failure_class if verdict else None,
@@ -158,6 +164,7 @@ class RecoverySequence:
             last_step=run.last_step,
             ranks_started=len(sup.started_ranks),
             world_size=spec.resources.world_size,
+            lost=lost,
         )
         restored = restored_step_of(events, run.generation)
         self.journal.record(

@@ -4,6 +4,12 @@ It runs torchrun as its child, forwards SIGTERM/SIGINT to it, and writes torchru
 EXIT_FILE atomically before exiting with the same status. The controller starts it in a session
 of its own, so the group outlives a controller crash; a restarted controller, which is not the
 parent and cannot wait() for it, reads the exit file instead.
+
+torchrun dies with the supervisor: its parent-death signal (runwright/lifetime.py, set between
+fork and exec; this process is single-threaded, so its main thread is the forking thread) SIGKILLs
+it when the supervisor exits, and the ranks' own parent-death signals then take them. A killed
+supervisor therefore leaves no group training without anyone to report its exit; the executor
+sees the missing exit file and treats the group as lost (executor.WorkerGroup.repair_lost).
 """
 
 import os
@@ -11,6 +17,8 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from runwright.lifetime import die_with_pid
 
 
 def write_exit(path: Path, code: int) -> None:
@@ -27,7 +35,8 @@ def main(argv: list[str]) -> int:
         print("usage: python -m runwright.control.supervise EXIT_FILE -- ARGV...", file=sys.stderr)
         return 2
     exit_file = Path(argv[0])
-    child = subprocess.Popen(argv[2:])
+    me = os.getpid()
+    child = subprocess.Popen(argv[2:], preexec_fn=lambda: die_with_pid(me))
 
     def forward(signum: int, _frame: object) -> None:
         if child.poll() is None:

@@ -7,6 +7,8 @@ stale. Reading retries transient I/O errors with doubling backoff; a record that
 (undecodable, oversized, a failing custom reader) goes to the quarantine list with its reason.
 """
 
+import multiprocessing
+import os
 import pickle
 import time
 from collections.abc import Callable
@@ -23,6 +25,7 @@ from runwright.data.dedup import signature, text_hash
 from runwright.data.errors import BuildError
 from runwright.data.recipe import NearDedupSpec, NormaliseSpec, Recipe, SourceSpec
 from runwright.data.sources import READERS, InputFile, list_inputs, read_bytes
+from runwright.lifetime import die_with_pid
 from runwright.spec import canonical_json, sha256_hex
 
 TRANSIENT = (TimeoutError, ConnectionError, InterruptedError, BlockingIOError)
@@ -162,7 +165,19 @@ def plan_partitions(recipe: Recipe, parts_dir: Path) -> list[PartitionTask]:
 def run_partitions(todo: list[PartitionTask], workers: int, progress: Progress | None) -> None:
     bar = progress.add_task("read, clean, hash", total=len(todo)) if progress else None
     failed: list[str] = []
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 and len(todo) > 1 else None
+    pool = (
+        ProcessPoolExecutor(
+            max_workers=workers,
+            # Workers die with the build (SIGKILL included): an orphaned worker blocks on its
+            # task pipe forever. "fork" makes this process, not a fork server, their parent, and
+            # the fork happens here on the thread that keeps the pool until it is shut down.
+            mp_context=multiprocessing.get_context("fork"),
+            initializer=die_with_pid,
+            initargs=(os.getpid(),),
+        )
+        if workers > 1 and len(todo) > 1
+        else None
+    )
     with pool or nullcontext():
         if pool is not None:
             futures = {pool.submit(run_partition, t): t for t in todo}

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runwright.errors import RunwrightError
+from runwright.lifetime import die_with_parent, has_tags
 from runwright.runtime.channel import HEARTBEAT, ChannelWriter
 from runwright.runtime.rank_manifest import RankEntry
 from runwright.runtime.steploop import StepLoop
@@ -139,6 +140,21 @@ def _env_int(name: str, default: int) -> int:
         raise RunwrightError(f"environment variable {name}={raw!r} must be an integer") from None
 
 
+def _die_with_torchrun() -> None:
+    """A managed rank started by torchrun dies with it (SIGKILL), so a killed torchrun or
+    supervisor leaves no rank training without its agent. torchrun forks ranks from its main
+    thread, which lives as long as torchrun. Set here rather than before exec because torchrun,
+    not runwright, starts the ranks; a torchrun already gone by now is caught by the check: the
+    parent must carry this generation's launch tags (torchrun inherits them from the
+    supervisor), which init or a subreaper, re-parenting an orphan, does not."""
+    if os.environ.get("TORCHELASTIC_RUN_ID") is None:
+        return  # not a torchrun worker (e.g. a process the user started by hand)
+    tags = {k: os.environ.get(k, "") for k in (ENV_RUN_DIR, ENV_GENERATION)}
+    # An orphan's new parent is init (unreadable to other users) or an untagged subreaper;
+    # torchrun runs as the same user, so its environment is readable.
+    die_with_parent(lambda ppid: has_tags(ppid, tags))
+
+
 def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunContext:
     """Build this process's run context, announce the worker, and start heartbeats.
 
@@ -152,6 +168,7 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
     run_id = os.environ.get(ENV_RUN_ID)
     managed = run_id is not None
     if managed:
+        _die_with_torchrun()
         run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
         generation = _env_int(ENV_GENERATION, 0)
     else:

@@ -104,7 +104,13 @@ def _default_class_policies() -> dict[FailureClass, ClassPolicy]:
         FailureClass.STORAGE: ClassPolicy(max_retries=3, backoff_seconds=5.0),
         FailureClass.NODE_LOST: ClassPolicy(max_retries=3),
         FailureClass.PREEMPTION: ClassPolicy(max_retries=100, consumes_error_budget=False),
-        FailureClass.INFRASTRUCTURE: ClassPolicy(max_retries=3, backoff_seconds=5.0),
+        # The platform's own faults (a lost supervisor, a store, launch or rendezvous error) are
+        # not the run's: they do not spend its error budget, and their own limit leaves room for
+        # a few on one run; max_restarts_without_progress still stops a platform that never lets
+        # a generation get past its restored step.
+        FailureClass.INFRASTRUCTURE: ClassPolicy(
+            max_retries=5, backoff_seconds=5.0, consumes_error_budget=False
+        ),
     }
 
 

@@ -114,6 +114,8 @@ class Lives(Protocol):
     """How a sweep starts, awaits and kills one life of a writer."""
 
     log: Path
+    killed_exits: frozenset[int] | None
+    """Exit codes that mean the kill ended the life (None: any failure after a kill)."""
 
     def start(self, index: int) -> int:
         """Start life `index`; returns its main pid."""
@@ -130,6 +132,8 @@ class Lives(Protocol):
 
 class ForkServer:
     """A long-lived interpreter that forks lives of `workloads.py` (see forkserver.py)."""
+
+    killed_exits = frozenset({-signal.SIGKILL})
 
     def __init__(self, log: Path, workload: str, args_for: Callable[[int], dict]) -> None:
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(HERE)}
@@ -177,8 +181,10 @@ class ForkServer:
 
     def kill(self, pid: int, members: set[int], rng: random.Random) -> None:
         # The life's own process only, as `kill -9` or the OOM killer would: whatever it started
-        # must go with it (the survivors check).
-        os.kill(pid, signal.SIGKILL)
+        # must go with it (the survivors check). It may have ended a moment ago, and then its
+        # exit code says so.
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
     def close(self) -> None:
         if self.process.stdin is not None:
@@ -194,6 +200,8 @@ class TorchrunLives:
     """Lives that are real `torchrun --standalone` groups of a script (2 ranks, gloo). A kill is
     a lost node (torchrun and every rank at once) or, every other time, one random rank (whose
     death torchrun must notice and tear the group down)."""
+
+    killed_exits = None  # torchrun reports a killed rank as its own failure
 
     def __init__(self, log: Path, script: Path, argv_for: Callable[[int], list[str]]) -> None:
         self.log, self.script, self.argv_for = log, script, argv_for
@@ -262,7 +270,8 @@ def sweep(
             members = life_members(pid)
             lives_of.kill(pid, members, rng)
             code = lives_of.wait_exit(timeout=None)
-            killed = code != 0
+            expected = lives_of.killed_exits
+            killed = code in expected if expected is not None else code != 0
         survivors = wait_gone(
             lambda: [p for p in members | life_members(pid) if is_alive(p)],
             survivor_bound_seconds,

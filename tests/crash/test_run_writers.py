@@ -36,6 +36,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "control" / "scripts" / "small_tr
 # Each controller life costs an interpreter start and the run must outlast them all: the run of
 # the default sample takes about a minute here.
 DEFAULT_KILLS = 8
+# Each supervisor kill costs a new generation (a torchrun start-up and a restore).
+SUPERVISOR_KILLS = 4
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 
 
@@ -92,6 +94,38 @@ def processes_of_run(run_id: str) -> list[int]:
     return found
 
 
+def check_run(store: Store, root: Path, run_id: str, reference_id: str) -> None:
+    """SUCCEEDED, one launch per generation, every worker message stored once, nothing of the
+    run left running, and bitwise-equal to the uninterrupted reference run."""
+    final = store.get_run(run_id)
+    assert final.state == "SUCCEEDED", final
+    events = store.events(run_id)
+    launches = Counter(e.generation for e in events if e.type == "WORKER_GROUP_LAUNCHED")
+    attempts = [a.generation for a in store.attempts(run_id)]
+    assert sorted(launches) == attempts and set(launches.values()) == {1}, (launches, attempts)
+    stored = Counter(e.event_id for e in events)
+    assert max(stored.values()) == 1
+    missing = {
+        m
+        for m in channel_message_ids(root, run_id)
+        if m not in stored and f"stale:{m}" not in stored
+    }
+    assert not missing, f"messages the workers wrote that never reached the store: {missing}"
+    assert wait_gone(lambda: processes_of_run(run_id), 30) == []
+    verdict = compare_runs(store, reference_id, run_id)
+    assert verdict.equivalence == "bitwise-equal", verdict
+
+
+def beside(store_root: Path, run_id: str) -> threading.Thread:
+    """Drive `run_id` to its end in a thread, with a controller of its own."""
+    thread = threading.Thread(
+        target=Controller(Store.open(store_root), store_root, poll_seconds=0.1).drive,
+        args=(run_id,),
+    )
+    thread.start()
+    return thread
+
+
 def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
     rng = random.Random(seed)
     store = Store.open(tmp_path)
@@ -105,12 +139,7 @@ def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
     steps = int(kills * window * 0.75 / step_sleep) + 40
     spec = spec_for(steps=steps, step_sleep=step_sleep)
     reference, _ = Controller(store, tmp_path).submit(spec, tmp_path, idempotency_key="reference")
-    # The uninterrupted run of the same spec, driven beside the killed one.
-    uninterrupted = threading.Thread(
-        target=Controller(Store.open(tmp_path), tmp_path, poll_seconds=0.1).drive,
-        args=(reference.run_id,),
-    )
-    uninterrupted.start()
+    uninterrupted = beside(tmp_path, reference.run_id)  # the same spec, never interrupted
     run, _ = Controller(store, tmp_path).submit(spec, tmp_path, idempotency_key="killed")
     landed, rank_killed = 0, False
     log = open(tmp_path / "controller.log", "ab")  # noqa: SIM115 - one log for every life
@@ -139,23 +168,8 @@ def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
     log.close()
     uninterrupted.join(timeout=600)
     assert done.returncode == 0, (tmp_path / "controller.log").read_text()[-3000:]
-    final = store.get_run(run.run_id)
-    assert final.state == "SUCCEEDED", final
-    events = store.events(run.run_id)
-    launches = Counter(e.generation for e in events if e.type == "WORKER_GROUP_LAUNCHED")
+    check_run(store, tmp_path, run.run_id, reference.run_id)
     attempts = [a.generation for a in store.attempts(run.run_id)]
-    assert sorted(launches) == attempts and set(launches.values()) == {1}, (launches, attempts)
-    stored = Counter(e.event_id for e in events)
-    assert max(stored.values()) == 1
-    missing = {
-        m
-        for m in channel_message_ids(tmp_path, run.run_id)
-        if m not in stored and f"stale:{m}" not in stored
-    }
-    assert not missing, f"messages the workers wrote that never reached the store: {missing}"
-    assert wait_gone(lambda: processes_of_run(run.run_id), 30) == []
-    verdict = compare_runs(store, reference.run_id, run.run_id)
-    assert verdict.equivalence == "bitwise-equal", verdict
     return {
         "kills": landed,
         "rank_killed": rank_killed,
@@ -163,6 +177,61 @@ def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
         "steps": steps,
         "startup_seconds": round(startup, 2),
     }
+
+
+def supervisor_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
+    """Kill the current generation's supervisor `kills` times, each at `uniform(0, 3 s)` after
+    its launch (inside torchrun's start-up, the ranks' restore, training or a save). Each loss is
+    the platform's fault: the executor kills what is left of the group, the run restarts from its
+    last checkpoint, and the infrastructure retries (set above `kills`) are what it spends."""
+    rng = random.Random(seed)
+    store = Store.open(tmp_path)
+    step_sleep, window = 0.2, 3.0
+    # A generation trains at most `window` seconds before its kill: the run outlasts them all.
+    steps = int(kills * window / step_sleep) + 40
+    spec = spec_for(steps=steps, step_sleep=step_sleep)
+    recovery = spec.recovery.model_dump()
+    # Room for every kill, restarted at once (the default backoff doubles from 5 s).
+    recovery["policies"]["infrastructure"].update(
+        max_retries=kills + 1, backoff_seconds=0.2, backoff_max_seconds=1.0
+    )
+    recovery["max_restarts_without_progress"] = kills + 1
+    spec = spec_from_mapping({**spec.model_dump(mode="json"), "recovery": recovery})
+    reference, _ = Controller(store, tmp_path).submit(spec, tmp_path, idempotency_key="reference")
+    uninterrupted = beside(tmp_path, reference.run_id)
+    run, _ = Controller(store, tmp_path).submit(spec, tmp_path, idempotency_key="killed")
+    driver = beside(tmp_path, run.run_id)
+    attempts_dir = tmp_path / "runs" / run.run_id / "attempts"
+    for generation in range(1, kills + 1):
+        pid_file = attempts_dir / f"gen{generation:05d}" / "pid"
+        deadline = time.monotonic() + 300
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert pid_file.exists(), f"generation {generation} was never launched"
+        time.sleep(rng.uniform(0.0, window))
+        supervisor = int(pid_file.read_text().split()[0])
+        if is_alive(supervisor):
+            os.kill(supervisor, signal.SIGKILL)
+    driver.join(timeout=600)
+    uninterrupted.join(timeout=600)
+    check_run(store, tmp_path, run.run_id, reference.run_id)
+    classes = [
+        e.attributes.get("failure_class")
+        for e in store.events(run.run_id, types=["FAILURE_CLASSIFIED"])
+    ]
+    assert classes == ["infrastructure"] * kills, classes
+    return {"kills": kills, "generations": len(store.attempts(run.run_id)), "steps": steps}
+
+
+def test_supervisor_killed_at_random_times_still_finishes_bitwise_equal(tmp_path):
+    summary = supervisor_kill_sweep(tmp_path, SUPERVISOR_KILLS, seed=7)
+    assert summary["generations"] == SUPERVISOR_KILLS + 1, summary
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(14400)
+def test_supervisor_killed_many_times_still_finishes_bitwise_equal(tmp_path):
+    print(supervisor_kill_sweep(tmp_path, SLOW_KILLS, seed=1007))
 
 
 def test_controller_killed_at_random_times_still_finishes_bitwise_equal(tmp_path):

@@ -62,6 +62,12 @@ def test_unknown_key_names_field_and_suggests():
     assert "training.stepz: unknown key; did you mean 'steps'?" in text
 
 
+def test_unknown_key_inside_a_per_class_policy_lists_the_valid_keys():
+    text = problems(with_(recovery={"policies": {"infrastructure": {"max_restarts": 9}}}))
+    assert "recovery.policies.infrastructure.max_restarts: unknown key; did you mean" in text
+    assert "'max_retries'?" in text and "backoff_seconds" in text
+
+
 def test_wrong_type_names_field_and_value():
     text = problems(with_(training={"steps": "many"}))
     assert "training.steps" in text and "'many'" in text

@@ -89,12 +89,17 @@ def _describe(err: Any) -> str:
 def _fields_at(loc: tuple[Any, ...]) -> list[str]:
     """The valid keys of the spec section at `loc`, for 'did you mean' hints."""
     model: Any = JobSpec
+    mapping_key = False  # the next part of `loc` is a key of a dict field, not a field name
     for part in loc:
-        if isinstance(part, int) or not (isinstance(model, type) and issubclass(model, BaseModel)):
+        if mapping_key or isinstance(part, int):
+            mapping_key = False
             continue
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
         field = model.model_fields.get(str(part))
         if field is None:
             return []
+        mapping_key = typing.get_origin(field.annotation) is dict
         model = _section_type(field.annotation)
     if isinstance(model, type) and issubclass(model, BaseModel):
         return sorted(model.model_fields)

@@ -109,6 +109,19 @@ def test_an_oserror_is_the_platforms_only_where_runwright_raised_it():
     assert platform_fault("ConnectionResetError: reset", network)[0] is FailureClass.INFRASTRUCTURE
 
 
+def test_a_checkpoint_that_does_not_fit_the_run_is_data_not_storage():
+    message = "runwright.ckpt.errors.IncompatibleCheckpointError: tokenizer hash differs"
+    traceback = (
+        "Traceback (most recent call last):\n"
+        '  File "/opt/venv/lib/python3.11/site-packages/runwright/ckpt/restore.py", line 60, '
+        "in restore_newest\n"
+        "    raise IncompatibleCheckpointError(problems)\n"
+        f"{message}\n"
+    )
+    found = platform_fault(message, traceback)
+    assert found is not None and found[0] is FailureClass.DATA
+
+
 def lost(node_restarted=False, killed=()):
     return LostSupervisor(
         supervisor_pid=4242,

@@ -150,6 +150,10 @@ def platform_fault(message: str, traceback: str) -> tuple[FailureClass, str] | N
     name = qualified.rsplit(".", 1)[-1]
     frame = _deciding_frame(last)
     where = f"raised in {frame[0]}:{frame[1]}" if frame else "raised without a traceback"
+    if name == "IncompatibleCheckpointError":
+        # The newest checkpoint does not fit this run's tokenizer, data or model: the run's own
+        # inputs, which fail the same way on every retry (deterministic), not its storage.
+        return FailureClass.DATA, where
     if name in CHECKPOINT_ERRORS:
         return FailureClass.STORAGE, where
     if QUALIFIED_PLATFORM_ERRORS.match(qualified):

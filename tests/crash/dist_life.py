@@ -10,10 +10,9 @@ import sys
 from pathlib import Path
 
 import torch.distributed as dist
-from workloads import AckSink, append_line, differences, read_lines, state_at
+from workloads import append_line, read_lines, saving_life
 
-from runwright.ckpt import Checkpointer, LocalFence
-from runwright.spec.policies import CheckpointSpec
+from runwright.ckpt import LocalFence
 
 
 def main() -> None:
@@ -23,32 +22,10 @@ def main() -> None:
     rank = dist.get_rank()
     append_line(folder / "pids.jsonl", {"life": life, "rank": rank, "pid": os.getpid()})
     acked = [a["step"] for a in read_lines(folder / "acks.jsonl")]
-    fence = LocalFence(root)
     if rank == 0:
-        fence.advance_generation()
+        LocalFence(root).advance_generation()
     dist.barrier()
-    policy = CheckpointSpec(
-        mode=mode, keep_last=2, interval={"policy": "steps", "every_steps": 1}, max_inflight=2
-    )
-    saver = Checkpointer(
-        root, policy=policy, fence=fence, events=AckSink(str(folder / "acks.jsonl"))
-    )
-    state = state_at(0)
-    restored = saver.restore(state)
-    step = restored.step if restored is not None else 0
-    append_line(
-        folder / "verdicts.jsonl",
-        {
-            "life": life,
-            "rank": rank,
-            "restored": step if restored is not None else None,
-            "acked": max(acked, default=None),
-            "differences": differences(state, step) if restored is not None else [],
-        },
-    )
-    for next_step in range(step + 1, step + saves + 1):
-        saver.save(next_step, state_at(next_step))
-    saver.close()
+    saving_life(root, mode, saves, life, acked, rank=rank)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -26,6 +26,14 @@ KNOWN = {"FENCE.lock", "GENERATION", "LATEST.json", STAGING}
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 
 
+def assert_restores_sound(verdicts: list[dict]) -> None:
+    """No acknowledged step lost, and every restore equal to the state saved at its step."""
+    lost = [v for v in verdicts if v["acked"] is not None and (v["restored"] or 0) < v["acked"]]
+    mixed = [v for v in verdicts if v["differences"]]
+    assert not lost, f"acknowledged steps lost: {lost}"
+    assert not mixed, f"restores that differ from the state saved at their step: {mixed}"
+
+
 def checkpoint_sweep(tmp_path: Path, mode: str, kills: int, seed: int):
     root = tmp_path / "ckpt"
     server = ForkServer(
@@ -41,10 +49,7 @@ def checkpoint_sweep(tmp_path: Path, mode: str, kills: int, seed: int):
     assert not report.wedged, f"lives failed on their own: {report.wedged}\n{log[-4000:]}"
     assert not report.survivors, f"processes of killed lives still alive: {report.survivors}"
     verdicts = read_lines(tmp_path / "verdicts.jsonl")
-    lost = [v for v in verdicts if v["acked"] is not None and (v["restored"] or 0) < v["acked"]]
-    mixed = [v for v in verdicts if v["differences"]]
-    assert not lost, f"acknowledged steps lost: {lost}"
-    assert not mixed, f"restores that differ from the state saved at their step: {mixed}"
+    assert_restores_sound(verdicts)
     # Nothing a later start could trip on: one more GC pass (every writer is dead) leaves no
     # residue, and the newest checkpoint verifies.
     fence = LocalFence(str(root))
@@ -89,10 +94,7 @@ def torchrun_sweep(tmp_path: Path, kills: int, seed: int, mode: str = "sync"):
     assert not report.wedged, f"groups failed on their own: {report.wedged}\n{log[-4000:]}"
     assert not report.survivors, f"processes of killed groups still alive: {report.survivors}"
     verdicts = read_lines(tmp_path / "verdicts.jsonl")
-    lost = [v for v in verdicts if v["acked"] is not None and (v["restored"] or 0) < v["acked"]]
-    mixed = [v for v in verdicts if v["differences"]]
-    assert not lost, f"acknowledged steps lost: {lost}"
-    assert not mixed, f"restores that differ from the state saved at their step: {mixed}"
+    assert_restores_sound(verdicts)
     # Both ranks of a life restored the same step.
     by_life: dict[int, set] = {}
     for v in verdicts:

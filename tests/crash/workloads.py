@@ -102,26 +102,25 @@ class AckSink:
             append_line(self.acks, {"step": event.step, "pid": os.getpid()})
 
 
-def checkpoint_life(root: str, mode: str, saves: int, life: int) -> None:
-    """Advance the fence, start a Checkpointer (which runs GC), restore, check, save `saves`
-    more steps with keep_last=2 (so retention deletes on every commit)."""
-    folder = Path(root)
-    acked = [a["step"] for a in read_lines(folder.parent / "acks.jsonl")]
-    fence = LocalFence(root)
-    fence.advance_generation()
+def saving_life(root: str, mode: str, saves: int, life: int, acked: list[int], **tags: Any) -> None:
+    """Start a Checkpointer on the advanced fence (which runs GC), restore, record what the
+    restore gave against what was acknowledged before this life, then save `saves` more steps
+    with keep_last=2 (so retention deletes on every commit). `tags` go into the verdict."""
+    folder = Path(root).parent
     policy = CheckpointSpec(
         mode=mode, keep_last=2, interval={"policy": "steps", "every_steps": 1}, max_inflight=2
     )
     saver = Checkpointer(
-        root, policy=policy, fence=fence, events=AckSink(str(folder.parent / "acks.jsonl"))
+        root, policy=policy, fence=LocalFence(root), events=AckSink(str(folder / "acks.jsonl"))
     )
     state = state_at(0)
     restored = saver.restore(state)
     step = restored.step if restored is not None else 0
     append_line(
-        folder.parent / "verdicts.jsonl",
+        folder / "verdicts.jsonl",
         {
             "life": life,
+            **tags,
             "restored": step if restored is not None else None,
             "acked": max(acked, default=None),
             "differences": differences(state, step) if restored is not None else [],
@@ -130,6 +129,13 @@ def checkpoint_life(root: str, mode: str, saves: int, life: int) -> None:
     for next_step in range(step + 1, step + saves + 1):
         saver.save(next_step, state_at(next_step))
     saver.close()
+
+
+def checkpoint_life(root: str, mode: str, saves: int, life: int) -> None:
+    """One process: advance the fence's generation, then a saving life."""
+    acked = [a["step"] for a in read_lines(Path(root).parent / "acks.jsonl")]
+    LocalFence(root).advance_generation()
+    saving_life(root, mode, saves, life, acked)
 
 
 def build_life(recipe: str, root: str, life: int) -> None:

@@ -8,6 +8,7 @@ from typer.testing import CliRunner
 
 from runwright.ckpt import Checkpointer, MemorySink
 from runwright.cli.main import app
+from runwright.layout import run_paths
 from runwright.spec.policies import CheckpointSpec
 
 runner = CliRunner()
@@ -19,7 +20,7 @@ def _run(*args: str) -> tuple[int, object]:
 
 
 def test_ckpt_commands(tmp_path):
-    root = tmp_path / "runs" / "r1" / "checkpoints"
+    root = run_paths(tmp_path, "r1").checkpoints
     state = make_state(seed=3)
     saver = Checkpointer(str(root), policy=CheckpointSpec(), events=MemorySink())
     saver.save(1, state)

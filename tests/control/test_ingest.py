@@ -5,6 +5,7 @@ import pytest
 
 from runwright.control.ingest import Ingestor
 from runwright.errors import StoreUnavailableError
+from runwright.layout import run_paths
 from runwright.runtime import ChannelWriter
 from runwright.store import Outcome, Store
 
@@ -42,7 +43,7 @@ def setup(tmp_path):
         state="RUNNING",
     )
     store.transition("run-a", "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
-    writer = ChannelWriter(tmp_path / "runs" / "run-a" / "channel", generation=1, rank=0)
+    writer = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=1, rank=0)
     yield store, Ingestor(store, store.get_run("run-a")), writer
     writer.close()
     store.close()

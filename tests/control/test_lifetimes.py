@@ -16,6 +16,7 @@ import pytest
 from runwright.control.controller import Controller
 from runwright.control.executor import LocalExecutor, generation_tags
 from runwright.control.processes import is_alive, processes_tagged
+from runwright.layout import run_paths
 from runwright.spec import FailureClass, RecoverySpec, spec_from_mapping
 from runwright.store import Store
 
@@ -44,8 +45,7 @@ def spec_for(steps, every, step_sleep=STEP_SLEEP_SECONDS, **recovery):
 
 
 def supervisor_pid(root, run_id, generation):
-    pid_file = root / "runs" / run_id / "attempts" / f"gen{generation:05d}" / "pid"
-    return int(pid_file.read_text().split()[0])
+    return int(run_paths(root, run_id).attempt(generation).pid_file.read_text().split()[0])
 
 
 def processes_of_generations_below(root, run_id, generation):

@@ -13,6 +13,7 @@ import pytest
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
 from runwright.control.executor import LocalExecutor
+from runwright.layout import run_paths
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -276,8 +277,8 @@ def test_stale_worker_cannot_publish_or_report(tmp_path):
         **os.environ,
         "RUNWRIGHT_RUN_ID": run.run_id,
         "RUNWRIGHT_GENERATION": "0",
-        "RUNWRIGHT_RUN_DIR": str(tmp_path / "runs" / run.run_id),
-        "RUNWRIGHT_SPEC_FILE": str(tmp_path / "runs" / run.run_id / "spec.json"),
+        "RUNWRIGHT_RUN_DIR": str(run_paths(tmp_path, run.run_id).folder),
+        "RUNWRIGHT_SPEC_FILE": str(run_paths(tmp_path, run.run_id).spec_file),
         "WORLD_SIZE": "1",
         "RANK": "0",
         "LOCAL_RANK": "0",

@@ -6,6 +6,7 @@ import pytest
 import yaml
 
 from runwright.control.controller import Controller
+from runwright.layout import run_paths
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -70,7 +71,7 @@ def test_failing_worker_is_retried_then_fails_permanently(tmp_path):
     assert classified[0].attributes["signature"] == classified[1].attributes["signature"]
     assert "injected failure at step 3" in _rank_logs(tmp_path, run.run_id)
     assert events[-1].type == "RUN_FINISHED"
-    bundle = tmp_path / "runs" / run.run_id / "diagnostics" / "gen00002" / "bundle.json"
+    bundle = run_paths(tmp_path, run.run_id).diagnostics_bundle(2)
     assert "injected failure" in bundle.read_text()
 
 
@@ -84,5 +85,5 @@ def test_idempotent_submit_starts_nothing(tmp_path):
 
 
 def _rank_logs(root, run_id):
-    logs = (root / "runs" / run_id / "attempts").rglob("*.log")
+    logs = run_paths(root, run_id).attempts.rglob("*.log")
     return "".join(p.read_text(errors="replace") for p in logs)

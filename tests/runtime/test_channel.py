@@ -2,6 +2,7 @@
 
 import os
 
+from runwright.layout import RunPaths
 from runwright.runtime import ChannelReader, ChannelWriter, build_rank_manifest, init
 
 
@@ -59,7 +60,7 @@ def test_init_outside_the_control_plane(tmp_path, monkeypatch):
         ctx.step_healthy(1, loss=0.5)
     finally:
         ctx.close()
-    messages = list(ChannelReader(ctx.run_dir / "channel").poll())
+    messages = list(ChannelReader(RunPaths(ctx.run_dir).channel).poll())
     assert [m.type for m in messages] == ["WORKER_STARTED", "STEP_HEALTHY"]
     assert messages[0].attributes["pid"] == os.getpid()
 

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import runwright.runtime.stop
+from runwright.layout import RunPaths
 from runwright.runtime import ChannelReader, init
 from runwright.runtime.channel import HEARTBEAT
 from runwright.runtime.steploop import LossSpikeError, NonFiniteError
@@ -34,7 +35,7 @@ def ctx(tmp_path, monkeypatch):
 
 
 def messages(ctx, type_):
-    return [m for m in ChannelReader(ctx.run_dir / "channel").poll() if m.type == type_]
+    return [m for m in ChannelReader(RunPaths(ctx.run_dir).channel).poll() if m.type == type_]
 
 
 def test_phases_accumulate_into_the_event_and_the_timeline(ctx):

@@ -5,7 +5,6 @@ Each function takes a checkpoint root, does one thing, and returns a record the 
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -19,16 +18,15 @@ from runwright.ckpt.manifest import HealthVerdict, LatestPointer
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.verify import VerifyMode, VerifyReport, verify_checkpoint
 from runwright.errors import NotFoundError
+from runwright.layout import resolve_root, run_paths
 
-DEFAULT_ROOT = ".runwright"
 
-
-def checkpoint_root(target: str, root: str | None = None) -> str:
-    """A run id (under `<root>/runs/<id>/checkpoints`) or a checkpoint folder path/URL."""
+def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> str:
+    """A checkpoint folder path or URL as given, else the checkpoints of run `target` under the
+    runwright root (`root`, resolved as every command resolves `--root`)."""
     if "/" in target or "://" in target or os.path.isdir(target):
         return target
-    base = root or os.environ.get("RUNWRIGHT_ROOT") or DEFAULT_ROOT
-    return str(Path(base) / "runs" / target / "checkpoints")
+    return str(run_paths(resolve_root(root), target).checkpoints)
 
 
 class ListedCheckpoint(BaseModel):

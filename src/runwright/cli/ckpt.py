@@ -10,6 +10,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from runwright.ckpt import inventory as inv
+from runwright.cli.options import RootOption
 from runwright.cli.render import console, guarded, print_json
 
 app = typer.Typer(help="Inspect, verify, clean up and export checkpoints.", no_args_is_help=True)
@@ -17,15 +18,12 @@ app = typer.Typer(help="Inspect, verify, clean up and export checkpoints.", no_a
 Target = Annotated[
     str, typer.Argument(help="Run id (under --root) or a checkpoint folder path or URL.")
 ]
-Root = Annotated[
-    str | None, typer.Option(help="Runwright root (default: RUNWRIGHT_ROOT or .runwright).")
-]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
 
 
 @app.command("list")
 @guarded
-def list_(target: Target, root: Root = None, json_out: Json = False) -> None:
+def list_(target: Target, root: Path | None = RootOption, json_out: Json = False) -> None:
     """List committed checkpoints (newest first) and uncommitted residue with reasons."""
     found = inv.inventory(inv.checkpoint_root(target, root))
     if json_out:
@@ -53,7 +51,7 @@ def list_(target: Target, root: Root = None, json_out: Json = False) -> None:
 def inspect(
     target: Target,
     checkpoint: Annotated[str, typer.Argument(help="Folder, id, step or `latest`.")] = "latest",
-    root: Root = None,
+    root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
     """Show a committed checkpoint's manifest."""
@@ -80,7 +78,7 @@ def verify(
         str | None, typer.Argument(help="Folder, id, step or `latest`; default: all.")
     ] = None,
     mode: Annotated[str, typer.Option(help="full | sampled")] = "full",
-    root: Root = None,
+    root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
     """Check the root as restore opens it, list residue, and recompute checksums against the
@@ -125,7 +123,7 @@ def gc(
         float, typer.Option(help="Leave residue younger than this (its writer may be alive).")
     ] = 3600.0,
     max_entries: Annotated[int, typer.Option(help="Remove at most this many entries.")] = 64,
-    root: Root = None,
+    root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
     """Remove staging residue (never a committed checkpoint, never outside the run)."""
@@ -150,7 +148,7 @@ def export(
         Path | None, typer.Option(help="JSON file with the model config.")
     ] = None,
     tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer file or folder.")] = None,
-    root: Root = None,
+    root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
     """Write safetensors weights + config + tokenizer + release.json (hashes) for inference."""

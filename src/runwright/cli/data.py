@@ -1,18 +1,15 @@
 """`runwright data ...`: build, import/export (Megatron), inspect and verify datasets."""
 
-import os
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
+from runwright.cli.options import RootOption
 from runwright.cli.render import console, guarded, print_json
+from runwright.layout import resolve_root
 
 app = typer.Typer(help="Build, inspect and verify datasets.", no_args_is_help=True)
-
-
-def _root(root: Path | None) -> Path:
-    return root or Path(os.environ.get("RUNWRIGHT_ROOT") or ".runwright")
 
 
 def _variables(pairs: list[str]) -> dict[str, str]:
@@ -31,9 +28,7 @@ def _variables(pairs: list[str]) -> dict[str, str]:
 @guarded
 def build(
     recipe: Path = typer.Argument(..., help="Recipe file (YAML or JSON)."),
-    root: Path | None = typer.Option(
-        None, "--root", help="runwright root; default $RUNWRIGHT_ROOT or .runwright/."
-    ),
+    root: Path | None = RootOption,
     set_: list[str] = typer.Option(
         [], "--set", help="Recipe variable NAME=VALUE, replacing ${NAME} (repeatable)."
     ),
@@ -47,7 +42,7 @@ def build(
 
     result = build_dataset(
         recipe,
-        _root(root),
+        resolve_root(root),
         variables=_variables(set_),
         show_progress=not as_json,
         console=None if as_json else console,
@@ -92,9 +87,7 @@ def import_megatron_command(
         "runwright's packers add one themselves.",
     ),
     name: str = typer.Option("megatron-import", "--name", help="Dataset name."),
-    root: Path | None = typer.Option(
-        None, "--root", help="runwright root; default $RUNWRIGHT_ROOT or .runwright/."
-    ),
+    root: Path | None = RootOption,
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import Megatron-LM indexed datasets (.bin/.idx) as a content-addressed dataset."""
@@ -106,7 +99,7 @@ def import_megatron_command(
         sources.setdefault(label if sep else source, []).append(prefix if sep else item)
     result = import_megatron(
         sources,
-        _root(root),
+        resolve_root(root),
         vocab_size=vocab_size,
         eod_token_id=eod_token_id,
         tokenizer_file=tokenizer,

@@ -1,18 +1,16 @@
-"""Options shared by the commands that touch runs: where the root and the store are."""
+"""Options shared by the commands: where the root and the store are, and machine output.
+
+Every command's `--root` is `RootOption`, resolved by `runwright.layout.resolve_root`."""
 
 from pathlib import Path
 
 import typer
 
 from runwright.control.outage import OutageRider
-from runwright.store import Store, resolve_root
+from runwright.layout import ROOT_HELP, resolve_root
+from runwright.store import Store
 
-RootOption = typer.Option(
-    None,
-    "--root",
-    help="runwright root folder (default: $RUNWRIGHT_ROOT or ./.runwright).",
-    show_default=False,
-)
+RootOption = typer.Option(None, "--root", help=ROOT_HELP, show_default=False)
 StoreOption = typer.Option(
     None,
     "--store",

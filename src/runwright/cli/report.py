@@ -7,6 +7,7 @@ import typer
 from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store
 from runwright.cli.render import console, guarded, print_json
 from runwright.govern.report import build_report
+from runwright.layout import run_paths
 
 app = typer.Typer()
 
@@ -16,7 +17,9 @@ app = typer.Typer()
 def report(
     run_id: str = typer.Argument(..., help="Run id (or a unique prefix of it)."),
     out: Path | None = typer.Option(
-        None, "--out", help="Folder for report.json and report.html (default: <root>/runs/RUN/)."
+        None,
+        "--out",
+        help="Folder for report.json and report.html (default: <root>/runs/RUN/report/).",
     ),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
@@ -27,7 +30,7 @@ def report(
     on one time axis."""
     resolved, st = open_store(root, store)
     run = st.get_run(run_id)
-    paths = build_report(st, run.run_id, out or resolved / "runs" / run.run_id)
+    paths = build_report(st, run.run_id, out or run_paths(resolved, run.run_id).report)
     if json_out:
         print_json({"run_id": run.run_id, **paths.model_dump(mode="json")})
         return

@@ -15,6 +15,7 @@ from runwright.control.controller import Controller
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
 from runwright.govern.compare import compare_runs
+from runwright.layout import run_paths
 from runwright.spec import load_spec
 from runwright.store import EventRecord
 
@@ -56,7 +57,7 @@ def submit(
             )
         return
     if detach:
-        log = resolved / "runs" / run.run_id / "controller.log"
+        log = run_paths(resolved, run.run_id).controller_log
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             argv = [

@@ -10,10 +10,10 @@ drives the run (or the next one to start) gives the group the grace period and t
 
 from pathlib import Path
 
-from runwright.control.executor import run_dir
 from runwright.control.fencing import raise_fence
 from runwright.control.journal import Journal
 from runwright.control.states import TERMINAL, RunState, TerminalReason, advance
+from runwright.layout import run_paths
 from runwright.runtime.stop import write_stop_request
 from runwright.spec import spec_from_mapping
 from runwright.store import Outcome, Store, WriteResult
@@ -47,7 +47,7 @@ def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user"
         spec = spec_from_mapping(run.spec)
         save = spec.checkpoint.enabled and spec.checkpoint.save_on_stop
         write_stop_request(
-            run_dir(Path(run.root), run.run_id),
+            run_paths(Path(run.root), run.run_id).folder,
             run.generation,
             "cancel",
             save=save,

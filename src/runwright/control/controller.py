@@ -23,7 +23,6 @@ from runwright.control.executor import (
     WorkerGroup,
     adopt,
     launched_generations,
-    run_dir,
 )
 from runwright.control.fencing import raise_fence
 from runwright.control.ingest import Ingestor
@@ -33,6 +32,7 @@ from runwright.control.recovery import RecoverySequence, skip_ranges
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
+from runwright.layout import run_paths
 from runwright.runtime.channel import ChannelMessage
 from runwright.runtime.context import ENV_SKIP_STEPS
 from runwright.runtime.rank_manifest import RankEntry, build_rank_manifest
@@ -370,7 +370,7 @@ class Controller:
                 run, "BUDGET_EXCEEDED", per_step=False, detail=budget.exceeded, **usage
             )
             write_stop_request(
-                run_dir(Path(run.root), run.run_id),
+                run_paths(Path(run.root), run.run_id).folder,
                 run.generation,
                 "budget",
                 save=spec.checkpoint.save_on_stop and spec.checkpoint.enabled,

@@ -34,6 +34,7 @@ from runwright.control.processes import (
     wait_gone,
 )
 from runwright.errors import LaunchError
+from runwright.layout import AttemptPaths, parse_generation, run_paths
 from runwright.lifetime import environ_of, has_tags
 from runwright.runtime.context import (
     ENV_GENERATION,
@@ -44,10 +45,6 @@ from runwright.runtime.context import (
 )
 from runwright.runtime.rank_manifest import RankEntry
 from runwright.spec import JobSpec
-
-
-def run_dir(root: Path, run_id: str) -> Path:
-    return root / "runs" / run_id
 
 
 def entrypoint_argv(spec: JobSpec, workdir: Path) -> list[str]:
@@ -69,8 +66,6 @@ def entrypoint_argv(spec: JobSpec, workdir: Path) -> list[str]:
 # poll() result for a group whose supervisor ended without writing its exit status (the
 # supervisor was killed, or the machine restarted): torchrun's own exit status is lost.
 EXIT_LOST = -1000
-PID_FILE = "pid"
-EXIT_FILE = "exit_status"
 KILLED_EXIT_SECONDS = 10.0
 """How long SIGKILLed processes get to leave the kernel before the executor reports them as
 survivors (SIGKILL acts at once unless a process is blocked in uninterruptible I/O)."""
@@ -78,12 +73,12 @@ survivors (SIGKILL acts at once unless a process is blocked in uninterruptible I
 
 def generation_tags(root: Path, run_id: str, generation: int) -> dict[str, str]:
     """The launch-environment variables that mark every process of one generation."""
-    return {ENV_RUN_DIR: str(run_dir(root, run_id)), ENV_GENERATION: str(generation)}
+    return {ENV_RUN_DIR: str(run_paths(root, run_id).folder), ENV_GENERATION: str(generation)}
 
 
 def generation_processes(root: Path, run_id: str) -> dict[int, list[int]]:
     """generation -> live processes of run `run_id` on this machine, found by their tags."""
-    folder = str(run_dir(root, run_id))
+    folder = str(run_paths(root, run_id).folder)
     found: dict[int, list[int]] = {}
     for pid, env in environs():
         if env.get(ENV_RUN_DIR) == folder and (env.get(ENV_GENERATION) or "").isdigit():
@@ -132,6 +127,28 @@ class WorkerGroup:
     launched_unix_s: float | None = None
     process: subprocess.Popen[bytes] | None = None
     """Set when this controller launched the group; None for an adopted one."""
+
+    @classmethod
+    def of(
+        cls,
+        attempt: AttemptPaths,
+        pid: int,
+        tags: dict[str, str],
+        *,
+        launched_unix_s: float | None = None,
+        process: subprocess.Popen[bytes] | None = None,
+    ) -> "WorkerGroup":
+        """The group of the generation whose files are `attempt`, run by supervisor `pid`."""
+        return cls(
+            generation=attempt.generation,
+            pid=pid,
+            exit_file=attempt.exit_status_file,
+            log_path=attempt.torchrun_log,
+            log_dir=attempt.rank_logs,
+            tags=tags,
+            launched_unix_s=launched_unix_s,
+            process=process,
+        )
 
     def _supervisor_alive(self) -> bool:
         # A recycled pid is not our supervisor: believe the pid only while it carries the tag,
@@ -211,31 +228,25 @@ class WorkerGroup:
 def adopt(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
     """Find generation `generation`'s group left by an earlier controller, if it still runs or
     left an exit status."""
-    gen_dir = run_dir(root, run_id) / "attempts" / f"gen{generation:05d}"
+    attempt = run_paths(root, run_id).attempt(generation)
     try:
-        fields = (gen_dir / PID_FILE).read_text().split()
+        fields = attempt.pid_file.read_text().split()
         pid = int(fields[0])
         launched = float(fields[1]) if len(fields) > 1 else None
     except (OSError, ValueError, IndexError):
         return None
-    return WorkerGroup(
-        generation=generation,
-        pid=pid,
-        exit_file=gen_dir / EXIT_FILE,
-        log_path=gen_dir / "torchrun.log",
-        log_dir=gen_dir / "ranks",
-        tags=generation_tags(root, run_id, generation),
-        launched_unix_s=launched,
+    return WorkerGroup.of(
+        attempt, pid, generation_tags(root, run_id, generation), launched_unix_s=launched
     )
 
 
 def launched_generations(root: Path, run_id: str) -> list[int]:
-    attempts = run_dir(root, run_id) / "attempts"
-    if not attempts.is_dir():
+    """Generations whose group was launched (they left a pid file), oldest first."""
+    paths = run_paths(root, run_id)
+    if not paths.attempts.is_dir():
         return []
-    return sorted(
-        int(p.name.removeprefix("gen")) for p in attempts.glob("gen*") if (p / PID_FILE).exists()
-    )
+    found = (parse_generation(p.name) for p in paths.attempts.iterdir())
+    return sorted(g for g in found if g is not None and paths.attempt(g).pid_file.exists())
 
 
 class LocalExecutor:
@@ -285,22 +296,22 @@ class LocalExecutor:
         rank_manifest: list[RankEntry],
         extra_env: dict[str, str] | None = None,
     ) -> WorkerGroup:
-        folder = run_dir(root, run_id)
-        gen_dir = folder / "attempts" / f"gen{generation:05d}"
-        gen_dir.mkdir(parents=True, exist_ok=True)
-        spec_file = folder / "spec.json"
-        if not spec_file.exists():
-            spec_file.write_text(spec.canonical_json())
-        manifest_file = gen_dir / "rank_manifest.json"
-        manifest_file.write_text(json.dumps([e.model_dump() for e in rank_manifest], indent=1))
+        paths = run_paths(root, run_id)
+        attempt = paths.attempt(generation)
+        attempt.folder.mkdir(parents=True, exist_ok=True)
+        if not paths.spec_file.exists():
+            paths.spec_file.write_text(spec.canonical_json())
+        attempt.rank_manifest_file.write_text(
+            json.dumps([e.model_dump() for e in rank_manifest], indent=1)
+        )
         env = {
             **os.environ,
             **spec.environment.env,
             ENV_RUN_ID: run_id,
             ENV_GENERATION: str(generation),
-            ENV_RUN_DIR: str(folder),
-            ENV_SPEC_FILE: str(spec_file),
-            ENV_RANK_MANIFEST: str(manifest_file),
+            ENV_RUN_DIR: str(paths.folder),
+            ENV_SPEC_FILE: str(paths.spec_file),
+            ENV_RANK_MANIFEST: str(attempt.rank_manifest_file),
             # Ranks are processes on few cores; one intra-op thread each avoids oversubscription.
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "PYTHONUNBUFFERED": "1",
@@ -310,7 +321,7 @@ class LocalExecutor:
             sys.executable,
             "-m",
             "runwright.control.supervise",
-            str(gen_dir / EXIT_FILE),
+            str(attempt.exit_status_file),
             "--",
             sys.executable,
             "-m",
@@ -323,15 +334,14 @@ class LocalExecutor:
             "--max-restarts",
             "0",
             "--log-dir",
-            str(gen_dir / "ranks"),
+            str(attempt.rank_logs),
             "--redirects",
             "3",
             *entrypoint_argv(spec, workdir),
         ]
-        log_path = gen_dir / "torchrun.log"
         # The supervisor alone gets no parent-death signal: the group must outlive a controller
         # restart, and the next controller adopts it by its pid file.
-        with open(log_path, "ab") as log:
+        with open(attempt.torchrun_log, "ab") as log:
             try:
                 process = subprocess.Popen(
                     argv,
@@ -345,14 +355,11 @@ class LocalExecutor:
             except OSError as exc:
                 raise LaunchError(f"cannot start torchrun: {exc}") from None
         launched = time.time()
-        (gen_dir / PID_FILE).write_text(f"{process.pid} {launched}\n")
-        return WorkerGroup(
-            generation=generation,
-            pid=process.pid,
-            exit_file=gen_dir / EXIT_FILE,
-            log_path=log_path,
-            log_dir=gen_dir / "ranks",
-            tags=generation_tags(root, run_id, generation),
+        attempt.pid_file.write_text(f"{process.pid} {launched}\n")
+        return WorkerGroup.of(
+            attempt,
+            process.pid,
+            generation_tags(root, run_id, generation),
             launched_unix_s=launched,
             process=process,
         )

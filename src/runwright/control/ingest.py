@@ -15,9 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runwright.ckpt.manifest import COMMIT_FILE, CommitRecord
-from runwright.control.executor import run_dir
+from runwright.layout import run_paths
 from runwright.runtime.channel import HEARTBEAT, ChannelMessage, ChannelReader
-from runwright.runtime.checkpoints import checkpoint_root
 from runwright.store import NewEvent, Outcome, RunRecord, Store
 
 
@@ -27,8 +26,8 @@ class Ingestor:
     def __init__(self, store: Store, run: RunRecord) -> None:
         self.store = store
         self.run_id = run.run_id
-        self.root = Path(run.root)
-        self.reader = ChannelReader(run_dir(self.root, run.run_id) / "channel")
+        self.paths = run_paths(Path(run.root), run.run_id)
+        self.reader = ChannelReader(self.paths.channel)
         self.last_step = run.last_step or 0
         self._beats: dict[int, float] = {}
         """generation -> newest heartbeat read but not yet written to the run record."""
@@ -89,9 +88,7 @@ class Ingestor:
                 self.store.fenced_update(self.run_id, message.generation, last_step=message.step)
                 self.last_step = message.step
         elif message.type == "CHECKPOINT_COMMITTED" and message.checkpoint_id:
-            folder = checkpoint_root(run_dir(self.root, self.run_id)) / str(
-                message.attributes.get("folder") or ""
-            )
+            folder = self.paths.checkpoints / str(message.attributes.get("folder") or "")
             self.store.checkpoints.publish(
                 run_id=self.run_id,
                 checkpoint_id=message.checkpoint_id,
@@ -106,9 +103,7 @@ class Ingestor:
                 },
             )
         elif message.type == "CHECKPOINT_DELETED" and message.attributes.get("folder"):
-            folder = checkpoint_root(run_dir(self.root, self.run_id)) / str(
-                message.attributes["folder"]
-            )
+            folder = self.paths.checkpoints / str(message.attributes["folder"])
             self.store.checkpoints.mark_deleted(self.run_id, str(folder))
 
 

@@ -7,12 +7,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runwright.control.executor import EXIT_LOST, LostSupervisor, WorkerGroup, run_dir
+from runwright.control.executor import EXIT_LOST, LostSupervisor, WorkerGroup
 from runwright.control.failures import Classification, classify, read_error_files
 from runwright.control.fencing import raise_fence
 from runwright.control.policy import PastFailure, decide
 from runwright.control.states import RunState
 from runwright.control.watchdog import Verdict
+from runwright.layout import run_paths
 from runwright.spec import FailureClass, JobSpec
 from runwright.store import EventRecord, RunRecord, Store
 
@@ -81,8 +82,8 @@ def write_diagnostics(
 ) -> Path:
     """Everything an operator needs to judge the failure without the processes: spec, rank
     manifest, last healthy step, error records, recent events and the log tails of every rank."""
-    folder = run_dir(Path(run.root), run.run_id) / "diagnostics" / f"gen{run.generation:05d}"
-    folder.mkdir(parents=True, exist_ok=True)
+    bundle_file = run_paths(Path(run.root), run.run_id).diagnostics_bundle(run.generation)
+    bundle_file.parent.mkdir(parents=True, exist_ok=True)
     events = store.events(run.run_id)
     logs: dict[str, str] = {}
     errors: list[dict[str, Any]] = []
@@ -104,9 +105,8 @@ def write_diagnostics(
         "recent_events": [e.model_dump(mode="json") for e in events[-RECENT_EVENTS:]],
         "log_tails": logs,
     }
-    path = folder / "bundle.json"
-    path.write_text(json.dumps(bundle, indent=1, default=str))
-    return path
+    bundle_file.write_text(json.dumps(bundle, indent=1, default=str))
+    return bundle_file
 
 
 class RecoverySequence:

@@ -25,6 +25,7 @@ from runwright.control.controller import Controller
 from runwright.data import build_dataset, load_recipe
 from runwright.govern.compare import Comparison, compare_runs
 from runwright.govern.report import build_report
+from runwright.layout import recipes_dir, run_paths
 from runwright.spec import JobSpec, parse_text, spec_from_mapping
 from runwright.store import EventRecord, NewEvent, Store
 
@@ -171,7 +172,7 @@ def run_demo(
     stdlib = sysconfig.get_paths()["stdlib"]
     console.print(f"[bold]1/5[/] dataset: Python standard library at {stdlib}")
     # The recipe is kept beside the datasets it built, as part of their record.
-    recipe_file = root / "datasets" / "recipes" / "demo-stdlib.yaml"
+    recipe_file = recipes_dir(root) / "demo-stdlib.yaml"
     recipe_file.parent.mkdir(parents=True, exist_ok=True)
     recipe_file.write_text(_resource("stdlib.yaml"))
     recipe = load_recipe(recipe_file, {"STDLIB": stdlib})
@@ -218,8 +219,7 @@ def run_demo(
     console.print("[bold]4/5[/] recovery equivalence")
     comparison = compare_runs(store, run_id, reference_id)
     console.print("[bold]5/5[/] report")
-    report_dir = root / "reports" / run_id
-    paths = build_report(store, run_id, report_dir)
+    paths = build_report(store, run_id, run_paths(root, run_id).report)
     return _result(store, run_id, reference_id, comparison, fault, built, paths)
 
 

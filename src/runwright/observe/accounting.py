@@ -29,8 +29,8 @@ from collections.abc import Iterable, Sequence
 from pydantic import BaseModel, ConfigDict
 
 from runwright.observe.figures import cost
+from runwright.observe.records import Attempt, Event
 from runwright.observe.timeline import CHECKPOINT_COMMITTED, StepPoint, number
-from runwright.store import AttemptRecord, EventRecord
 
 CATEGORIES = ("productive", "checkpoint", "replay", "recovery", "idle")
 # Sweep priority: a second covered by several intervals takes the highest.
@@ -111,9 +111,7 @@ class CostSplit(Record):
         return sum(a.device_seconds for a in self.attempts)
 
 
-def attempt_spans(
-    attempts: Sequence[AttemptRecord], events: Sequence[EventRecord]
-) -> list[AttemptSpan]:
+def attempt_spans(attempts: Sequence[Attempt], events: Sequence[Event]) -> list[AttemptSpan]:
     """Allocations from the attempts; a running attempt ends at its generation's last event.
     Without attempt records (a run driven outside the controller), one span from the first to
     the last event, as wide as the ranks that reported."""
@@ -147,9 +145,7 @@ def attempt_spans(
     ]
 
 
-def recovery_windows(
-    events: Sequence[EventRecord], steps: Sequence[StepPoint]
-) -> list[RecoveryWindow]:
+def recovery_windows(events: Sequence[Event], steps: Sequence[StepPoint]) -> list[RecoveryWindow]:
     """One window per failed generation: from its first FAILURE_CLASSIFIED to the start of the
     first healthy step after it in a later generation (or, for an in-place rollback, after a
     RESTORED of the same generation)."""
@@ -209,7 +205,7 @@ def _step_intervals(
     return intervals
 
 
-def commit_stalls(events: Iterable[EventRecord]) -> dict[tuple[int, int], tuple[float, float]]:
+def commit_stalls(events: Iterable[Event]) -> dict[tuple[int, int], tuple[float, float]]:
     """(generation, step) -> (stall seconds, commit time) of each committed checkpoint; the
     longest stall when several ranks report the same commit. `stall_seconds` per the event
     contract, else the checkpointer's `stage` timing (the blocking snapshot copy)."""
@@ -227,8 +223,8 @@ def commit_stalls(events: Iterable[EventRecord]) -> dict[tuple[int, int], tuple[
 
 
 def account(
-    events: Sequence[EventRecord],
-    attempts: Sequence[AttemptRecord],
+    events: Sequence[Event],
+    attempts: Sequence[Attempt],
     steps: Sequence[StepPoint],
     device_hour_price: float = 0.0,
 ) -> CostSplit:

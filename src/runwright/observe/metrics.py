@@ -11,8 +11,8 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from runwright.observe.records import Event
 from runwright.observe.timeline import CHECKPOINT_COMMITTED, STEP_HEALTHY, TOKEN_KINDS, number
-from runwright.store import EventRecord
 
 # Step-time buckets in seconds: from a tiny CPU model (10 ms) to a large synchronous step (2 min).
 STEP_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -100,7 +100,7 @@ class RunMetrics:
         self._current_state: str | None = None
         self._highest_step = -1
 
-    def observe(self, event: EventRecord) -> None:
+    def observe(self, event: Event) -> None:
         """Update the metrics from one event; unknown event types change nothing."""
         attrs = event.attributes
         self.generation.set(event.generation)
@@ -137,7 +137,7 @@ class RunMetrics:
         elif event.type == "BUDGET_WARNING":
             self.budget_warnings.inc()
 
-    def _step(self, event: EventRecord) -> None:
+    def _step(self, event: Event) -> None:
         attrs = event.attributes
         # One rank (rank 0, or a rank-less report) counts the step; every rank adds its tokens.
         if attrs.get("rank", 0) == 0:
@@ -172,7 +172,7 @@ class RunMetrics:
         return render(self.registry)
 
 
-def run_metrics(events: Iterable[EventRecord], state: str | None = None) -> RunMetrics:
+def run_metrics(events: Iterable[Event], state: str | None = None) -> RunMetrics:
     """Metrics of a run from its whole event log; `state` (the run record's) wins over the last
     STATE_CHANGED, which a cancel written straight to the store may not have."""
     metrics = RunMetrics()

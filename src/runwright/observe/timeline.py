@@ -3,8 +3,8 @@ merged) plus markers for checkpoints, incidents, restores and interventions.
 
 Seed 004 ("watch four signals while running"): loss, throughput, system and data must sit on one
 time line so that a loader stall, a step-time drift and a checkpoint pause can be seen together.
-This module is pure: it takes `EventRecord`s and returns records; the report and the accounting
-read the same points, so their numbers agree.
+This module is pure: it takes events (`records.Event`, such as the store's `EventRecord`) and
+returns records; the report and the accounting read the same points, so their numbers agree.
 
 Event contract read here (ARCHITECTURE.md "Event", issue 6): one `STEP_HEALTHY` per rank per
 optimizer step with attributes `rank`, `loss`, `grad_norm`, `lr`, `step_seconds`,
@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runwright.store import EventRecord
+from runwright.observe.records import Event
 
 STEP_HEALTHY = "STEP_HEALTHY"
 CHECKPOINT_COMMITTED = "CHECKPOINT_COMMITTED"
@@ -132,7 +132,7 @@ def number(attributes: Mapping[str, Any], key: str) -> float | None:
     return value if value == value and abs(value) != float("inf") else None
 
 
-def _merge(generation: int, step: int, events: list[EventRecord]) -> StepPoint:
+def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
     rank_seconds: dict[int, float] = {}
     phases: dict[str, float] = {}
     totals = dict.fromkeys(("device_tokens", "padded_tokens", "loss_tokens", "samples"), 0)
@@ -193,14 +193,14 @@ def _mean_loss(losses: list[tuple[float, float | None]]) -> float | None:
     return sum(loss for loss, _ in losses) / len(losses)
 
 
-def step_points(events: Iterable[EventRecord]) -> list[StepPoint]:
+def step_points(events: Iterable[Event]) -> list[StepPoint]:
     """Merge every rank's STEP_HEALTHY of a step into one point; mark replayed steps.
 
     A step is a replay when a point of an earlier generation already completed it: the run
     restored an older checkpoint and executes it again (seed 000: "lost steps, recomputed
     tokens"). Each step number counts once as progress, at its first execution.
     """
-    grouped: dict[tuple[int, int], list[EventRecord]] = {}
+    grouped: dict[tuple[int, int], list[Event]] = {}
     for event in events:
         if event.type == STEP_HEALTHY and event.step is not None:
             grouped.setdefault((event.generation, event.step), []).append(event)
@@ -218,7 +218,7 @@ def step_points(events: Iterable[EventRecord]) -> list[StepPoint]:
     return marked
 
 
-def markers(events: Iterable[EventRecord]) -> list[Marker]:
+def markers(events: Iterable[Event]) -> list[Marker]:
     """Vertical lines of the charts; one per committed checkpoint even if every rank reports
     it."""
     seen: set[str] = set()
@@ -244,7 +244,7 @@ def markers(events: Iterable[EventRecord]) -> list[Marker]:
     return sorted(found, key=lambda m: m.time_unix_s)
 
 
-def _label(event: EventRecord) -> str:
+def _label(event: Event) -> str:
     attrs = event.attributes
     if event.type == CHECKPOINT_COMMITTED:
         return f"ckpt @{event.step}"
@@ -255,7 +255,7 @@ def _label(event: EventRecord) -> str:
     return event.type.lower().replace("_", " ")
 
 
-def build_timeline(events: Iterable[EventRecord]) -> Timeline:
+def build_timeline(events: Iterable[Event]) -> Timeline:
     events = list(events)
     points = step_points(events)
     ranks = sorted({rank for p in points for rank in p.rank_step_seconds})

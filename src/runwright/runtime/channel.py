@@ -17,6 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from runwright.layout import RANK_FILE_GLOB, rank_file_name
+
 HEARTBEAT = "HEARTBEAT"
 # STEP_HEALTHY is per-step telemetry (progress, loss curve, phase times); the run's state is the
 # committed checkpoint, whose CHECKPOINT_COMMITTED event is fsynced like every other event. So its
@@ -56,7 +58,7 @@ class ChannelWriter:
         self, channel_dir: Path, generation: int, rank: int, fsync_events: bool = True
     ) -> None:
         channel_dir.mkdir(parents=True, exist_ok=True)
-        self.path = channel_dir / f"gen{generation:05d}-rank{rank:05d}.jsonl"
+        self.path = channel_dir / rank_file_name(generation, rank)
         self.generation = generation
         self.rank = rank
         self._fsync_events = fsync_events
@@ -145,7 +147,7 @@ class ChannelReader:
     def poll(self) -> Iterator[ChannelMessage]:
         if not self.channel_dir.is_dir():
             return
-        for path in sorted(self.channel_dir.glob("gen*-rank*.jsonl")):
+        for path in sorted(self.channel_dir.glob(RANK_FILE_GLOB)):
             offset = self._offsets.get(path, 0)
             with open(path, "rb") as f:
                 f.seek(offset)

@@ -2,12 +2,12 @@
 
 - Checkpoint events go to the controller through the file channel (`ChannelSink`), where the
   controller mirrors each commit into the store's fenced latest pointer.
-- The fence is the run's `LocalFence` under `<run_dir>/checkpoints/`, whose generation file the
-  controller raises whenever it bumps the run's generation, so a stale worker cannot publish even
-  while the controller is down; no database connection is needed in the worker.
+- The fence is the run's `LocalFence` in its checkpoint root (`<run_dir>/checkpoints/`), whose
+  generation file the controller raises whenever it bumps the run's generation, so a stale worker
+  cannot publish even while the controller is down; no database connection is needed in the
+  worker.
 """
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
@@ -16,13 +16,10 @@ from runwright.ckpt import Checkpointer, CheckpointError, LocalFence
 from runwright.ckpt.events import CheckpointEvent
 from runwright.ckpt.start import start_generation
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.layout import RunPaths
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
-
-
-def checkpoint_root(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
 
 
 class ChannelSink:
@@ -55,7 +52,7 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
                 "pp": spec.parallelism.pp,
             },
         }
-    root = checkpoint_root(ctx.run_dir)
+    root = RunPaths(ctx.run_dir).checkpoints
     fence = LocalFence(root)
     if not ctx.managed:
         # Standalone: this start fences off any writer left from an earlier one, collecting

@@ -3,7 +3,7 @@
 Under the control plane the executor passes the run's identity through environment variables
 (ENV_* below) and torchrun adds RANK/LOCAL_RANK/WORLD_SIZE. Under plain `torchrun` or
 `python train.py` the same call works with local defaults: a fresh local run id, generation 0,
-and a channel folder under `.runwright/local/`.
+and a run folder `<root>/local/<run_id>/` (runwright.layout), or RUNWRIGHT_RUN_DIR if set.
 """
 
 import os
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runwright.errors import RunwrightError
+from runwright.layout import RunPaths, local_run_paths, resolve_root
 from runwright.lifetime import die_with_parent, has_tags
 from runwright.runtime.channel import HEARTBEAT, ChannelWriter
 from runwright.runtime.rank_manifest import RankEntry
@@ -177,10 +178,11 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         # RUNWRIGHT_RUN_DIR names a stable folder, so a restarted script finds its checkpoints.
         seed = os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("MASTER_PORT") or ""
         run_id = f"local-{seed or uuid.uuid4().hex[:12]}"
-        run_dir = Path(".runwright") / "local" / run_id
         if os.environ.get(ENV_RUN_DIR):
             run_dir = Path(os.environ[ENV_RUN_DIR])
             run_id = f"local-{run_dir.name}"
+        else:
+            run_dir = local_run_paths(resolve_root(), run_id).folder
         generation = 0
     spec = None
     spec_file = os.environ.get(ENV_SPEC_FILE)
@@ -207,7 +209,7 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         run_dir=run_dir,
         spec=spec,
         rank_entry=entry,
-        channel=ChannelWriter(run_dir / "channel", generation, rank),
+        channel=ChannelWriter(RunPaths(run_dir).channel, generation, rank),
         managed=managed,
     )
     ctx.event(

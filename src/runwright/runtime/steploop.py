@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runwright.errors import RunwrightError
+from runwright.layout import RunPaths
 from runwright.runtime.stop import StopRequest, agree_on_stop
 
 if TYPE_CHECKING:
@@ -77,11 +78,8 @@ class StepLoop:
         # both need the loss and the grad norm, and on a GPU every .item() waits for the device.
         self._read: list[tuple[Any, float]] = []
         self._step_started = 0.0
-        timeline_dir = ctx.run_dir / "timeline"
-        timeline_dir.mkdir(parents=True, exist_ok=True)
-        self.timeline_path: Path = (
-            timeline_dir / f"gen{ctx.generation:05d}-rank{ctx.rank:05d}.jsonl"
-        )
+        self.timeline_path: Path = RunPaths(ctx.run_dir).timeline_file(ctx.generation, ctx.rank)
+        self.timeline_path.parent.mkdir(parents=True, exist_ok=True)
         self._timeline = open(self.timeline_path, "a", encoding="utf-8")  # noqa: SIM115
 
     def __iter__(self) -> Iterator[int]:

@@ -20,6 +20,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from runwright.layout import RunPaths
+
 STOP_REASONS = ("cancel", "preemption", "budget", "controller")
 # Reading the stop file costs a stat(); at most this often per process.
 STOP_FILE_POLL_SECONDS = 0.5
@@ -40,10 +42,6 @@ class StopRequest(BaseModel):
     publishes its final checkpoint and events under it (the old one is fenced off)."""
 
 
-def stop_file(run_dir: Path, generation: int) -> Path:
-    return run_dir / "control" / f"stop-gen{generation:05d}.json"
-
-
 def write_stop_request(
     run_dir: Path,
     generation: int,
@@ -52,7 +50,7 @@ def write_stop_request(
     fence_generation: int | None = None,
 ) -> Path:
     """Controller side: ask generation `generation` to stop at its next step boundary."""
-    path = stop_file(run_dir, generation)
+    path = RunPaths(run_dir).stop_file(generation)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     request = StopRequest(
@@ -67,7 +65,7 @@ class StopWatcher:
     """Worker side: remembers SIGTERM and polls the stop file, cheaply."""
 
     def __init__(self, run_dir: Path, generation: int) -> None:
-        self.path = stop_file(run_dir, generation)
+        self.path = RunPaths(run_dir).stop_file(generation)
         self._sigterm = threading.Event()
         self._request: StopRequest | None = None
         self._next_poll = 0.0

@@ -1,7 +1,7 @@
 """The durable store: runs, attempts, events, checkpoints and datasets (SQLAlchemy; SQLite file
 by default, PostgreSQL for shared deployments)."""
 
-from runwright.store.engine import resolve_root, resolve_store_url
+from runwright.store.engine import resolve_store_url
 from runwright.store.faults import describe_fault, is_transient
 from runwright.store.records import (
     AttemptRecord,
@@ -28,6 +28,5 @@ __all__ = [
     "WriteResult",
     "describe_fault",
     "is_transient",
-    "resolve_root",
     "resolve_store_url",
 ]

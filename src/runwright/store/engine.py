@@ -20,11 +20,10 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 from runwright.errors import StoreError
+from runwright.layout import store_file
 from runwright.store import faults
 
 STORE_ENV = "RUNWRIGHT_STORE"
-ROOT_ENV = "RUNWRIGHT_ROOT"
-DEFAULT_ROOT = ".runwright"
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 """How long a SQLite statement waits for a lock. Writers here hold it for one compare-and-set
 (milliseconds), so 5 s rides out any burst of controllers and CLI commands; a longer hold (a
@@ -37,17 +36,11 @@ in the URL wins."""
 MIGRATIONS_DIR = Path(__file__).with_name("migrations")
 
 
-def resolve_root(root: str | Path | None = None) -> Path:
-    """`--root`, else RUNWRIGHT_ROOT, else `.runwright/` in the working folder."""
-    chosen = root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
-    return Path(chosen).expanduser().resolve()
-
-
 def resolve_store_url(store: str | None, root: Path) -> str:
     """`--store`, else RUNWRIGHT_STORE, else the SQLite file `<root>/state.db`."""
     url = store or os.environ.get(STORE_ENV)
     if not url:
-        return f"sqlite:///{root / 'state.db'}"
+        return f"sqlite:///{store_file(root)}"
     if url.startswith(("postgres://", "postgresql://")):
         # The psycopg 3 driver; plain postgresql:// would ask SQLAlchemy for psycopg2.
         return "postgresql+psycopg://" + url.split("://", 1)[1]

@@ -13,8 +13,9 @@ from typing import Any
 import sqlalchemy as sa
 
 from runwright.errors import NotFoundError, StoreError
+from runwright.layout import resolve_root
 from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
-from runwright.store.engine import create_engine, migrate, resolve_root, resolve_store_url
+from runwright.store.engine import create_engine, migrate, resolve_store_url
 from runwright.store.records import (
     AttemptRecord,
     EventRecord,

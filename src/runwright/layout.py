@@ -1,0 +1,205 @@
+"""Where runwright keeps things on disk: the root, each run's folder, each generation's attempt,
+each dataset. This module is the one place those paths are spelled out. The controller side
+(control/, cli/, govern/, demo/) and the worker side (runtime/) both import it, so neither
+learns the other's file names. It imports nothing of runwright, so every layer may use it.
+
+`<root>` is `--root`, else `$RUNWRIGHT_ROOT`, else `./.runwright` (`resolve_root`).
+
+```
+<root>/state.db                          embedded store (SQLite), unless --store names another
+<root>/datasets/<dataset_id>/            a built dataset: manifest.json, shards, stats, quarantine/
+<root>/datasets/recipes/                 recipes kept beside the datasets they built (the demo's)
+<root>/datasets/.work/<recipe_key>/      a build in progress: finished partitions, markers
+<root>/local/<run_id>/                   a run started without the control plane (plain torchrun)
+<root>/runs/<run_id>/                    one run, laid out as follows (RunPaths)
+  spec.json                              the submitted spec, canonical JSON
+  controller.log                         the detached controller's output (submit --detach)
+  checkpoints/                           checkpoint root: fence files, staging/, <step>-<ckpt_id>/
+  channel/gen<G>-rank<R>.jsonl           worker -> controller messages, one file per rank
+  control/stop-gen<G>.json               controller -> workers: stop generation G
+  timeline/gen<G>-rank<R>.jsonl          per-step phase times, one file per rank
+  attempts/gen<G>/                       generation G's worker group (AttemptPaths)
+    pid                                  supervisor pid and launch time (unix seconds)
+    exit_status                          torchrun's exit status, written by the supervisor
+    rank_manifest.json                   the rank manifest the group was launched with
+    torchrun.log                         torchrun's own output
+    ranks/                               torchrun --log-dir: each rank's stdout, stderr, error file
+  diagnostics/gen<G>/bundle.json         failure evidence of generation G
+  report/                                report.json and report.html (runwright report)
+```
+
+`<G>` and `<R>` are zero-padded to five digits (`gen00003-rank00001`), so names sort in order.
+Inside `checkpoints/` the layout belongs to the checkpoint protocol (`runwright.ckpt`), which
+works on any checkpoint root, under a run or not.
+"""
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT_ENV = "RUNWRIGHT_ROOT"
+DEFAULT_ROOT = ".runwright"
+ROOT_HELP = "runwright root folder (default: $RUNWRIGHT_ROOT, else ./.runwright)."
+"""The one help text of every command's `--root`."""
+
+RANK_FILE_GLOB = "gen*-rank*.jsonl"
+"""Matches every per-rank file of `channel/` and `timeline/`."""
+_GENERATION_NAME = re.compile(r"gen(\d+)")
+
+
+def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
+    """`root` (a command's `--root`), else $RUNWRIGHT_ROOT, else `./.runwright`; absolute."""
+    chosen = root or os.environ.get(ROOT_ENV) or DEFAULT_ROOT
+    return Path(chosen).expanduser().resolve()
+
+
+def generation_name(generation: int) -> str:
+    """`gen00003`: the folder and file-name part of generation 3."""
+    return f"gen{generation:05d}"
+
+
+def parse_generation(name: str) -> int | None:
+    """The generation a `gen<G>` folder name stands for; None for any other name."""
+    match = _GENERATION_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def rank_file_name(generation: int, rank: int) -> str:
+    """`gen00003-rank00001.jsonl`: one rank's file in `channel/` or `timeline/`."""
+    return f"{generation_name(generation)}-rank{rank:05d}.jsonl"
+
+
+def store_file(root: Path) -> Path:
+    """The embedded store's SQLite file."""
+    return root / "state.db"
+
+
+def datasets_dir(root: Path) -> Path:
+    return root / "datasets"
+
+
+def dataset_dir(root: Path, dataset_id: str) -> Path:
+    """A built dataset's folder, named by its content address."""
+    return datasets_dir(root) / dataset_id
+
+
+def dataset_work_dir(root: Path, recipe_key: str) -> Path:
+    """A build's scratch folder, named by its recipe's hash, so a rerun finds what it finished."""
+    return datasets_dir(root) / ".work" / recipe_key
+
+
+def recipes_dir(root: Path) -> Path:
+    """Recipes kept beside the datasets they built."""
+    return datasets_dir(root) / "recipes"
+
+
+def runs_dir(root: Path) -> Path:
+    return root / "runs"
+
+
+@dataclass(frozen=True)
+class AttemptPaths:
+    """The files of one generation's worker group, `<run>/attempts/gen<G>/`."""
+
+    folder: Path
+    generation: int
+
+    @property
+    def pid_file(self) -> Path:
+        """`<supervisor pid> <launch unix seconds>`; its presence marks a launched generation."""
+        return self.folder / "pid"
+
+    @property
+    def exit_status_file(self) -> Path:
+        """torchrun's exit status, written by the supervisor (control/supervise.py)."""
+        return self.folder / "exit_status"
+
+    @property
+    def rank_manifest_file(self) -> Path:
+        return self.folder / "rank_manifest.json"
+
+    @property
+    def torchrun_log(self) -> Path:
+        return self.folder / "torchrun.log"
+
+    @property
+    def rank_logs(self) -> Path:
+        """torchrun's `--log-dir`: `<run id>/attempt_0/<rank>/std{out,err}.log`, error files."""
+        return self.folder / "ranks"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """The paths of one run's folder. Workers get the folder itself (RUNWRIGHT_RUN_DIR) and wrap
+    it: `RunPaths(ctx.run_dir)`; the controller builds it from the root: `run_paths(root, id)`."""
+
+    folder: Path
+
+    @property
+    def spec_file(self) -> Path:
+        return self.folder / "spec.json"
+
+    @property
+    def controller_log(self) -> Path:
+        return self.folder / "controller.log"
+
+    @property
+    def checkpoints(self) -> Path:
+        """The run's checkpoint root (its LocalFence and every checkpoint folder)."""
+        return self.folder / "checkpoints"
+
+    @property
+    def channel(self) -> Path:
+        return self.folder / "channel"
+
+    def channel_file(self, generation: int, rank: int) -> Path:
+        return self.channel / rank_file_name(generation, rank)
+
+    @property
+    def control(self) -> Path:
+        """Requests from the controller to the workers."""
+        return self.folder / "control"
+
+    def stop_file(self, generation: int) -> Path:
+        return self.control / f"stop-{generation_name(generation)}.json"
+
+    @property
+    def timeline(self) -> Path:
+        return self.folder / "timeline"
+
+    def timeline_file(self, generation: int, rank: int) -> Path:
+        return self.timeline / rank_file_name(generation, rank)
+
+    @property
+    def attempts(self) -> Path:
+        return self.folder / "attempts"
+
+    def attempt(self, generation: int) -> AttemptPaths:
+        return AttemptPaths(self.attempts / generation_name(generation), generation)
+
+    @property
+    def diagnostics(self) -> Path:
+        return self.folder / "diagnostics"
+
+    def diagnostics_dir(self, generation: int) -> Path:
+        return self.diagnostics / generation_name(generation)
+
+    def diagnostics_bundle(self, generation: int) -> Path:
+        """Generation G's failure evidence (control/recovery.py `write_diagnostics`)."""
+        return self.diagnostics_dir(generation) / "bundle.json"
+
+    @property
+    def report(self) -> Path:
+        """Where `runwright report` (and the demo) writes report.json and report.html."""
+        return self.folder / "report"
+
+
+def run_paths(root: Path, run_id: str) -> RunPaths:
+    """A run under the control plane: `<root>/runs/<run_id>/`."""
+    return RunPaths(runs_dir(root) / run_id)
+
+
+def local_run_paths(root: Path, run_id: str) -> RunPaths:
+    """A run started without the control plane (plain torchrun): `<root>/local/<run_id>/`."""
+    return RunPaths(root / "local" / run_id)

@@ -300,6 +300,7 @@ class Controller:
                 sup.started_ranks.add(message.rank)
                 if isinstance(message.attributes.get("pid"), int):
                     sup.worker_pids.add(message.attributes["pid"])
+                    sup.rank_pids[message.rank] = message.attributes["pid"]
 
         ingestor.poll(observe)
         if newest:
@@ -356,7 +357,7 @@ class Controller:
             if time.monotonic() > sup.stop_deadline:
                 sup.group.stop(0.0, sorted(sup.worker_pids))
             return
-        verdict = sup.watchdog.check()
+        verdict = sup.watch()
         if verdict is not None:
             self.recovery.recover(run, spec, sup, None, verdict)
             self._sup.pop(run.run_id, None)

@@ -14,6 +14,7 @@ import os
 import signal
 import time
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from runwright.lifetime import environ_of
@@ -39,6 +40,29 @@ def is_alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@dataclass(frozen=True)
+class ProcessSample:
+    """One look at a live process in /proc/<pid>/stat."""
+
+    state: str
+    """The kernel's one-letter state: R running, S sleeping, D in I/O, T stopped, t traced."""
+    cpu_ticks: int
+    """User plus system CPU time of all its threads, in clock ticks (utime + stime)."""
+
+
+def sample(pid: int) -> ProcessSample | None:
+    """The process's state and CPU time; None once it is gone or a zombie."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # After the command name: field 3 (state) is index 0, fields 14-15 (utime, stime) 11-12.
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return ProcessSample(state=fields[0], cpu_ticks=int(fields[11]) + int(fields[12]))
 
 
 def descendants(root_pid: int) -> list[int]:

@@ -4,7 +4,9 @@ import time
 from dataclasses import dataclass, field
 
 from runwright.control.executor import WorkerGroup
-from runwright.control.watchdog import Watchdog
+from runwright.control.liveness import Liveness
+from runwright.control.watchdog import Verdict, Watchdog
+from runwright.spec import FailureClass
 from runwright.store import Store
 
 
@@ -14,11 +16,33 @@ class Supervision:
     watchdog: Watchdog
     worker_pids: set[int] = field(default_factory=set)
     """Rank pids the workers reported (ranks run in sessions of their own)."""
+    rank_pids: dict[int, int] = field(default_factory=dict)
+    """rank -> its pid, from WORKER_STARTED: whose process confirms a suspected hang."""
     started_ranks: set[int] = field(default_factory=set)
     stop_reason: str | None = None
     """Why the controller asked the group to stop (e.g. budget), if it did."""
     stop_deadline: float | None = None
     """Monotonic time after which a stopping group is killed."""
+    liveness: Liveness | None = None
+    """Confirms the watchdog's HANG verdicts from the ranks' processes (slow is not stopped)."""
+
+    def __post_init__(self) -> None:
+        if self.liveness is None:
+            recovery = self.watchdog.recovery
+            self.liveness = Liveness(
+                grace_seconds=recovery.heartbeat_timeout_seconds,
+                max_silent_seconds=recovery.progress_timeout_seconds,
+            )
+
+    def watch(self) -> Verdict | None:
+        """The watchdog's verdict, with a HANG confirmed by the silent rank's process first."""
+        verdict = self.watchdog.check()
+        assert self.liveness is not None
+        if verdict is None or verdict.failure_class is not FailureClass.HANG:
+            self.liveness.clear()
+            return verdict
+        pid = self.rank_pids.get(verdict.rank) if verdict.rank is not None else None
+        return self.liveness.confirm(verdict, pid)
 
     def end_attempt(
         self, store: Store, run_id: str, code: int | None, failure_class: str | None

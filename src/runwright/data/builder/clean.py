@@ -25,10 +25,11 @@ def normalise(text: str, spec: NormaliseSpec) -> str:
     return text
 
 
-Filter = Callable[[str], str | None]
+FilterCheck = Callable[[str], str | None]
+"""None to keep a text, or the reason to drop it."""
 
 
-def _length(spec: FilterSpec) -> Filter:
+def _length(spec: FilterSpec) -> FilterCheck:
     def check(text: str) -> str | None:
         if spec.min_chars is not None and len(text) < spec.min_chars:
             return "too-short"
@@ -39,7 +40,7 @@ def _length(spec: FilterSpec) -> Filter:
     return check
 
 
-def _char_ratio(spec: FilterSpec) -> Filter:
+def _char_ratio(spec: FilterSpec) -> FilterCheck:
     def check(text: str) -> str | None:
         n = len(text) or 1
         if spec.min_alnum_ratio is not None:
@@ -55,7 +56,7 @@ def _char_ratio(spec: FilterSpec) -> Filter:
     return check
 
 
-def _custom(spec: FilterSpec) -> Filter:
+def _custom(spec: FilterSpec) -> FilterCheck:
     fn = load_callable(spec.function or "")
 
     def check(text: str) -> str | None:
@@ -65,19 +66,19 @@ def _custom(spec: FilterSpec) -> Filter:
     return check
 
 
-_FACTORIES: dict[str, Callable[[FilterSpec], Filter]] = {
+_FACTORIES: dict[str, Callable[[FilterSpec], FilterCheck]] = {
     "length-v1": _length,
     "char-ratio-v1": _char_ratio,
     "custom-v1": _custom,
 }
 
 
-def make_filters(specs: list[FilterSpec]) -> list[tuple[str, Filter]]:
+def make_filters(specs: list[FilterSpec]) -> list[tuple[str, FilterCheck]]:
     """(kind, check) pairs in recipe order."""
     return [(s.kind, _FACTORIES[s.kind](s)) for s in specs]
 
 
-def first_rejection(text: str, filters: list[tuple[str, Filter]]) -> str | None:
+def first_rejection(text: str, filters: list[tuple[str, FilterCheck]]) -> str | None:
     """`<kind>:<reason>` of the first filter that drops the text, or None."""
     for kind, check in filters:
         reason = check(text)

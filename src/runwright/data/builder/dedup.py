@@ -8,16 +8,18 @@ Order (deterministic: candidates arrive in recipe source order, input order, rec
    documents", 1997) go into datasketch's MinHashLSH. Eval documents are inserted first, then each
    train document is queried: a hit on an eval document drops it as `near-duplicate-of-eval`
    (this is the recorded train/eval boundary), a hit on a train document as `near-duplicate`.
+
+The stages that apply them, and count what they drop, are ExactDedup, EvalSplit and NearDedup
+(stages.py); the hashes and signatures are computed in the partition processes.
 """
 
 import hashlib
 import re
-from dataclasses import dataclass
 
 import numpy as np
 from datasketch import LeanMinHash, MinHash, MinHashLSH
 
-from runwright.data.builder.recipe import DedupSpec, EvalSpec, NearDedupSpec
+from runwright.data.builder.recipe import EvalSpec, NearDedupSpec
 
 # datasketch >= 2 names its hashing scheme; pinning it keeps signatures comparable across versions.
 MINHASH_SCHEME = "affine32"
@@ -51,54 +53,29 @@ def is_eval(digest: bytes, spec: EvalSpec) -> bool:
     return int.from_bytes(h, "little") < spec.fraction * (1 << 64)
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """A document that passed the filters."""
+def near_duplicates(
+    splits: list[str | None], signatures: list[np.ndarray | None], spec: NearDedupSpec
+) -> dict[int, str]:
+    """Index -> `near-duplicate-of-eval` or `near-duplicate` for the documents near dedup drops.
 
-    source: str
-    digest: bytes
-    signature: np.ndarray | None
-
-
-@dataclass(frozen=True)
-class Decision:
-    """What happened to one candidate."""
-
-    split: str | None
-    """`train` or `eval`, or None when dropped."""
-    reason: str | None = None
-    """`exact-duplicate`, `near-duplicate` or `near-duplicate-of-eval` when dropped."""
-
-
-def decide(candidates: list[Candidate], dedup: DedupSpec, evals: EvalSpec) -> list[Decision]:
-    """One decision per candidate, in order."""
-    seen: set[bytes] = set()
-    split: list[str | None] = []
-    reasons: list[str | None] = []
-    for c in candidates:
-        if dedup.exact and c.digest in seen:
-            split.append(None)
-            reasons.append("exact-duplicate")
-            continue
-        seen.add(c.digest)
-        split.append("eval" if is_eval(c.digest, evals) else "train")
-        reasons.append(None)
-    near = dedup.near
-    if near is not None:
-        lsh = MinHashLSH(threshold=near.threshold, num_perm=near.num_perm)
-        eval_keys: set[int] = set()
-        for phase in ("eval", "train"):
-            for k, c in enumerate(candidates):
-                if split[k] != phase or c.signature is None:
-                    continue
-                mh = LeanMinHash(seed=near.seed, hashvalues=c.signature, scheme=MINHASH_SCHEME)
-                hits = lsh.query(mh)
-                if hits:
-                    split[k] = None
-                    of_eval = phase == "train" and any(h in eval_keys for h in hits)
-                    reasons[k] = "near-duplicate-of-eval" if of_eval else "near-duplicate"
-                    continue
-                lsh.insert(k, mh)
-                if phase == "eval":
-                    eval_keys.add(k)
-    return [Decision(s, r) for s, r in zip(split, reasons, strict=True)]
+    Eval documents are queried and inserted first, in order, then train documents: a train
+    document whose hit is an eval document is the train/eval boundary's drop. Documents without
+    a split or a signature take no part.
+    """
+    lsh = MinHashLSH(threshold=spec.threshold, num_perm=spec.num_perm)
+    eval_keys: set[int] = set()
+    dropped: dict[int, str] = {}
+    for phase in ("eval", "train"):
+        for k, (split, sig) in enumerate(zip(splits, signatures, strict=True)):
+            if split != phase or sig is None:
+                continue
+            mh = LeanMinHash(seed=spec.seed, hashvalues=sig, scheme=MINHASH_SCHEME)
+            hits = lsh.query(mh)
+            if hits:
+                of_eval = phase == "train" and any(h in eval_keys for h in hits)
+                dropped[k] = "near-duplicate-of-eval" if of_eval else "near-duplicate"
+                continue
+            lsh.insert(k, mh)
+            if phase == "eval":
+                eval_keys.add(k)
+    return dropped

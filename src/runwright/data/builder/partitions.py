@@ -3,15 +3,17 @@
 A partition is the build's retry and resume unit (seed 000, "data processing DAG retry
 boundaries"): it runs in its own process, writes its result next to a completion marker keyed by
 its inputs and stage parameters, so a re-run redoes only partitions whose marker is missing or
-stale. Reading retries transient I/O errors with doubling backoff; a record that cannot be used
-(undecodable, oversized, a failing custom reader) goes to the quarantine list with its reason.
+stale. Reading retries transient I/O errors with doubling backoff. The work itself is the Read,
+Normalise and Filter stages (stages.py), then the hash and MinHash signature of each document
+that passed: a record that cannot be used (undecodable, oversized, a failing custom reader)
+goes to the quarantine list with its reason.
 """
 
 import multiprocessing
 import os
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -20,11 +22,12 @@ from typing import Any, TypeVar
 
 from rich.progress import Progress
 
-from runwright.data.builder.clean import first_rejection, make_filters, normalise
 from runwright.data.builder.dedup import signature, text_hash
 from runwright.data.builder.recipe import NearDedupSpec, NormaliseSpec, Recipe, SourceSpec
-from runwright.data.builder.sources import READERS, InputFile, list_inputs, read_bytes
+from runwright.data.builder.sources import InputFile, list_inputs, read_bytes
+from runwright.data.builder.stages import Counters, Document, Filter, Normalise, Read
 from runwright.data.errors import BuildError
+from runwright.data.format.manifest import InputRecord
 from runwright.lifetime import die_with_pid
 from runwright.spec import canonical_json, sha256_hex
 
@@ -71,65 +74,56 @@ class PartitionTask:
         return marker.exists() and marker.read_text() == self.key
 
 
-RESULT_FORMAT = "partition-result-v2"
-"""What a partition's pickle holds, in its key: a marker written by code whose result differs
-(v1: runwright.data.partitions.PartitionResult, before the data package split) is stale, so that
-partition is redone instead of failing to load."""
+RESULT_FORMAT = "partition-result-v3"
+"""What a partition's pickle holds, in its key: a marker written by code whose result differs is
+stale, so that partition is redone instead of failing to load. v1: tuples, pickled from
+runwright.data.partitions; v2: the same from runwright.data.builder.partitions; v3: Documents
+and what each stage counted (stages.py)."""
 
 
 @dataclass
 class PartitionResult:
     """What a partition produced (pickled next to its marker)."""
 
-    inputs: list[tuple[str, int, str]] = field(default_factory=list)
-    docs: list[tuple[str, bytes, Any]] = field(default_factory=list)
-    records_read: int = 0
-    filtered: dict[str, int] = field(default_factory=dict)
+    docs: list[Document] = field(default_factory=list)
+    """Documents that passed the filters, hashed (and signed when near dedup is on)."""
+    inputs: list[InputRecord] = field(default_factory=list)
+    """Inputs read, with their digests."""
     quarantine: list[dict[str, Any]] = field(default_factory=list)
+    """Records sent to quarantine, with their reasons."""
+    counters: dict[str, Counters] = field(default_factory=dict)
+    """Stage name -> what that stage counted in this partition."""
 
 
 def run_partition(task: PartitionTask) -> str:
     """Process one partition and write its result and marker; returns its key."""
-    result = PartitionResult()
-    filters = make_filters(task.filters)
-    reader = READERS.get(task.source.kind)
-    for item in task.inputs:
-        data = with_retries(lambda u=item.url: read_bytes(u), task.attempts, task.backoff_seconds)
-        result.inputs.append((item.relative, len(data), sha256_hex(data)))
-        try:
-            records = list(reader.items(task.source, data, item.relative))
-        except Exception as exc:  # a custom extractor failing is a property of this input
-            records = []
-            result.quarantine.append(
-                {"input": item.relative, "record": 0, "reason": "reader-error", "detail": repr(exc)}
+    read, clean, filters = Read([task.source]), Normalise(task.normalise), Filter(task.filters)
+
+    def fetched() -> Iterator[tuple[str, bytes]]:
+        for item in task.inputs:
+            data = with_retries(
+                lambda u=item.url: read_bytes(u), task.attempts, task.backoff_seconds
             )
-        for rec in records:
-            result.records_read += 1
-            if rec.text is not None and len(rec.text) > task.source.max_record_chars:
-                rec = type(rec)(rec.record, None, "oversized-record", f"{len(rec.text)} chars")
-            if rec.text is None:
-                result.quarantine.append(
-                    {
-                        "input": item.relative,
-                        "record": rec.record,
-                        "reason": rec.reason,
-                        "detail": rec.detail,
-                    }
-                )
-                continue
-            text = normalise(rec.text, task.normalise)
-            reason = first_rejection(text, filters)
-            if reason is not None:
-                result.filtered[reason] = result.filtered.get(reason, 0) + 1
-                continue
-            sig = signature(text, task.near) if task.near is not None else None
-            result.docs.append((text, text_hash(text), sig))
+            yield item.relative, data
+
+    result = PartitionResult(inputs=read.inputs, quarantine=read.quarantine)
+    for doc in filters.run(clean.run(read.run(task.source, fetched()))):
+        doc.digest = text_hash(doc.text)
+        if task.near is not None:
+            doc.signature = signature(doc.text, task.near)
+        result.docs.append(doc)
+    result.counters = {s.name: s.counters for s in (read, clean, filters)}
     tmp = task.out.with_suffix(".tmp")
     with open(tmp, "wb") as fh:
         pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
     tmp.replace(task.out)
     task.out.with_suffix(".done").write_text(task.key)
     return task.key
+
+
+def load_partition(task: PartitionTask) -> PartitionResult:
+    with open(task.out, "rb") as fh:
+        return pickle.load(fh)
 
 
 def plan_partitions(recipe: Recipe, parts_dir: Path) -> list[PartitionTask]:

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.runwright-installed
 .PHONY: demo test lint setup clean
 
 # The compiled data kernels are built by the editable install, so their source is a prerequisite.
-$(STAMP): pyproject.toml $(wildcard src/runwright/data/csrc/*)
+$(STAMP): pyproject.toml $(wildcard src/runwright/data/read/csrc/*)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	# CPU machines: pin torch to the CPU wheel first; an unpinned torch pulls a multi-GB CUDA build.

@@ -38,7 +38,7 @@ def build(
 
     Re-running redoes only unfinished partitions; bad records go to quarantine/ with reasons.
     """
-    from runwright.data.build import build_dataset
+    from runwright.data.builder.pipeline import build_dataset
 
     result = build_dataset(
         recipe,
@@ -91,7 +91,7 @@ def import_megatron_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Import Megatron-LM indexed datasets (.bin/.idx) as a content-addressed dataset."""
-    from runwright.data.megatron import import_megatron
+    from runwright.data.builder.megatron import import_megatron
 
     sources: dict[str, list[str]] = {}
     for item in shards:
@@ -143,7 +143,7 @@ def export_megatron_command(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Export a dataset as Megatron-LM indexed datasets, one .bin/.idx pair per source."""
-    from runwright.data.megatron import export_megatron
+    from runwright.data.builder.megatron import export_megatron
 
     result = export_megatron(
         path,
@@ -173,7 +173,7 @@ def inspect(
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
 ) -> None:
     """Show a dataset's identity and statistics."""
-    from runwright.data.report import describe_dataset
+    from runwright.data.format.report import describe_dataset
 
     info = describe_dataset(path)
     if as_json:
@@ -223,7 +223,7 @@ def verify(
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
 ) -> None:
     """Re-hash every shard against the manifest; exit status 1 names any that do not match."""
-    from runwright.data.report import verify_dataset
+    from runwright.data.format.report import verify_dataset
 
     report = verify_dataset(path)
     if as_json:

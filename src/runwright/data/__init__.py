@@ -10,9 +10,14 @@ Never imports the control plane, the store, the CLI or the server.
         state = loader.state_dict()  # commit with the optimizer step
 """
 
-from runwright.data.batch import Batch, LoaderStats
-from runwright.data.build import BuildResult, build_dataset
-from runwright.data.cursor import DataCursor, PackerResidual
+from runwright.data.builder.megatron import (
+    ExportResult,
+    ImportResult,
+    export_megatron,
+    import_megatron,
+)
+from runwright.data.builder.pipeline import BuildResult, build_dataset
+from runwright.data.builder.recipe import Recipe, load_recipe
 from runwright.data.errors import (
     BuildError,
     CursorMismatchError,
@@ -23,18 +28,18 @@ from runwright.data.errors import (
     SourceExhaustedError,
     UnknownAlgorithmError,
 )
-from runwright.data.indexed import IndexedWriter, open_shard
-from runwright.data.ledger import ConsumptionLedger, LedgerRange, gaps_and_overlaps, join
-from runwright.data.loader import DataLoader
-from runwright.data.manifest import DatasetManifest, read_manifest
-from runwright.data.megatron import ExportResult, ImportResult, export_megatron, import_megatron
-from runwright.data.mixture import MIXTURES, mixture_sequence
-from runwright.data.packing import PACKERS
-from runwright.data.permute import SHUFFLES
-from runwright.data.pretokenized import write_pretokenized
-from runwright.data.recipe import Recipe, load_recipe
-from runwright.data.report import VerifyReport, describe_dataset, verify_dataset
-from runwright.data.rows import pack_documents
+from runwright.data.format.indexed_shard import IndexedWriter, open_shard
+from runwright.data.format.manifest import DatasetManifest, read_manifest
+from runwright.data.format.pretokenized import write_pretokenized
+from runwright.data.format.report import VerifyReport, describe_dataset, verify_dataset
+from runwright.data.read.batch import Batch, LoaderStats
+from runwright.data.read.cursor import DataCursor, PackerResidual
+from runwright.data.read.ledger import ConsumptionLedger, LedgerRange, gaps_and_overlaps, join
+from runwright.data.read.loader import DataLoader
+from runwright.data.read.mixture import MIXTURES, mixture_sequence
+from runwright.data.read.packing import PACKERS
+from runwright.data.read.rows import pack_documents
+from runwright.data.read.shuffle import SHUFFLES
 
 __all__ = [
     "MIXTURES",

@@ -1,0 +1,221 @@
+"""Build recipes: which sources, which stages, which tokenizer (YAML or JSON on disk).
+
+Paths in a recipe are globs, local or fsspec URLs. Relative paths are taken from the recipe's
+folder, and `${NAME}` is replaced from the variables given to the build (`--set NAME=VALUE`) or
+the environment, so one recipe serves every machine without machine paths inside it.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import Field, ValidationError, model_validator
+
+from runwright.data.errors import RecipeError
+from runwright.data.record import Record
+
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+class SourceSpec(Record):
+    """One input source; its name is what mixtures refer to."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9_.]*$")
+    """Source name (lower case, digits, `_` and `.`), e.g. `code`, `prose`."""
+    kind: str = "text-v1"
+    """Reader: `text-v1` (a file is a document), `jsonl-v1`, `parquet-v1`, `python-docs-v1`
+    (docstrings and comments of .py files)."""
+    paths: list[str] = Field(min_length=1)
+    """Globs or fsspec URLs (`**` allowed); relative to the recipe's folder."""
+    exclude: list[str] = Field(default_factory=list)
+    """Glob patterns (matched against the path relative to the source base) to skip."""
+    text_field: str = "text"
+    """JSONL key / Parquet column holding the text."""
+    extract: str | None = None
+    """Optional `module:function(relative_path, text) -> iterable of str` that turns one input
+    text into documents (applied by `text-v1`)."""
+    files_per_partition: int = Field(default=64, gt=0)
+    """Input files per work partition (the unit of completion markers and retries)."""
+    max_record_chars: int = Field(default=1_000_000, gt=0)
+    """Records longer than this are quarantined as oversized."""
+
+
+class NormaliseSpec(Record):
+    """Text normalisation applied before filters and dedup."""
+
+    unicode_form: Literal["NFC", "NFKC", "none"] = "NFC"
+    """Unicode normal form."""
+    strip_control: bool = True
+    """Remove control characters other than newline and tab."""
+
+
+class FilterSpec(Record):
+    """One filter; a dropped record is counted under `<kind>:<reason>`."""
+
+    kind: Literal["length-v1", "char-ratio-v1", "custom-v1"]
+    """Filter algorithm."""
+    min_chars: int | None = Field(default=None, ge=0)
+    """length-v1: drop shorter documents."""
+    max_chars: int | None = Field(default=None, gt=0)
+    """length-v1: drop longer documents."""
+    min_alnum_ratio: float | None = Field(default=None, ge=0, le=1)
+    """char-ratio-v1: drop when letters+digits are a smaller share of characters."""
+    max_whitespace_ratio: float | None = Field(default=None, ge=0, le=1)
+    """char-ratio-v1: drop when whitespace is a larger share."""
+    function: str | None = None
+    """custom-v1: `module:function(text) -> None | reason`."""
+
+    @model_validator(mode="after")
+    def _fields_match_kind(self) -> "FilterSpec":
+        if self.kind == "custom-v1" and not self.function:
+            raise ValueError("a custom-v1 filter needs function: 'module:function'")
+        return self
+
+
+class NearDedupSpec(Record):
+    """MinHash LSH near-duplicate removal (Broder 1997; datasketch's MinHashLSH)."""
+
+    threshold: float = Field(default=0.8, gt=0, lt=1)
+    """Estimated Jaccard similarity at or above which two documents are duplicates."""
+    num_perm: int = Field(default=64, ge=16, le=512)
+    """MinHash permutations (signature length)."""
+    shingle_words: int = Field(default=5, ge=1)
+    """Words per shingle."""
+    seed: int = 1
+    """MinHash seed."""
+
+
+class DedupSpec(Record):
+    """Duplicate removal over all sources, before the eval split."""
+
+    exact: bool = True
+    """Drop documents whose normalised text hash was seen before."""
+    near: NearDedupSpec | None = Field(default_factory=NearDedupSpec)
+    """Near dedup; null turns it off."""
+
+
+class EvalSpec(Record):
+    """Eval split, isolated from train."""
+
+    fraction: float = Field(default=0.01, ge=0, lt=1)
+    """Share of unique documents selected for eval, by a seeded hash of their text."""
+    seed: int = 0
+    """Seed of the selection."""
+
+
+class BpeTrainSpec(Record):
+    """Train a byte-level BPE tokenizer on the train split."""
+
+    vocab_size: int = Field(default=4096, ge=260)
+    """Target vocabulary size including special tokens."""
+    min_frequency: int = Field(default=2, ge=1)
+    """Minimum pair count for a merge."""
+    max_training_chars: int = Field(default=20_000_000, gt=0)
+    """Characters of train text (in build order) the trainer sees."""
+
+
+class TokenizerRecipe(Record):
+    """Where token ids come from: a tokenizer.json, or BPE trained by the build."""
+
+    path: str | None = None
+    """HF `tokenizers` tokenizer.json (relative to the recipe's folder)."""
+    train: BpeTrainSpec | None = None
+    """Train BPE when no path is given."""
+    eod_token: str = "<|endoftext|>"
+    """End-of-document token; must be a special token of a loaded tokenizer."""
+
+    @model_validator(mode="after")
+    def _one_origin(self) -> "TokenizerRecipe":
+        if (self.path is None) == (self.train is None):
+            raise ValueError("give exactly one of tokenizer.path or tokenizer.train")
+        return self
+
+
+class BuildSpec(Record):
+    """Execution settings (they do not change the output, so they are not hashed)."""
+
+    workers: int = Field(default=2, gt=0)
+    """Processes for the partition stage."""
+    max_attempts: int = Field(default=3, gt=0)
+    """Attempts per input on transient errors (I/O, timeouts)."""
+    backoff_seconds: float = Field(default=0.2, ge=0)
+    """First retry delay; doubled per attempt."""
+
+
+class Recipe(Record):
+    """A dataset build recipe."""
+
+    name: str = Field(min_length=1)
+    """Dataset name."""
+    sources: list[SourceSpec] = Field(min_length=1)
+    """Input sources."""
+    normalise: NormaliseSpec = Field(default_factory=NormaliseSpec)
+    """Normalisation."""
+    filters: list[FilterSpec] = Field(default_factory=list)
+    """Filters in order."""
+    dedup: DedupSpec = Field(default_factory=DedupSpec)
+    """Exact and near dedup."""
+    eval: EvalSpec = Field(default_factory=EvalSpec)
+    """Eval split."""
+    tokenizer: TokenizerRecipe = Field(
+        default_factory=lambda: TokenizerRecipe(train=BpeTrainSpec())
+    )
+    """Tokenizer."""
+    max_tokens_per_shard: int = Field(default=1 << 25, gt=0)
+    """Shard size bound (32 Mi tokens = 64 MiB of uint16)."""
+    tags: dict[str, str] = Field(default_factory=dict)
+    """Usage and licence tags copied into the manifest."""
+    build: BuildSpec = Field(default_factory=BuildSpec)
+    """Execution settings."""
+
+    @model_validator(mode="after")
+    def _unique_sources(self) -> "Recipe":
+        names = [s.name for s in self.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"source names must be unique; repeated: {dupes}")
+        return self
+
+
+def substitute(text: str, variables: dict[str, str]) -> str:
+    def one(m: re.Match[str]) -> str:
+        key = m.group(1)
+        if key in variables:
+            return variables[key]
+        if key in os.environ:
+            return os.environ[key]
+        raise RecipeError(f"recipe uses ${{{key}}} but no value was given; pass --set {key}=...")
+
+    return _VAR.sub(one, text)
+
+
+def resolve_path(path: str, base: Path) -> str:
+    """A recipe path made absolute against the recipe folder (URLs pass through)."""
+    if "://" in path or os.path.isabs(path):
+        return path
+    return str((base / path).resolve()) if "*" not in path else str(base.resolve() / path)
+
+
+def load_recipe(path: str | Path, variables: dict[str, str] | None = None) -> Recipe:
+    """Parse a recipe file (YAML or JSON), substituting `${NAME}` and resolving relative paths."""
+    path = Path(path)
+    if not path.exists():
+        raise RecipeError(f"recipe {path} does not exist")
+    text = substitute(path.read_text("utf-8"), variables or {})
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        recipe = Recipe.model_validate(raw)
+    except (ValueError, yaml.YAMLError, ValidationError) as exc:
+        raise RecipeError(f"recipe {path} is invalid:\n{exc}") from None
+    base = path.parent
+    sources = [
+        s.model_copy(update={"paths": [resolve_path(p, base) for p in s.paths]})
+        for s in recipe.sources
+    ]
+    tok = recipe.tokenizer
+    if tok.path is not None:
+        tok = tok.model_copy(update={"path": resolve_path(tok.path, base)})
+    return recipe.model_copy(update={"sources": sources, "tokenizer": tok})

@@ -1,0 +1,115 @@
+"""DataCursor: the only state needed to continue the exact logical sample sequence.
+
+The logical sequence is a pure function of (dataset id, algorithm versions, seed, epoch,
+position) (ARCHITECTURE.md, "Data order"), so the cursor holds those, the per-source counters the
+mixture reads, and the packer residual: the document a packed sequence boundary fell inside and
+how many of its tokens were already used. It says nothing about ranks, workers or prefetch, so it
+restores under any data-parallel size.
+"""
+
+from typing import Literal
+
+from pydantic import Field
+
+from runwright.data.errors import CursorMismatchError
+from runwright.data.record import Record
+
+CURSOR_SCHEMA = "runwright-data-cursor-v1"
+
+
+class PackerResidual(Record):
+    """A document split by a packed-sequence boundary."""
+
+    source: str
+    """Source the document was drawn from."""
+    draw: int = Field(ge=0)
+    """Its 0-based draw number within that source in this epoch."""
+    token_offset: int = Field(ge=1)
+    """Tokens of it (counting the EOD slot) already placed in earlier sequences."""
+
+
+class DataCursor(Record):
+    """Position in the logical sequence, after the last consumed global step."""
+
+    schema_version: Literal["runwright-data-cursor-v1"] = CURSOR_SCHEMA
+    """Cursor format; a loader refuses formats it does not know."""
+    dataset_id: str
+    """sha256 of the dataset's canonical manifest."""
+    tokenizer_sha256: str
+    """Hash of the tokenizer the token ids came from."""
+    shuffle: str
+    """Versioned shuffle algorithm, e.g. `permute-v1`."""
+    mixture: str
+    """Versioned mixture algorithm, e.g. `quota-v1`."""
+    packing: str
+    """Versioned packing algorithm, e.g. `concat-v1`."""
+    mixture_sha256: str
+    """Hash of the mixture's unit, sources, weights and exhaustion policies."""
+    seed: int = Field(ge=0)
+    """Seed of the shuffle and mixture."""
+    sequence_length: int = Field(gt=0)
+    """Tokens per packed sequence (T)."""
+    epoch: int = Field(default=0, ge=0)
+    """Mixture epoch the next document comes from."""
+    step: int = Field(default=0, ge=0)
+    """Global optimizer steps consumed."""
+    position: int = Field(default=0, ge=0)
+    """Packed sequences (global samples) consumed."""
+    source_draws: dict[str, int] = Field(default_factory=dict)
+    """Documents drawn per source in this epoch (including a residual's document)."""
+    source_units: dict[str, int] = Field(default_factory=dict)
+    """Mixture units consumed per source in this epoch (equal to draws for `documents`)."""
+    residual: PackerResidual | None = None
+    """Partly packed document at the boundary, or None at a document boundary."""
+
+
+IDENTITY_FIELDS = (
+    "dataset_id",
+    "tokenizer_sha256",
+    "shuffle",
+    "mixture",
+    "packing",
+    "mixture_sha256",
+    "seed",
+    "sequence_length",
+)
+
+
+def cursor_differences(saved: DataCursor, expected: DataCursor) -> list[str]:
+    """One line per identity field where a saved cursor differs from what this loader reads."""
+    return [
+        f"{name}: cursor has {getattr(saved, name)!r}, loader has {getattr(expected, name)!r}"
+        for name in IDENTITY_FIELDS
+        if getattr(saved, name) != getattr(expected, name)
+    ]
+
+
+def reconcile(saved: DataCursor, expected: DataCursor, coverage_only: bool) -> DataCursor:
+    """The cursor to continue from, or CursorMismatchError.
+
+    Exact resume requires every identity field to match. Coverage-only resume keeps the step,
+    position, epoch and per-source draw counts of sources that still exist, drops the packer
+    residual, and adopts the loader's identity: each source continues after the documents it
+    already gave, but the exact sequence is not reproduced.
+    """
+    diffs = cursor_differences(saved, expected)
+    if not diffs:
+        return saved
+    if not coverage_only:
+        raise CursorMismatchError(
+            "the data cursor was written for a different data contract:\n  - "
+            + "\n  - ".join(diffs)
+            + "\nResume with the original dataset/tokenizer/algorithms, or ask for a "
+            "coverage-only resume (resume='coverage') to keep per-source progress only."
+        )
+    names = set(expected.source_draws) | set(saved.source_draws)
+    return expected.model_copy(
+        update={
+            "epoch": saved.epoch,
+            "step": saved.step,
+            "position": saved.position,
+            "source_draws": {n: saved.source_draws.get(n, 0) for n in sorted(names)},
+            "source_units": {n: saved.source_units.get(n, 0) for n in sorted(names)},
+            "residual": None,
+        }
+    )

@@ -1,0 +1,364 @@
+"""DataLoader: a deterministic, resumable mixture/packing loader for any PyTorch script.
+
+    planner (under a lock, in step order) -> read workers (materialise, in parallel)
+        -> reorder buffer -> prefetch queue (prefetch_batches) -> __next__
+
+The pipeline (prefetch.py) is bounded, so a slow consumer applies back-pressure all the way to
+planning. Each batch carries the cursor *after* it; `state_dict()` returns the cursor of the last
+batch handed to the caller, never one the prefetch ran ahead to, so restoring it neither skips
+nor repeats. This module owns identity (dataset, tokenizer, algorithms), the cursor and ledger.
+"""
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import ValidationError
+
+from runwright.data.errors import CursorMismatchError, DataError, ManifestError
+from runwright.data.format.dataset import OpenDataset, Verification, open_dataset
+from runwright.data.format.manifest import DatasetManifest
+from runwright.data.read.batch import Batch, LoaderStats, materialise
+from runwright.data.read.cursor import DataCursor, reconcile
+from runwright.data.read.kernels import ShardTable
+from runwright.data.read.ledger import ConsumptionLedger, record_steps
+from runwright.data.read.mixture import MIXTURES
+from runwright.data.read.packing import PACKERS
+from runwright.data.read.prefetch import END, ReadPipeline
+from runwright.data.read.shuffle import SHUFFLES
+from runwright.data.read.step_plan import BatchPlan, CursorPoint, Planner
+from runwright.data.read.stream import DocStream, SourceTable, StreamState
+from runwright.spec import DataSpec, canonical_json, sha256_hex
+
+
+def _useful_workers(requested: int) -> int:
+    """Read workers worth starting: at most one fewer than the cores this process may use.
+
+    The caller's thread reads too whenever nothing is ready (ReadPipeline.get), and on a
+    single core a worker adds no throughput, only hand-offs (~10-15 us of CPU per batch,
+    measured by benchmarks/data_loader.py).
+    """
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(0, min(requested, (cores or 1) - 1))
+
+
+class DataLoader:
+    """Yields this rank's share of each global step, resumable from `state_dict()`.
+
+    `global_batch_samples` packed sequences make a global step; rank `dp_rank` of `dp_size`
+    gets `global_batch_samples // dp_size` of them. `resume` decides what `load_state_dict`
+    accepts: `exact` refuses a cursor of another dataset, tokenizer, algorithm version, mixture,
+    seed or sequence length; `coverage` keeps only per-source progress. `read_workers` defaults
+    to the spec's, capped at the process's cores minus one; 0 reads on the caller's thread.
+    """
+
+    def __init__(
+        self,
+        dataset_path: str | Path | None,
+        data_spec: DataSpec,
+        *,
+        global_batch_samples: int,
+        dp_rank: int = 0,
+        dp_size: int = 1,
+        epochs: int | None = None,
+        resume: Literal["exact", "coverage"] = "exact",
+        tokenizer_sha256: str | None = None,
+        verification: Verification = "digest",
+        cache_dir: str | Path | None = None,
+        read_workers: int | None = None,
+        prefetch_batches: int | None = None,
+        reorder_capacity: int | None = None,
+    ) -> None:
+        if dp_size < 1 or not 0 <= dp_rank < dp_size:
+            raise DataError(f"dp_rank={dp_rank} must lie in [0, dp_size={dp_size})")
+        if global_batch_samples < 1 or global_batch_samples % dp_size:
+            raise DataError(
+                f"global_batch_samples={global_batch_samples} must be a positive multiple of "
+                f"dp_size={dp_size}; try {max(dp_size, global_batch_samples // dp_size * dp_size)}"
+            )
+        path = dataset_path if dataset_path is not None else data_spec.dataset
+        if path is None:
+            raise DataError("no dataset: pass dataset_path or set data.dataset in the spec")
+        self.spec = data_spec
+        self.global_batch_samples = global_batch_samples
+        self.dp_rank, self.dp_size = dp_rank, dp_size
+        self.epochs = epochs
+        self.resume = resume
+        self.read_workers = (
+            read_workers if read_workers is not None else _useful_workers(data_spec.read_workers)
+        )
+        if self.read_workers < 0:
+            raise DataError(f"read_workers={self.read_workers} must be 0 or more")
+        self.prefetch_batches = prefetch_batches or data_spec.prefetch_batches
+        self.reorder_capacity = reorder_capacity or max(2, 2 * self.read_workers)
+        self.dataset: OpenDataset = open_dataset(
+            path, verification=verification, cache_dir=cache_dir, split="train"
+        )
+        manifest = self.dataset.manifest
+        if data_spec.manifest_id and data_spec.manifest_id != manifest.dataset_id:
+            raise ManifestError(
+                f"dataset at {path} has id {manifest.dataset_id}, the spec expects "
+                f"{data_spec.manifest_id}; point data.dataset at the right build or update "
+                "data.manifest_id"
+            )
+        if tokenizer_sha256 and tokenizer_sha256 != manifest.tokenizer.sha256:
+            raise ManifestError(
+                f"dataset tokenizer {manifest.tokenizer.sha256[:12]} differs from the expected "
+                f"{tokenizer_sha256[:12]}; rebuild the dataset with that tokenizer"
+            )
+        self._shuffle = SHUFFLES.get(data_spec.shuffle)
+        self._mixture = MIXTURES.get(data_spec.mixture.algorithm)
+        self._packer = PACKERS.get(data_spec.packing)
+        train = [s for s in manifest.shards if s.split == "train"]
+        tokens = [self.dataset.shards[s.name].tokens for s in train]
+        # The shards' buffers, held once for the fill kernels (no per-step look-up).
+        self._storage = ShardTable(tokens)
+        self._itemsize = tokens[0].dtype.itemsize if tokens else 2
+        self.sources = self._source_tables()
+        self._origin = self._identity_cursor()
+        self._cursor: DataCursor | CursorPoint = self._origin
+        self._ledger = ConsumptionLedger()
+        # Steps consumed since the ledger was last built: [first_step, end_step, first_sample,
+        # end_sample]; folded in when the ledger is read (a pydantic ledger per step is ~10 us).
+        self._run: list[int] | None = None
+        self._wait_total = 0.0
+        self._wait_last = 0.0
+        self._bytes = 0
+        self._batches = 0
+        self._loss_tokens = 0
+        self._padded_tokens = 0
+        self._bytes_lock = threading.Lock()
+        self._pipeline: ReadPipeline | None = None
+        self._finished = False
+
+    # ---- identity ----------------------------------------------------------------------------
+
+    @property
+    def manifest(self) -> DatasetManifest:
+        return self.dataset.manifest
+
+    @property
+    def dataset_id(self) -> str:
+        return self.manifest.dataset_id
+
+    @property
+    def eod_token_id(self) -> int:
+        return self.manifest.tokenizer.eod_token_id
+
+    @property
+    def vocab_size(self) -> int:
+        return self.manifest.tokenizer.vocab_size
+
+    def _source_tables(self) -> list[SourceTable]:
+        manifest = self.manifest
+        train = [s for s in manifest.shards if s.split == "train"]
+        shard_index = {s.name: i for i, s in enumerate(train)}
+        available = manifest.sources("train")
+        mix = self.spec.mixture
+        if mix.sources:
+            wanted = [(s.name, float(s.weight), s.exhaustion) for s in mix.sources]
+        else:
+            # No weights: every source in proportion to its size, each read once per epoch.
+            wanted = []
+            for name in available:
+                mine = [s for s in train if s.source == name]
+                size = sum(s.documents if mix.unit == "documents" else s.tokens for s in mine)
+                wanted.append((name, float(size), "renormalise"))
+        tables = []
+        for name, weight, exhaustion in wanted:
+            if name not in available:
+                raise DataError(
+                    f"mixture source {name!r} is not in dataset {manifest.dataset_id[:12]}; its "
+                    f"train sources are {available}"
+                )
+            names, lengths = self.dataset.source_documents(name)
+            if lengths.shape[0] == 0:
+                raise DataError(f"mixture source {name!r} has no train documents; remove it")
+            shard = np.concatenate(
+                [
+                    np.full(self.dataset.shards[n].documents, shard_index[n], dtype=np.int64)
+                    for n in names
+                ]
+            )
+            offset = np.concatenate([self.dataset.shards[n].token_offsets for n in names])
+            tables.append(SourceTable(name, lengths, shard, offset, weight, exhaustion))
+        return tables
+
+    def _identity_cursor(self) -> DataCursor:
+        mix = self.spec.mixture
+        mixture_key = {
+            "unit": mix.unit,
+            "sources": [[t.name, t.weight, t.exhaustion] for t in self.sources],
+        }
+        names = [t.name for t in self.sources]
+        return DataCursor(
+            dataset_id=self.manifest.dataset_id,
+            tokenizer_sha256=self.manifest.tokenizer.sha256,
+            shuffle=self.spec.shuffle,
+            mixture=mix.algorithm,
+            packing=self.spec.packing,
+            mixture_sha256=sha256_hex(canonical_json(mixture_key)),
+            seed=self.spec.seed,
+            sequence_length=self.spec.sequence_length,
+            source_draws=dict.fromkeys(names, 0),
+            source_units=dict.fromkeys(names, 0),
+        )
+
+    # ---- cursor and ledger -------------------------------------------------------------------
+
+    @property
+    def cursor(self) -> DataCursor:
+        """Cursor after the last batch handed to the caller."""
+        if isinstance(self._cursor, CursorPoint):
+            self._cursor = self._cursor.resolve()
+        return self._cursor
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.cursor.model_dump(mode="json")
+
+    def load_state_dict(self, state: dict[str, Any], *, coverage_only: bool | None = None) -> None:
+        """Continue after the batches a saved cursor says were consumed."""
+        try:
+            saved = DataCursor.model_validate(state)
+        except ValidationError as exc:
+            raise CursorMismatchError(f"not a runwright data cursor: {exc}") from None
+        coverage = self.resume == "coverage" if coverage_only is None else coverage_only
+        cursor = reconcile(saved, self._origin, coverage)
+        self._shutdown()
+        self._cursor = cursor
+        self._finished = False
+
+    @property
+    def ledger(self) -> ConsumptionLedger:
+        self._fold_run()
+        return self._ledger
+
+    def _fold_run(self) -> None:
+        if self._run is not None:
+            self._ledger = record_steps(self._ledger, self.dataset_id, *self._run)
+            self._run = None
+
+    @property
+    def stats(self) -> LoaderStats:
+        return LoaderStats(
+            input_wait_seconds_total=self._wait_total,
+            last_input_wait_seconds=self._wait_last,
+            queue_depth=self._pipeline.queue_depth if self._pipeline else 0,
+            reorder_depth=self._pipeline.reorder_depth if self._pipeline else 0,
+            bytes_read_total=self._bytes,
+            batches_total=self._batches,
+            loss_tokens_total=self._loss_tokens,
+            padded_tokens_total=self._padded_tokens,
+        )
+
+    # ---- pipeline ----------------------------------------------------------------------------
+
+    def _make_planner(self) -> Planner:
+        c = self.cursor
+        names = [t.name for t in self.sources]
+        state = StreamState(
+            epoch=c.epoch,
+            draws=[c.source_draws.get(n, 0) for n in names],
+            units=[c.source_units.get(n, 0) for n in names],
+        )
+        unit = self.spec.mixture.unit
+        doc_units = None
+        if unit != "documents":
+            packer, seq = self._packer, self.spec.sequence_length
+
+            def doc_units(lengths: np.ndarray) -> np.ndarray:
+                return packer.units(lengths, unit, seq)
+
+        stream = DocStream(
+            sources=self.sources,
+            shuffle=self._shuffle,
+            mixture=self._mixture,
+            doc_units=doc_units,
+            dataset_id=self.manifest.dataset_id,
+            seed=self.spec.seed,
+            state=state,
+            epochs=self.epochs,
+        )
+        return Planner(
+            stream,
+            self._packer,
+            self.sources,
+            c,
+            global_batch_samples=self.global_batch_samples,
+            dp_rank=self.dp_rank,
+            dp_size=self.dp_size,
+        )
+
+    def _start(self) -> None:
+        planner = self._make_planner()
+        self._pipeline = ReadPipeline(
+            planner.next_batch,
+            self._materialise,
+            read_workers=self.read_workers,
+            reorder_capacity=self.reorder_capacity,
+            prefetch_batches=self.prefetch_batches,
+        )
+
+    def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint]:
+        batch, stored_tokens = materialise(
+            plan, self._packer, self._storage, self.spec.sequence_length, self.eod_token_id
+        )
+        with self._bytes_lock:
+            self._bytes += stored_tokens * self._itemsize
+        return batch, plan.cursor
+
+    def __iter__(self) -> Iterator[Batch]:
+        return self
+
+    def __next__(self) -> Batch:
+        if self._finished:
+            raise StopIteration
+        if self._pipeline is None:
+            self._start()
+        began = time.perf_counter()
+        try:
+            item = self._pipeline.get()
+        except RuntimeError:
+            raise DataError("the loader's reader threads stopped; recreate the loader") from None
+        waited = time.perf_counter() - began
+        self._wait_total += waited
+        self._wait_last = waited
+        if item is END:
+            self._finished = True
+            self._shutdown()
+            raise StopIteration
+        if isinstance(item, Exception):
+            self._finished = True
+            self._shutdown()
+            raise item
+        batch, cursor = item
+        self._cursor = cursor
+        run = self._run
+        if run is not None and run[1] == batch.step and run[3] == batch.first_sample:
+            run[1], run[3] = batch.step + 1, batch.end_sample
+        else:
+            self._fold_run()
+            self._run = [batch.step, batch.step + 1, batch.first_sample, batch.end_sample]
+        self._batches += 1
+        self._loss_tokens += batch.loss_tokens
+        self._padded_tokens += batch.padded_tokens
+        return batch
+
+    def _shutdown(self) -> None:
+        if self._pipeline is not None:
+            self._pipeline.close()
+            self._pipeline = None
+
+    def close(self) -> None:
+        """Stop the reader threads; the cursor and ledger stay readable."""
+        self._shutdown()
+
+    def __enter__(self) -> "DataLoader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

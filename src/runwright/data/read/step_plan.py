@@ -1,0 +1,241 @@
+"""Global-step planning: which documents make this rank's rows of each step.
+
+Global sample g (a packed row) starts at stream position g * stride. Global step k consumes
+samples [k*B, (k+1)*B) for global batch B, and data-parallel rank r of D reads
+[k*B + r*B/D, k*B + (r+1)*B/D). Every rank walks the same document stream (cheap: lengths
+only) and reads tokens only for its own rows, so the global sequence does not depend on D and a
+cursor taken under one D resumes under another.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from runwright.data.read.cursor import DataCursor, PackerResidual
+from runwright.data.read.packing import DocWindow, Packer
+from runwright.data.read.stream import DocBlock, DocStream, SourceTable
+
+_TRIM_DOCUMENTS = 4096
+"""Consumed documents the planner's window may hold before it drops them."""
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """One global step, seen from one rank: what to read and where the cursor lands."""
+
+    step: int
+    """Global step number."""
+    first_sample: int
+    """First global sample of the step."""
+    end_sample: int
+    """One past its last global sample."""
+    rows: int
+    """Rows this rank materialises."""
+    first_row_start: int
+    """Stream unit where this rank's first row starts; the others follow at the packer's
+    stride."""
+    window: DocWindow
+    """Documents covering the rows: the planner's window as it was, whose arrays are only ever
+    replaced, never written, so a read worker can use them while planning goes on."""
+    cursor: "CursorPoint"
+    """Cursor after this step has been consumed."""
+
+
+@dataclass(frozen=True)
+class CursorPoint:
+    """Where the cursor lands after a step; `resolve()` builds the DataCursor when asked.
+
+    Building a DataCursor (counters per source, a pydantic copy) costs tens of microseconds, a
+    sizeable share of a step's planning; most steps' cursors are never read, so the planner
+    keeps only the (immutable) block and index the counters come from.
+    """
+
+    template: DataCursor
+    names: tuple[str, ...]
+    block: DocBlock
+    index: int
+    """Documents of `block` drawn before the cursor's counters."""
+    residual: tuple[int, int, int] | None
+    """(source index, draw, token offset) of a document split by the step boundary."""
+    step: int
+    sample: int
+
+    def resolve(self) -> DataCursor:
+        state = self.block.state_before(self.index)
+        residual = None
+        if self.residual is not None:
+            source, draw, token_offset = self.residual
+            residual = PackerResidual(
+                source=self.names[source], draw=draw, token_offset=token_offset
+            )
+        return self.template.model_copy(
+            update={
+                "epoch": state.epoch,
+                "step": self.step,
+                "position": self.sample,
+                "source_draws": dict(zip(self.names, state.draws, strict=True)),
+                "source_units": dict(zip(self.names, state.units, strict=True)),
+                "residual": residual,
+            }
+        )
+
+
+class Planner:
+    """Turns the document stream into BatchPlans for one rank, starting from a cursor."""
+
+    def __init__(
+        self,
+        stream: DocStream,
+        packer: Packer,
+        sources: list[SourceTable],
+        cursor: DataCursor,
+        *,
+        global_batch_samples: int,
+        dp_rank: int,
+        dp_size: int,
+    ) -> None:
+        self.stream = stream
+        self.packer = packer
+        self.sources = sources
+        self.template = cursor
+        self.seq = cursor.sequence_length
+        self.global_batch = global_batch_samples
+        self.local_rows = global_batch_samples // dp_size
+        self.first_local = dp_rank * self.local_rows
+        self.stride = packer.stride(self.seq)
+        self.extent = self.seq + 1 if self.stride == self.seq else 1
+        self.names = tuple(s.name for s in sources)
+        self.step = cursor.step
+        self.sample = cursor.position
+        self.pos = 0
+        self._blocks: list[tuple[int, DocBlock]] = []
+        self._base = 0
+        self._src = np.zeros(0, dtype=np.int64)
+        self._draw = np.zeros(0, dtype=np.int64)
+        self._doc = np.zeros(0, dtype=np.int64)
+        self._len = np.zeros(0, dtype=np.int64)
+        self._shard = np.zeros(0, dtype=np.int64)
+        self._offset = np.zeros(0, dtype=np.int64)
+        self._start = np.zeros(0, dtype=np.int64)
+        self._end = np.zeros(0, dtype=np.int64)
+        if cursor.residual is not None:
+            self._seed_residual(cursor.residual)
+
+    def _seed_residual(self, residual: PackerResidual) -> None:
+        names = [s.name for s in self.sources]
+        i = names.index(residual.source)
+        epoch = self.stream.state.epoch
+        doc = self.stream.lookup(i, np.array([residual.draw], dtype=np.int64), epoch)
+        length = self.sources[i].lengths[doc]
+        units = np.ones(1, dtype=np.int64)
+        if self.stream.doc_units is not None:
+            units = self.stream.doc_units(length)
+        st = self.stream.state
+        before_draws = list(st.draws)
+        before_units = list(st.units)
+        before_draws[i] -= 1
+        before_units[i] -= int(units[0])
+        block = DocBlock(
+            epoch=epoch,
+            start_draws=tuple(before_draws),
+            start_units=tuple(before_units),
+            source=np.array([i], dtype=np.int64),
+            draw=np.array([residual.draw], dtype=np.int64),
+            doc=doc,
+            length=length,
+            units=units,
+        )
+        self._append(block, first_start=-residual.token_offset)
+
+    def _append(self, block: DocBlock, first_start: int | None = None) -> None:
+        spans = self.packer.spans(block.length)
+        origin = (
+            (int(self._end[-1]) if self._end.shape[0] else 0)
+            if first_start is None
+            else (first_start)
+        )
+        ends = origin + np.cumsum(spans)
+        # Where each document's tokens live, looked up once per block rather than per step.
+        shard = np.empty(len(block), dtype=np.int64)
+        offset = np.empty(len(block), dtype=np.int64)
+        for i in range(len(self.sources)):
+            sel = block.source == i
+            table = self.sources[i]
+            shard[sel] = table.shard[block.doc[sel]]
+            offset[sel] = table.offset[block.doc[sel]]
+        self._blocks.append((self._base + self._src.shape[0], block))
+        self._src = np.concatenate([self._src, block.source])
+        self._draw = np.concatenate([self._draw, block.draw])
+        self._doc = np.concatenate([self._doc, block.doc])
+        self._len = np.concatenate([self._len, block.length])
+        self._shard = np.concatenate([self._shard, shard])
+        self._offset = np.concatenate([self._offset, offset])
+        self._start = np.concatenate([self._start, ends - spans])
+        self._end = np.concatenate([self._end, ends])
+
+    def _cover(self, position: int) -> bool:
+        """Extend the window until a document ends after `position`; False at stream end."""
+        while not self._end.shape[0] or int(self._end[-1]) <= position:
+            block = self.stream.next_block()
+            if block is None:
+                return False
+            if len(block):
+                self._append(block)
+        return True
+
+    def _locate(self, j: int) -> tuple[DocBlock, int]:
+        """The block holding window document j, and j's index inside it."""
+        absolute = self._base + j
+        for first, block in reversed(self._blocks):
+            if first <= absolute:
+                return block, absolute - first
+        raise AssertionError("window index before the first block")
+
+    def _cursor_at(self, j: int, position: int, step: int, sample: int) -> CursorPoint:
+        """The cursor at stream `position`, inside or just before window document j."""
+        start = int(self._start[j]) if j < self._end.shape[0] else position
+        residual = None
+        if start == position:
+            block, index = self._locate(j)
+        else:
+            block, index = self._locate(j + 1)
+            residual = (int(self._src[j]), int(self._draw[j]), position - start)
+        return CursorPoint(self.template, self.names, block, index, residual, step, sample)
+
+    def _trim(self, keep: int) -> None:
+        """Drop the window's first `keep` documents (all ended before the planned position)."""
+        self._base += keep
+        self._src, self._draw = self._src[keep:], self._draw[keep:]
+        self._doc, self._len = self._doc[keep:], self._len[keep:]
+        self._shard, self._offset = self._shard[keep:], self._offset[keep:]
+        self._start, self._end = self._start[keep:], self._end[keep:]
+        while len(self._blocks) > 1 and self._blocks[1][0] <= self._base:
+            self._blocks.pop(0)
+
+    def next_batch(self) -> BatchPlan | None:
+        """Plan the next global step, or None when the stream cannot fill a whole step."""
+        new_pos = self.pos + self.global_batch * self.stride
+        last_end = new_pos - self.stride + self.extent
+        if not self._cover(last_end - 1):
+            return None
+        # The cursor needs the document at new_pos; at the very end of a finite stream there is
+        # none, and the cursor is the state after the last document.
+        self._cover(new_pos)
+        j = int(np.searchsorted(self._end, new_pos, side="right"))
+        plan = BatchPlan(
+            step=self.step,
+            first_sample=self.sample,
+            end_sample=self.sample + self.global_batch,
+            rows=self.local_rows,
+            first_row_start=self.pos + self.first_local * self.stride,
+            window=DocWindow(self._start, self._end, self._len, self._shard, self._offset),
+            cursor=self._cursor_at(j, new_pos, self.step + 1, self.sample + self.global_batch),
+        )
+        self.pos = new_pos
+        self.step += 1
+        self.sample += self.global_batch
+        # Documents before j are consumed; dropping them costs eight slices, so it waits until
+        # there are enough of them (every kernel and look-up searches the window anyway).
+        if j >= _TRIM_DOCUMENTS:
+            self._trim(j)
+        return plan

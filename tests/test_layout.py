@@ -84,11 +84,6 @@ LAYOUT_NAMES = {
     "checkpoints", "channel", "control", "timeline", "attempts", "diagnostics", "report",
     "pid", "exit_status", "rank_manifest.json", "torchrun.log", "ranks", "bundle.json",
 }  # fmt: skip
-NOT_YET = {
-    "data/build.py": "i11-datasplit moves data/ into subpackages; it switches to dataset_dir then",
-    "data/megatron.py": "i11-datasplit moves data/ into subpackages; it switches then",
-}
-"""Files still joining layout names by hand, with why."""
 
 
 def _joins_a_layout_name(node: ast.AST) -> bool:
@@ -113,5 +108,4 @@ def test_no_module_but_layout_spells_the_layout():
         lines = [n.lineno for n in ast.walk(ast.parse(path.read_text())) if _joins_a_layout_name(n)]
         if lines:
             found[rel] = lines
-    assert {f: lines for f, lines in found.items() if f not in NOT_YET} == {}
-    assert set(NOT_YET) <= set(found), "a recorded file no longer needs it: remove it from NOT_YET"
+    assert found == {}, "build these paths with runwright.layout instead"

@@ -34,6 +34,7 @@ from runwright.data.format.dataset import file_sha256, open_dataset
 from runwright.data.format.indexed_shard import IndexedShard, IndexedWriter, open_shard
 from runwright.data.format.manifest import MANIFEST_FILE, DatasetManifest, InputRecord, StageRecord
 from runwright.data.format.pretokenized import write_pretokenized
+from runwright.layout import datasets_dir
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def import_megatron(
                     progress.update(task, completed=counts["documents"])
                 yield np.asarray(doc)
 
-    datasets = Path(root) / "datasets"
+    datasets = datasets_dir(Path(root))
     staging = datasets / f".import-{uuid.uuid4().hex[:12]}"
     stage = StageRecord(
         name="megatron-import",

@@ -61,6 +61,7 @@ from runwright.data.format.manifest import (
     read_manifest,
     write_manifest,
 )
+from runwright.layout import dataset_dir, dataset_work_dir
 from runwright.spec import canonical_json, sha256_hex
 
 BUILD_ALGORITHM = "build-v1"
@@ -96,7 +97,7 @@ def build_dataset(
     root = Path(root)
     hashed_recipe = recipe.model_dump(exclude={"build"})
     hashed_recipe["sources"] = [source_lineage(s) for s in recipe.sources]
-    work = root / "datasets" / ".work" / sha256_hex(canonical_json(hashed_recipe))[:16]
+    work = dataset_work_dir(root, sha256_hex(canonical_json(hashed_recipe))[:16])
     parts_dir = work / "partitions"
     parts_dir.mkdir(parents=True, exist_ok=True)
     with progress_bar(show_progress, console) as progress:
@@ -145,7 +146,7 @@ def _already_assembled(
         marker = json.loads((work / ASSEMBLED_FILE).read_text())
     except (OSError, ValueError):
         return None
-    folder = root / "datasets" / str(marker.get("dataset_id"))
+    folder = dataset_dir(root, str(marker.get("dataset_id")))
     if marker.get("assembly") != assembly or not (folder / MANIFEST_FILE).exists():
         return None
     manifest = read_manifest(folder)
@@ -228,7 +229,7 @@ def _assemble(
         }
     )
     write_manifest(out, manifest)
-    final = root / "datasets" / manifest.dataset_id
+    final = dataset_dir(root, manifest.dataset_id)
     if final.exists():
         shutil.rmtree(out)
     else:

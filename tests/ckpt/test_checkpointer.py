@@ -288,3 +288,14 @@ def test_committed_event_carries_what_the_run_report_reads(tmp_path, mode):
     (deleted,) = sink.of_type(CheckpointEventType.CHECKPOINT_DELETED)
     assert deleted.attributes["folder"] == committed[0].attributes["folder"]
     assert deleted.attributes["bytes"] > 0 and deleted.attributes["seconds"] >= 0
+
+
+def test_raise_to_never_lowers_the_generation(tmp_path):
+    """The control plane's store raises the fence with every generation bump; a repeated or
+    late raise (a crash between the fence write and the database commit, then a retry) is a
+    no-op, never a step back that would let a fenced writer publish again."""
+    fence = LocalFence(str(tmp_path))
+    assert fence.raise_to(3) == 3
+    assert fence.raise_to(3) == 3
+    assert fence.raise_to(2) == 3
+    assert fence.current_generation() == 3 and fence.advance_generation() == 4

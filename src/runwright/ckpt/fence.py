@@ -2,9 +2,13 @@
 
 ARCHITECTURE.md ("Fencing"): every write that changes shared state carries the writer's
 generation and is applied only if it equals the run's current generation, checked atomically.
-`ckpt/` never imports the store; it publishes through this Protocol. Under the control plane the
-runtime's client implements it with the store's compare-and-set; `LocalFence` implements it for
-standalone scripts with a lock file and an atomically replaced pointer file.
+`ckpt/` never imports the store; it publishes through this Protocol. `LocalFence` implements it
+with a lock file, a generation file and an atomically replaced pointer file, and it is the
+authority for checkpoints both in a standalone script and under the control plane: a worker holds
+no database connection, and a stale writer must be rejected even while no controller runs. The
+control plane's store does not hold a second pointer or a second counter that could disagree: its
+generation bump raises this fence first (`raise_to`), and its "latest checkpoint" is read from
+this fence's pointer (docs/ckpt.md, "Which checkpoint is latest").
 
 Contract for implementations:
 - `publish` is atomic: it compares `generation` with the current generation and, only if they
@@ -154,6 +158,17 @@ class LocalFence:
                 make_room(generation)
             self._replace(GENERATION_FILE, f"{generation}\n")
             return generation
+
+    def raise_to(self, generation: int) -> int:
+        """Make `generation` current unless the fence is already past it; returns the fence's
+        generation. Never lowers it, so a repeated or out-of-order raise is harmless, and every
+        writer holding an older generation is stale from the moment this returns."""
+        with self._locked():
+            current = self._read_generation()
+            if current < generation:
+                self._replace(GENERATION_FILE, f"{generation}\n")
+                return generation
+            return current
 
     def latest(self) -> LatestPointer | None:
         text = self._read(LATEST_FILE)

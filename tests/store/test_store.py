@@ -5,11 +5,13 @@ import threading
 
 import pytest
 
+from runwright.ckpt import LocalFence
 from runwright.errors import NotFoundError, StoreError
+from runwright.layout import run_paths
 from runwright.store import NewEvent, Outcome, Store
 
 
-def make_run(store, run_id="run-a", key=None, state="CREATED"):
+def make_run(store, run_id="run-a", key=None, state="CREATED", root="/nonexistent/root"):
     run, created = store.create_run(
         run_id=run_id,
         name="t",
@@ -17,7 +19,7 @@ def make_run(store, run_id="run-a", key=None, state="CREATED"):
         spec_hash="h" * 64,
         plan={},
         workdir="/w",
-        root="/r",
+        root=str(root),
         state=state,
         idempotency_key=key,
     )
@@ -83,10 +85,12 @@ def test_transition_outcomes(store):
     assert store.get_run("run-a").state == "QUEUED"
 
 
-def test_generation_bump_fences_old_writers(store):
-    make_run(store)
+def test_generation_bump_fences_old_writers(store, tmp_path):
+    make_run(store, root=tmp_path)
     bumped = store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
     assert bumped.run.generation == 1
+    # The bump raised the run's checkpoint fence in its own transaction.
+    assert LocalFence(run_paths(tmp_path, "run-a").checkpoints).current_generation() == 1
     assert store.fenced_update("run-a", 0, last_step=5).outcome is Outcome.STALE_GENERATION
     applied = store.fenced_update("run-a", 1, last_step=5, data_cursor={"pos": 3})
     assert applied.applied and applied.run.last_step == 5
@@ -107,8 +111,8 @@ def test_events_append_once_in_order(store):
     assert [e.event_id for e in store.events("run-a", after_seq=stored[0].seq)] == ["e2"]
 
 
-def test_stale_event_rejected_and_recorded(store):
-    make_run(store)
+def test_stale_event_rejected_and_recorded(store, tmp_path):
+    make_run(store, root=tmp_path)
     store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
     assert store.append_event(event(event_id="old", generation=0)) is Outcome.STALE_GENERATION
     # Rejecting it twice records the rejection once.
@@ -138,8 +142,8 @@ def test_attempts_record_exit(store):
     assert attempt.ended_unix_s >= attempt.started_unix_s
 
 
-def test_checkpoint_publish_is_fenced_and_monotonic(store):
-    make_run(store)
+def test_checkpoint_publish_is_fenced_and_monotonic(store, tmp_path):
+    make_run(store, root=tmp_path)
     store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
     cps = store.checkpoints
     assert (

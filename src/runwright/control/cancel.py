@@ -1,16 +1,16 @@
 """Cancel: record the intent and bump the generation first, then ask the workers to stop.
 
 `runwright cancel RUN` works from any process, with or without a live controller: the store
-transition to CANCELLED (reason USER_CANCELLED) bumps the generation in the same statement, the
-checkpoint fence is raised to the new generation, and the running group is asked to stop at its
-next step boundary. The stop request hands that group the new generation, so its stop-step
-checkpoint is the one write still accepted; every older writer is fenced off. The controller that
-drives the run (or the next one to start) gives the group the grace period and then kills it.
+transition to CANCELLED (reason USER_CANCELLED) bumps the generation and, in the same
+transaction, raises the checkpoint fence to it (`Store.transition`); then the running group is
+asked to stop at its next step boundary. The stop request hands that group the new generation,
+so its stop-step checkpoint is the one write still accepted; every older writer is fenced off.
+The controller that drives the run (or the next one to start) gives the group the grace period
+and then kills it.
 """
 
 from pathlib import Path
 
-from runwright.control.fencing import raise_fence
 from runwright.control.journal import Journal
 from runwright.control.states import TERMINAL, RunState, TerminalReason, advance
 from runwright.layout import run_paths
@@ -42,7 +42,6 @@ def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user"
         reason="USER_CANCELLED",
         detail=why,
     )
-    raise_fence(Path(run.root), run.run_id, new.generation)
     if RunState(run.state) in ACTIVE:
         spec = spec_from_mapping(run.spec)
         save = spec.checkpoint.enabled and spec.checkpoint.save_on_stop

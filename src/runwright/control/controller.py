@@ -24,7 +24,6 @@ from runwright.control.executor import (
     adopt,
     launched_generations,
 )
-from runwright.control.fencing import raise_fence
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.outage import Outage, OutageRider
@@ -208,7 +207,6 @@ class Controller:
         if group is not None:
             self.journal.record(run, "WORKER_GROUP_ADOPTED", pid=group.pid)
         else:
-            raise_fence(Path(run.root), run.run_id, run.generation)
             try:
                 group = self.executor.launch(
                     spec=spec,

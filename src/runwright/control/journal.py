@@ -5,9 +5,7 @@ again by a restarted (or a second) controller is one event, not two.
 """
 
 import time
-from pathlib import Path
 
-from runwright.control.fencing import raise_fence
 from runwright.control.outage import Outage
 from runwright.control.states import RunState, TerminalReason, advance
 from runwright.store import NewEvent, Outcome, RunRecord, Store
@@ -99,7 +97,6 @@ class Journal:
     def finish(
         self, run: RunRecord, target: RunState, reason: TerminalReason | None, detail: str | None
     ) -> None:
-        """Move to a terminal state, fence the (bumped) generation, and close the log."""
+        """Move to a terminal state (the move fences the generation off) and close the log."""
         self.move(run, target, reason=reason, detail=detail)
-        raise_fence(Path(run.root), run.run_id, self.store.get_run(run.run_id).generation)
         self.finished(run, detail=detail)

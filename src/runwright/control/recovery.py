@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any
 
 from runwright.control.executor import EXIT_LOST, LostSupervisor, WorkerGroup
 from runwright.control.failures import Classification, classify, read_error_files
-from runwright.control.fencing import raise_fence
 from runwright.control.policy import PastFailure, decide
 from runwright.control.states import RunState
 from runwright.control.watchdog import Verdict
@@ -145,12 +144,12 @@ class RecoverySequence:
         if exit_code is None:
             # A live but broken group (hang, no progress): fence first, so no worker of this
             # generation can publish once we act on it, then stop it; it has nothing to save.
-            raise_fence(Path(run.root), run.run_id, run.generation + 1)
+            self.store.revoke_generation(run.run_id, run.generation)
             exit_code = sup.group.stop(FAILED_GROUP_GRACE_SECONDS, sorted(sup.worker_pids))
         elif exit_code == EXIT_LOST:
             # The supervisor is gone: fence, then kill whatever of the group still runs without
             # it (executor.WorkerGroup.repair_lost says why it is not adopted).
-            raise_fence(Path(run.root), run.run_id, run.generation + 1)
+            self.store.revoke_generation(run.run_id, run.generation)
             lost = sup.group.repair_lost()
         failure = classify(
             exit_code=exit_code,
@@ -182,7 +181,6 @@ class RecoverySequence:
         self.journal.move(
             run, RunState.RECOVERING, detail=f"{failure.failure_class}: {failure.message}"
         )
-        raise_fence(Path(run.root), run.run_id, run.generation + 1)
         sup.end_attempt(self.store, run.run_id, exit_code, str(failure.failure_class))
         bundle = write_diagnostics(self.store, run, sup.group, failure)
         self.journal.record(run, "DIAGNOSTICS_WRITTEN", path=str(bundle))

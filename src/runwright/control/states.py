@@ -63,8 +63,13 @@ TERMINAL_REASONS: dict[RunState, frozenset[TerminalReason]] = {
 }
 
 # Entering these starts a new worker group or revokes the current one: the generation is bumped
-# in the same statement, fencing every writer of the previous generation.
+# in the same statement, fencing every writer of the previous generation. The store raises the
+# run's checkpoint fence in that transaction (`Store.transition`), so no caller has a step to add.
 BUMPS_GENERATION: frozenset[RunState] = frozenset({S.STARTING, S.CANCELLED})
+# Entering these ends the current group without starting another: its checkpoint writers are
+# fenced off (the fence goes one past the generation), while the generation itself stays, so the
+# events it already sent are still ingested and classified as its own.
+REVOKES_GENERATION: frozenset[RunState] = frozenset({S.RECOVERING, S.SUCCEEDED, S.FAILED})
 
 
 def is_allowed(source: RunState, target: RunState) -> bool:
@@ -109,6 +114,7 @@ def advance(
         allowed_from=[str(s) for s in sources_of(target)],
         generation=generation,
         bump_generation=target in BUMPS_GENERATION,
+        revoke_generation=target in REVOKES_GENERATION,
         terminal_reason=str(reason) if reason else None,
         detail=detail,
         with_events=with_events,

@@ -1,9 +1,10 @@
 """Checkpoints under the control plane: the runtime binds `runwright.ckpt` to the run.
 
 - Checkpoint events go to the controller through the file channel (`ChannelSink`), where the
-  controller mirrors each commit into the store's fenced latest pointer.
-- The fence is the run's `LocalFence` in its checkpoint root (`<run_dir>/checkpoints/`), whose
-  generation file the controller raises whenever it bumps the run's generation, so a stale worker
+  controller records each commit in the store's catalog (for queries; not a second pointer).
+- The fence is the run's `LocalFence` in its checkpoint root (`<run_dir>/checkpoints/`): the one
+  authority for which generation may publish and which checkpoint is latest. The store raises its
+  generation file inside every transaction that bumps the run's generation, so a stale worker
   cannot publish even while the controller is down; no database connection is needed in the
   worker.
 """

@@ -16,6 +16,7 @@ from runwright.errors import NotFoundError, StoreError
 from runwright.layout import resolve_root
 from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
 from runwright.store.engine import create_engine, migrate, resolve_store_url
+from runwright.store.fence import fence_generation, raise_fence
 from runwright.store.records import (
     AttemptRecord,
     EventRecord,
@@ -139,6 +140,7 @@ class Store:
         allowed_from: Collection[str],
         generation: int | None = None,
         bump_generation: bool = False,
+        revoke_generation: bool = False,
         terminal_reason: str | None = None,
         detail: str | None = None,
         with_events: Callable[[RunRecord], list[NewEvent]] | None = None,
@@ -146,7 +148,15 @@ class Store:
         """Move a run to `to_state` iff its state is in `allowed_from` (and, when given, its
         generation equals `generation`), in one compare-and-set statement. `with_events(moved run)`
         are appended in the same transaction, so a process killed after the move cannot leave
-        it without its STATE_CHANGED event."""
+        it without its STATE_CHANGED event.
+
+        `bump_generation` makes the generation one higher; `revoke_generation` keeps it but fences
+        its writers off (the fence goes one past it, so no checkpoint of it publishes any more
+        while its events, already in flight, are still ingested). Either way the run's checkpoint
+        fence, the authority (`store/fence.py`), is raised inside the transaction before it
+        commits: no caller can bump a generation without fencing it."""
+        if bump_generation and revoke_generation:
+            raise StoreError("a transition bumps or revokes the generation, not both")
         values: dict[str, Any] = {"state": to_state, "updated_unix_s": time.time()}
         if bump_generation:
             values["generation"] = runs.c.generation + 1
@@ -157,12 +167,17 @@ class Store:
         where = [runs.c.run_id == run_id, runs.c.state.in_(list(allowed_from))]
         if generation is not None:
             where.append(runs.c.generation == generation)
+        fences = bump_generation or revoke_generation
         with self.engine.begin() as conn:
             changed = conn.execute(runs.update().where(*where).values(**values)).rowcount
-            if changed == 1 and with_events is not None:
-                moved = conn.execute(runs.select().where(runs.c.run_id == run_id)).first()
-                assert moved is not None
-                for event in with_events(RunRecord.model_validate(moved._asdict())):
+            if changed == 1 and (with_events is not None or fences):
+                row = conn.execute(runs.select().where(runs.c.run_id == run_id)).first()
+                assert row is not None
+                moved = RunRecord.model_validate(row._asdict())
+                if fences:
+                    # Fence first, commit second: a failure in between leaves the fence ahead.
+                    raise_fence(moved.root, run_id, moved.generation + int(revoke_generation))
+                for event in with_events(moved) if with_events is not None else []:
                     _insert_event_once(conn, event)
         run = self.get_run(run_id)
         if changed == 1:
@@ -181,6 +196,18 @@ class Store:
             detail=f"{run.state} -> {to_state} is not allowed (allowed from "
             f"{sorted(allowed_from)})",
         )
+
+    def revoke_generation(self, run_id: str, generation: int) -> Outcome:
+        """Fence generation `generation`'s checkpoint writers off now, before the transition that
+        ends it (the controller acting on a live but broken group): the fence goes one past it.
+        STALE_GENERATION when the run has already moved on; ALREADY_APPLIED when it was fenced."""
+        run = self.get_run(run_id)
+        if run.generation != generation:
+            return Outcome.STALE_GENERATION
+        if fence_generation(run.root, run_id) > generation:
+            return Outcome.ALREADY_APPLIED
+        raise_fence(run.root, run_id, generation + 1)
+        return Outcome.APPLIED
 
     def fenced_update(self, run_id: str, generation: int, **fields: Any) -> WriteResult:
         """Write worker-reported fields iff `generation` is the run's current generation."""

@@ -1,14 +1,15 @@
 """One authority for "which generation may write" and "which checkpoint is latest": the run's
 checkpoint fence. Every way the store's generation moves keeps the fence in step with no step
-left to a caller."""
+left to a caller, and a stale worker is rejected with no controller running."""
 
 import itertools
 
 import pytest
+import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runwright.ckpt import LocalFence
+from runwright.ckpt import Checkpointer, LocalFence, SaveStatus, TrainState
 from runwright.control.cancel import request_cancel
 from runwright.control.journal import Journal
 from runwright.control.states import (
@@ -22,6 +23,7 @@ from runwright.control.states import (
     advance,
 )
 from runwright.layout import run_paths
+from runwright.spec import CheckpointSpec
 from runwright.store import Outcome, Store
 
 S = RunState
@@ -148,3 +150,30 @@ def test_a_failed_fence_write_leaves_the_generation_unbumped(store, root, monkey
         advance(store, run_id, S.STARTING)
     run = store.get_run(run_id)
     assert (run.state, run.generation) == ("ALLOCATING", 0)
+
+
+def _state(seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(8, 2)
+    return TrainState(model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_a_stale_worker_cannot_publish_with_no_controller_running(store, root):
+    """Generation 1's worker outlives its controller; a bare store transition (what `runwright
+    cancel` does, with no controller) bumps the generation. The worker's next checkpoint commits
+    its bytes but never becomes latest, and the store's answer to "which checkpoint is latest"
+    is the fence's."""
+    run_id = new_run(store, root, spec={"name": "t"})
+    walk(store, run_id, S.QUEUED, S.ALLOCATING, S.STARTING, S.RUNNING)
+    checkpoints = run_paths(root, run_id).checkpoints
+    worker = Checkpointer(
+        str(checkpoints), policy=CheckpointSpec(), fence=LocalFence(checkpoints), generation=1
+    )
+    assert worker.save(4, _state(4)).status == SaveStatus.COMMITTED
+    assert store.checkpoints.latest(run_id).step == 4  # from the fence, before any ingest
+    store.transition(run_id, "CANCELLED", allowed_from=["RUNNING"], bump_generation=True)
+    assert worker.save(8, _state(8)).status == SaveStatus.REJECTED_STALE
+    latest = store.checkpoints.latest(run_id)
+    assert (latest.step, latest.generation) == (4, 1)
+    assert LocalFence(checkpoints).latest().step == 4
+    worker.close()

@@ -117,11 +117,11 @@ def write_fixture_run(store: Store, clock: Clock, run_id: str = RUN_ID) -> str:
     store.checkpoints.record_staged(
         run_id=run_id, checkpoint_id="ck-2", step=2, generation=1, path="/nonexistent/ck-2"
     )
-    store.checkpoints.publish(
+    store.checkpoints.record_committed(
         run_id=run_id,
         checkpoint_id="ck-2",
         step=2,
-        generation=0,  # the run record's generation: nothing bumped it in this fixture
+        generation=1,
         path="/nonexistent/ck-2",
         manifest_sha256="m" * 64,
     )

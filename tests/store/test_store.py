@@ -5,7 +5,8 @@ import threading
 
 import pytest
 
-from runwright.ckpt import LocalFence
+from runwright.ckpt import LocalFence, PublishOutcome
+from runwright.ckpt.manifest import CommitRecord
 from runwright.errors import NotFoundError, StoreError
 from runwright.layout import run_paths
 from runwright.store import NewEvent, Outcome, Store
@@ -142,33 +143,42 @@ def test_attempts_record_exit(store):
     assert attempt.ended_unix_s >= attempt.started_unix_s
 
 
-def test_checkpoint_publish_is_fenced_and_monotonic(store, tmp_path):
+def _commit(checkpoint_id, step, generation):
+    return CommitRecord(
+        checkpoint_id=checkpoint_id,
+        step=step,
+        generation=generation,
+        folder=f"{step}-{checkpoint_id}",
+        manifest_sha256="m" * 64,
+        committed_unix_seconds=1.0,
+    )
+
+
+def test_latest_checkpoint_is_the_fences_pointer(store, tmp_path):
+    """The catalog records commits; which one is latest is the run's fence's answer alone."""
     make_run(store, root=tmp_path)
     store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
     cps = store.checkpoints
-    assert (
-        cps.record_staged(run_id="run-a", checkpoint_id="c10", step=10, generation=1, path="/p/10")
-        is Outcome.APPLIED
-    )
-    kw = {"run_id": "run-a", "generation": 1, "manifest_sha256": "m" * 64}
-    assert cps.publish(checkpoint_id="c10", step=10, path="/p/10", **kw).applied
-    assert cps.publish(checkpoint_id="c10", step=10, path="/p/10", **kw).outcome is (
+    assert cps.latest("run-a") is None
+    fence = LocalFence(run_paths(tmp_path, "run-a").checkpoints)
+    assert fence.publish(_commit("c10", 10, 1), 1) is PublishOutcome.APPLIED
+    assert fence.publish(_commit("c20", 20, 0), 0) is PublishOutcome.STALE_GENERATION
+    pending = cps.latest("run-a")  # published, not ingested yet: built from the pointer
+    assert (pending.checkpoint_id, pending.step, pending.status) == ("c10", 10, "COMMITTED")
+    assert pending.path.endswith("10-c10") and pending.attributes == {}
+    kw = {"run_id": "run-a", "manifest_sha256": "m" * 64}
+    assert cps.record_committed(
+        checkpoint_id="c10", step=10, generation=1, path="/p/10", attributes={"bytes": 3}, **kw
+    ) is (Outcome.APPLIED)
+    assert cps.record_committed(checkpoint_id="c10", step=10, generation=1, path="/p/10", **kw) is (
         Outcome.ALREADY_APPLIED
     )
-    older = cps.publish(checkpoint_id="c5", step=5, path="/p/5", **kw)
-    assert older.outcome is Outcome.INVALID_TRANSITION
-    stale = cps.publish(
-        checkpoint_id="c20",
-        step=20,
-        path="/p/20",
-        run_id="run-a",
-        generation=0,
-        manifest_sha256="m" * 64,
-    )
-    assert stale.outcome is Outcome.STALE_GENERATION
-    assert cps.latest("run-a").checkpoint_id == "c10"
-    assert [c.status for c in cps.list("run-a")] == ["COMMITTED"]
-    assert any(e.type == "STALE_WRITE_REJECTED" for e in store.events("run-a"))
+    # A stale writer's commit is catalogued (its bytes are on disk) but never becomes latest.
+    cps.record_committed(checkpoint_id="c20", step=20, generation=0, path="/p/20", **kw)
+    latest = cps.latest("run-a")
+    assert (latest.checkpoint_id, latest.attributes) == ("c10", {"bytes": 3})
+    assert store.get_run("run-a").latest_checkpoint_id == "c10"  # the record's projection
+    assert [c.checkpoint_id for c in cps.list("run-a")] == ["c10", "c20"]
 
 
 def test_datasets_register_once(store):

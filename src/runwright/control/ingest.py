@@ -89,7 +89,7 @@ class Ingestor:
                 self.last_step = message.step
         elif message.type == "CHECKPOINT_COMMITTED" and message.checkpoint_id:
             folder = self.paths.checkpoints / str(message.attributes.get("folder") or "")
-            self.store.checkpoints.publish(
+            self.store.checkpoints.record_committed(
                 run_id=self.run_id,
                 checkpoint_id=message.checkpoint_id,
                 step=int(message.step or 0),

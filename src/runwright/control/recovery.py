@@ -91,13 +91,14 @@ def write_diagnostics(
         for path in sorted(group.log_dir.glob("*/attempt_*/*/std*.log")):
             logs[f"rank{path.parent.name}/{path.name}"] = tail(path)
         errors = [r.model_dump() for r in read_error_files(group.log_dir)]
+    latest = store.checkpoints.latest(run.run_id)  # the fence's pointer
     bundle = {
         "run_id": run.run_id,
         "generation": run.generation,
         "written_unix_s": time.time(),
         "classification": failure.model_dump(mode="json"),
         "last_healthy_step": run.last_step,
-        "latest_checkpoint_id": run.latest_checkpoint_id,
+        "latest_checkpoint_id": latest.checkpoint_id if latest else None,
         "spec": run.spec,
         "rank_manifest": run.rank_manifest,
         "error_records": errors,

@@ -77,6 +77,7 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
     pending = next(
         (e for e in reversed(events) if e.type in ("RECOVERY_STARTED", "RECOVERY_SUCCEEDED")), None
     )
+    latest = store.checkpoints.latest(run.run_id)  # the fence's pointer
     return {
         "run_id": run.run_id,
         "name": run.name,
@@ -87,7 +88,7 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
         "spec_hash": run.spec_hash,
         "last_step": run.last_step,
         "last_heartbeat_unix_s": run.last_heartbeat_unix_s,
-        "latest_checkpoint_id": run.latest_checkpoint_id,
+        "latest_checkpoint_id": latest.checkpoint_id if latest else None,
         "created_unix_s": run.created_unix_s,
         "updated_unix_s": run.updated_unix_s,
         "state_history": ["CREATED", *[h["state"] for h in history]],

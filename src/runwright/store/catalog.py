@@ -1,16 +1,21 @@
 """Checkpoints and datasets known to the store.
 
-Publishing a checkpoint is the fenced compare-and-set of ARCHITECTURE.md's commit protocol,
-step (5): the run's latest pointer moves iff the writer's generation is the run's current one and
-the new step is not older than the current latest. A stale publish is rejected and recorded.
+The catalog records every checkpoint it hears of, for queries (`list`, reports). It is not a
+second latest pointer: publishing is the fenced compare-and-set of ARCHITECTURE.md's commit
+protocol, step (5), done by the worker through the run's checkpoint fence, and `latest` answers
+from that fence (`store/fence.py`). A stale writer's publish is rejected by the fence, and its
+CHECKPOINT_COMMITTED event by the store's fenced append (STALE_WRITE_REJECTED).
 """
 
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from runwright.store.records import CheckpointRow, DatasetRow, NewEvent, Outcome, WriteResult
+from runwright.layout import run_paths
+from runwright.store.fence import published_latest
+from runwright.store.records import CheckpointRow, DatasetRow, Outcome
 from runwright.store.schema import checkpoints, datasets, runs
 
 if TYPE_CHECKING:
@@ -51,7 +56,7 @@ class CheckpointCatalog:
             ),
         )
 
-    def publish(
+    def record_committed(
         self,
         *,
         run_id: str,
@@ -61,84 +66,58 @@ class CheckpointCatalog:
         path: str,
         manifest_sha256: str,
         attributes: dict[str, Any] | None = None,
-    ) -> WriteResult:
-        """Move the run's latest pointer to this committed checkpoint under the fence."""
-        latest_step = (
-            sa.select(checkpoints.c.step)
-            .where(checkpoints.c.checkpoint_id == runs.c.latest_checkpoint_id)
-            .scalar_subquery()
-        )
+    ) -> Outcome:
+        """Note a committed checkpoint in the catalog (for queries), and refresh the run record's
+        `latest_checkpoint_id` from the fence's pointer. Nothing here decides what is latest: the
+        worker's publish through the run's fence did (`store/fence.py`), and a commit the fence
+        did not publish is catalogued but never becomes latest. ALREADY_APPLIED when nothing
+        changed."""
+        published = published_latest(self._store.get_run(run_id).root, run_id)
+        row = {
+            "status": COMMITTED,
+            "manifest_sha256": manifest_sha256,
+            "path": path,
+            "attributes": attributes or {},
+        }
         with self._engine.begin() as conn:
-            current = conn.execute(
-                sa.select(runs.c.generation, runs.c.latest_checkpoint_id).where(
-                    runs.c.run_id == run_id
+            changed = conn.execute(
+                checkpoints.update()
+                .where(
+                    checkpoints.c.checkpoint_id == checkpoint_id,
+                    checkpoints.c.status != COMMITTED,
+                )
+                .values(**row)
+            ).rowcount
+            exists = conn.execute(
+                sa.select(checkpoints.c.checkpoint_id).where(
+                    checkpoints.c.checkpoint_id == checkpoint_id
                 )
             ).first()
-            if current is not None and current.latest_checkpoint_id == checkpoint_id:
-                return WriteResult(outcome=Outcome.ALREADY_APPLIED, run=None)
-            moved = conn.execute(
-                runs.update()
-                .where(
-                    runs.c.run_id == run_id,
-                    runs.c.generation == generation,
-                    sa.or_(runs.c.latest_checkpoint_id.is_(None), latest_step <= step),
-                )
-                .values(latest_checkpoint_id=checkpoint_id, updated_unix_s=time.time())
-            ).rowcount
-            if moved == 1:
-                row = {
-                    "status": COMMITTED,
-                    "manifest_sha256": manifest_sha256,
-                    "path": path,
-                    "attributes": attributes or {},
-                }
-                updated = conn.execute(
-                    checkpoints.update()
-                    .where(checkpoints.c.checkpoint_id == checkpoint_id)
-                    .values(**row)
-                ).rowcount
-                if updated == 0:
-                    conn.execute(
-                        checkpoints.insert().values(
-                            checkpoint_id=checkpoint_id,
-                            run_id=run_id,
-                            step=step,
-                            generation=generation,
-                            created_unix_s=time.time(),
-                            **row,
-                        )
+            if exists is None:
+                conn.execute(
+                    checkpoints.insert().values(
+                        checkpoint_id=checkpoint_id,
+                        run_id=run_id,
+                        step=step,
+                        generation=generation,
+                        created_unix_s=time.time(),
+                        **row,
                     )
-        run = self._store.get_run(run_id)
-        if moved == 1:
-            return WriteResult(outcome=Outcome.APPLIED, run=run)
-        if run.generation != generation:
-            self._store.append_event(
-                NewEvent(
-                    event_id=f"stale-publish:{checkpoint_id}:{generation}",
-                    run_id=run_id,
-                    generation=run.generation,
-                    type="STALE_WRITE_REJECTED",
-                    step=step,
-                    checkpoint_id=checkpoint_id,
-                    time_unix_s=time.time(),
-                    attributes={
-                        "rejected_type": "CHECKPOINT_PUBLISH",
-                        "writer_generation": generation,
-                        "run_generation": run.generation,
-                    },
-                ),
-                fenced=False,
-            )
-            return WriteResult(
-                outcome=Outcome.STALE_GENERATION,
-                run=run,
-                detail=f"publisher generation {generation} != run generation {run.generation}",
-            )
-        return WriteResult(
-            outcome=Outcome.INVALID_TRANSITION,
-            run=run,
-            detail=f"step {step} is older than the latest checkpoint {run.latest_checkpoint_id}",
-        )
+                )
+                changed = 1
+            if published is not None:
+                changed += conn.execute(
+                    runs.update()
+                    .where(
+                        runs.c.run_id == run_id,
+                        sa.or_(
+                            runs.c.latest_checkpoint_id.is_(None),
+                            runs.c.latest_checkpoint_id != published[0].checkpoint_id,
+                        ),
+                    )
+                    .values(latest_checkpoint_id=published[0].checkpoint_id)
+                ).rowcount
+        return Outcome.APPLIED if changed else Outcome.ALREADY_APPLIED
 
     def mark_deleted(self, run_id: str, path: str) -> Outcome:
         """Retention removed the checkpoint at `path`; the row stays, as history."""
@@ -163,14 +142,31 @@ class CheckpointCatalog:
             return [CheckpointRow.model_validate(r._asdict()) for r in rows]
 
     def latest(self, run_id: str) -> CheckpointRow | None:
+        """The run's latest checkpoint: the one its fence's pointer names (the authority), with
+        the catalog's row for it, or a row built from the pointer when the controller has not
+        ingested that commit yet. None before the first publish."""
         run = self._store.get_run(run_id)
-        if run.latest_checkpoint_id is None:
+        published = published_latest(run.root, run_id)
+        if published is None:
             return None
+        pointer, published_unix_s = published
         with self._engine.connect() as conn:
             row = conn.execute(
-                checkpoints.select().where(checkpoints.c.checkpoint_id == run.latest_checkpoint_id)
+                checkpoints.select().where(checkpoints.c.checkpoint_id == pointer.checkpoint_id)
             ).first()
-        return CheckpointRow.model_validate(row._asdict()) if row else None
+        if row is not None:
+            return CheckpointRow.model_validate(row._asdict())
+        return CheckpointRow(
+            checkpoint_id=pointer.checkpoint_id,
+            run_id=run_id,
+            step=pointer.step,
+            generation=pointer.generation,
+            path=str(run_paths(Path(run.root), run_id).checkpoints / pointer.folder),
+            status=COMMITTED,
+            manifest_sha256=pointer.manifest_sha256,
+            attributes={},
+            created_unix_s=published_unix_s,
+        )
 
 
 class DatasetCatalog:

@@ -18,12 +18,8 @@ from typing import TypeVar
 
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
-from runwright.control.executor import (
-    LocalExecutor,
-    WorkerGroup,
-    adopt,
-    launched_generations,
-)
+from runwright.control.executors.local import LocalExecutor
+from runwright.control.executors.protocol import Executor, GroupHandle
 from runwright.control.fencing import raise_fence
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
@@ -52,23 +48,24 @@ def new_run_id(spec: JobSpec) -> str:
 
 
 class Controller:
-    """Drives runs on one executor; the store is the only state that outlives it."""
+    """Drives runs on one executor (any `Executor`; the local torchrun one by default); the store
+    is the only state that outlives it."""
 
     def __init__(
         self,
         store: Store,
         root: Path,
-        executor: LocalExecutor | None = None,
+        executor: Executor | None = None,
         poll_seconds: float = 0.2,
         on_event: Callable[[EventRecord], None] | None = None,
     ) -> None:
         self.store = store
         self.root = root
-        self.executor = executor or LocalExecutor()
+        self.executor: Executor = executor or LocalExecutor()
         self.poll_seconds = poll_seconds
         self.on_event = on_event
         self.journal = Journal(store)
-        self.recovery = RecoverySequence(store, self.journal)
+        self.recovery = RecoverySequence(store, self.journal, self.executor)
         self.outage = OutageRider(reset=store.reset_connections)
         self._sup: dict[str, Supervision] = {}
         self._ingest: dict[str, Ingestor] = {}
@@ -197,7 +194,7 @@ class Controller:
         the one an earlier controller started; either way only once no process of an older
         generation is left on this node."""
         self._kill_orphans(run, below=run.generation)
-        group = adopt(Path(run.root), run.run_id, run.generation)
+        group = self.executor.adopt(Path(run.root), run.run_id, run.generation)
         world = spec.resources.world_size
         if group is None and (
             self.store.start_attempt(run.run_id, run.generation, world) is Outcome.ALREADY_APPLIED
@@ -231,7 +228,7 @@ class Controller:
                 "WORKER_GROUP_LAUNCHED",
                 pid=group.pid,
                 world_size=spec.resources.world_size,
-                log=str(group.log_path),
+                log=group.log_ref,
             )
         sup = Supervision(
             group=group,
@@ -245,13 +242,13 @@ class Controller:
         self._ingest.pop(run.run_id, None)
         return sup
 
-    def _await_launch(self, run: RunRecord) -> WorkerGroup | None:
+    def _await_launch(self, run: RunRecord) -> GroupHandle | None:
         """The group another controller is launching for this generation, once its pid file is
         there; None if none appears within LAUNCH_CLAIM_SECONDS (that controller died between
         claiming and launching, so nothing runs and this one launches instead)."""
         deadline = time.monotonic() + LAUNCH_CLAIM_SECONDS
         while time.monotonic() < deadline:
-            group = adopt(Path(run.root), run.run_id, run.generation)
+            group = self.executor.adopt(Path(run.root), run.run_id, run.generation)
             if group is not None:
                 return group
             time.sleep(0.05)
@@ -266,7 +263,7 @@ class Controller:
         ranks whose supervisor and torchrun are gone are found too; pids reported earlier are not
         trusted, since they may name another process by now."""
         if below is None:
-            launched = launched_generations(Path(run.root), run.run_id)
+            launched = self.executor.launched_generations(Path(run.root), run.run_id)
             if not launched:
                 return
             below = launched[-1]
@@ -315,7 +312,7 @@ class Controller:
         if run.state == RunState.STARTING and len(sup.started_ranks) >= spec.resources.world_size:
             self.journal.move(run, RunState.RUNNING)
             run = self.store.get_run(run.run_id)
-        exit_code = sup.group.poll()
+        exit_code = self.executor.poll(sup.group)
         if exit_code is None:
             self._watch_live_group(run, spec, sup)
             return
@@ -355,7 +352,7 @@ class Controller:
     def _watch_live_group(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
         if sup.stop_deadline is not None:
             if time.monotonic() > sup.stop_deadline:
-                sup.group.stop(0.0, sorted(sup.worker_pids))
+                self.executor.stop(sup.group, 0.0, sorted(sup.worker_pids))
             return
         verdict = sup.watch()
         if verdict is not None:
@@ -386,9 +383,9 @@ class Controller:
         give it the grace period, then kill it. True once nothing of the run is left."""
         sup = self._sup.get(run.run_id)
         if sup is None:
-            gens = launched_generations(Path(run.root), run.run_id)
-            group = adopt(Path(run.root), run.run_id, gens[-1]) if gens else None
-            if group is None or group.poll() is not None:
+            gens = self.executor.launched_generations(Path(run.root), run.run_id)
+            group = self.executor.adopt(Path(run.root), run.run_id, gens[-1]) if gens else None
+            if group is None or self.executor.poll(group) is not None:
                 self.journal.finished(run)
                 return True
             sup = Supervision(
@@ -397,10 +394,10 @@ class Controller:
             self._sup[run.run_id] = sup
         if sup.stop_deadline is None:
             sup.stop_by(spec.recovery.stop_grace_seconds)
-        code = sup.group.poll()
+        code = self.executor.poll(sup.group)
         if code is None and time.monotonic() > (sup.stop_deadline or 0):
             pids = sup.worker_pids | self._rank_pids(run.run_id, sup.group.generation)
-            code = sup.group.stop(0.0, sorted(pids))
+            code = self.executor.stop(sup.group, 0.0, sorted(pids))
         if code is None:
             return False
         self._ingest_and_watch(run, spec)

@@ -1,12 +1,15 @@
 """The controller: reconciles each run's desired state with what it observes.
 
-A pass reads the run record (the source of truth), ingests what the workers reported, looks at
-the worker group, and takes at most the next step of the state machine. Side effects carry an
-operation id (journal.py's event ids; one launch per generation, marked by its pid file), so a
-pass repeated by a restarted controller is harmless: it adopts a live group of the current
-generation and kills any group of an older one. For the same reason a pass that the store breaks
-off (locked, busy, unreachable) is simply abandoned and retried after a backoff (outage.py): the
-workers keep reporting into their channel, which is read from where the last pass stopped.
+A pass reads the run record (the source of truth), ingests what the workers reported, looks at the
+worker group through the executor (executors/protocol.py: the controller knows no executor's
+details), and takes at most the next step of the state machine. A pass is cheap and never waits: a
+run's spec is parsed once, the event log is read from the last sequence number seen (runlog.py),
+and a launch another controller claimed is looked for on later passes. Side effects carry an
+operation id (journal.py's event ids; one launch per generation, marked by its pid file), so a pass
+repeated by a restarted controller is harmless: it adopts a live group of the current generation
+and kills any group of an older one. For the same reason a pass that the store breaks off (locked,
+busy, unreachable) is simply abandoned and retried after a backoff (outage.py): the workers keep
+reporting into their channel, which is read from where the last pass stopped.
 """
 
 import json
@@ -19,12 +22,13 @@ from typing import TypeVar
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
 from runwright.control.executors.local import LocalExecutor
-from runwright.control.executors.protocol import Executor, GroupHandle
+from runwright.control.executors.protocol import Executor
 from runwright.control.fencing import raise_fence
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.outage import Outage, OutageRider
 from runwright.control.recovery import RecoverySequence, skip_ranges
+from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
@@ -39,8 +43,9 @@ from runwright.store import EventRecord, Outcome, RunRecord, Store
 T = TypeVar("T")
 UNFINISHED = [s for s in RunState if s not in TERMINAL]
 LAUNCH_CLAIM_SECONDS = 30.0
-"""How long a controller that lost the claim to launch a generation waits for the winner's
-group to appear before it concludes the winner died first and launches itself."""
+"""How long a controller that lost the claim to launch a generation looks for the winner's group
+(once a pass, reconciling its other runs meanwhile) before it concludes the winner died first and
+launches itself."""
 
 
 def new_run_id(spec: JobSpec) -> str:
@@ -65,12 +70,18 @@ class Controller:
         self.poll_seconds = poll_seconds
         self.on_event = on_event
         self.journal = Journal(store)
-        self.recovery = RecoverySequence(store, self.journal, self.executor)
+        self.logs = RunLogs(store)
+        self.recovery = RecoverySequence(store, self.journal, self.executor, self.logs)
         self.outage = OutageRider(reset=store.reset_connections)
         self._sup: dict[str, Supervision] = {}
         self._ingest: dict[str, Ingestor] = {}
         self._seen_seq: dict[str, int] = {}
         self._orphans_checked: set[str] = set()
+        self._specs: dict[str, tuple[str, JobSpec]] = {}
+        """run id -> (spec hash, its validated spec): a spec never changes, so it is parsed once."""
+        self._claims: dict[str, tuple[int, float]] = {}
+        """run id -> (generation, monotonic deadline) while another controller's claimed launch
+        of that generation is expected."""
 
     # -- entry points ---------------------------------------------------------------------------
 
@@ -139,7 +150,7 @@ class Controller:
         """One pass; True once the run is terminal and no worker of it is left. A transient store
         error (StoreUnavailableError) breaks the pass off; the drive loops retry it."""
         run = self.store.get_run(run_id)
-        spec = spec_from_mapping(run.spec, f"run {run_id}")
+        spec = self._spec_of(run)
         if run_id not in self._orphans_checked:
             self._kill_orphans(run)
             self._orphans_checked.add(run_id)
@@ -161,6 +172,8 @@ class Controller:
         else:
             self._supervise(run, spec)
         self._emit(run_id)
+        if done:
+            self._forget(run_id)
         return done
 
     # -- placement and launch -------------------------------------------------------------------
@@ -189,19 +202,31 @@ class Controller:
         self.journal.record(run, "ALLOCATION_READY", **allocation)
         self.journal.move(run, RunState.STARTING)
 
-    def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision:
+    def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision | None:
         """Start the current generation's group once (its pid file marks the launch), or adopt
         the one an earlier controller started; either way only once no process of an older
-        generation is left on this node."""
-        self._kill_orphans(run, below=run.generation)
+        generation is left on this node. None while another controller's claimed launch is
+        expected: later passes look for its group, so no pass waits on it."""
+        claim = self._claims.get(run.run_id)
+        awaited = claim[1] if claim is not None and claim[0] == run.generation else None
+        if awaited is None:
+            self._kill_orphans(run, below=run.generation)
         group = self.executor.adopt(Path(run.root), run.run_id, run.generation)
         world = spec.resources.world_size
-        if group is None and (
+        if group is None and awaited is not None:
+            if time.monotonic() < awaited:
+                return None
+            # No group within LAUNCH_CLAIM_SECONDS: the claim's holder died between claiming and
+            # launching, so nothing runs and this controller launches instead.
+        elif group is None and (
             self.store.start_attempt(run.run_id, run.generation, world) is Outcome.ALREADY_APPLIED
         ):
             # The attempt row is the claim to launch this generation, and another controller
-            # holds it: its pid file follows the claim within milliseconds, so adopt that group.
-            group = self._await_launch(run)
+            # holds it: its pid file follows the claim within milliseconds, so adopt that group
+            # on a later pass.
+            self._claims[run.run_id] = (run.generation, time.monotonic() + LAUNCH_CLAIM_SECONDS)
+            return None
+        self._claims.pop(run.run_id, None)
         if group is not None:
             self.journal.record(run, "WORKER_GROUP_ADOPTED", pid=group.pid)
         else:
@@ -215,7 +240,7 @@ class Controller:
                     workdir=Path(run.workdir),
                     rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
                     extra_env={
-                        ENV_SKIP_STEPS: json.dumps(skip_ranges(self.store.events(run.run_id)))
+                        ENV_SKIP_STEPS: json.dumps(skip_ranges(self.logs.of(run.run_id).events))
                     },
                 )
             except Exception as exc:
@@ -241,18 +266,6 @@ class Controller:
         # generation (ingestion is idempotent).
         self._ingest.pop(run.run_id, None)
         return sup
-
-    def _await_launch(self, run: RunRecord) -> GroupHandle | None:
-        """The group another controller is launching for this generation, once its pid file is
-        there; None if none appears within LAUNCH_CLAIM_SECONDS (that controller died between
-        claiming and launching, so nothing runs and this one launches instead)."""
-        deadline = time.monotonic() + LAUNCH_CLAIM_SECONDS
-        while time.monotonic() < deadline:
-            group = self.executor.adopt(Path(run.root), run.run_id, run.generation)
-            if group is not None:
-                return group
-            time.sleep(0.05)
-        return None
 
     def _kill_orphans(self, run: RunRecord, below: int | None = None) -> None:
         """No two generations of one run ever run at once: SIGKILL every live process of a
@@ -307,7 +320,10 @@ class Controller:
     def _supervise(self, run: RunRecord, spec: JobSpec) -> None:
         sup = self._sup.get(run.run_id)
         if sup is None or sup.group.generation != run.generation:
-            sup = self._launch(run, spec)
+            launched = self._launch(run, spec)
+            if launched is None:
+                return  # another controller's launch is expected: looked for again next pass
+            sup = launched
             self._ingest_and_watch(run, spec)
         if run.state == RunState.STARTING and len(sup.started_ranks) >= spec.resources.world_size:
             self.journal.move(run, RunState.RUNNING)
@@ -318,12 +334,8 @@ class Controller:
             return
         self._ingest_and_watch(run, spec)  # whatever the ranks wrote before exiting
         run = self.store.get_run(run.run_id)
-        acks = [
-            e
-            for e in self.store.events(run.run_id, types=["STOP_ACKNOWLEDGED"])
-            if e.generation == run.generation
-        ]
-        reason = acks[0].attributes.get("reason") if acks else sup.stop_reason
+        ack = self.logs.of(run.run_id).stop_acks.get(run.generation)
+        reason = ack.attributes.get("reason") if ack else sup.stop_reason
         if reason == "budget":
             sup.end_attempt(self.store, run.run_id, exit_code, None)
             self._sup.pop(run.run_id, None)
@@ -416,21 +428,27 @@ class Controller:
     def _record_outage(self, run_ids: Collection[str], outage: Outage) -> None:
         for run_id in sorted(run_ids):
             run = self.store.get_run(run_id)
-            if RunState(run.state) in TERMINAL and self.store.events(
-                run_id, types=["RUN_FINISHED"]
-            ):
+            if RunState(run.state) in TERMINAL and self.logs.of(run_id).finished:
                 continue  # RUN_FINISHED stays the last event of a finished run's log
             self.journal.store_unavailable(run, outage)
 
     # -- helpers --------------------------------------------------------------------------------
 
+    def _spec_of(self, run: RunRecord) -> JobSpec:
+        cached = self._specs.get(run.run_id)
+        if cached is None or cached[0] != run.spec_hash:
+            cached = (run.spec_hash, spec_from_mapping(run.spec, f"run {run.run_id}"))
+            self._specs[run.run_id] = cached
+        return cached[1]
+
+    def _forget(self, run_id: str) -> None:
+        """Drop what this controller cached of a run that is done (a daemon drives many)."""
+        self._specs.pop(run_id, None)
+        self._claims.pop(run_id, None)
+        self.logs.forget(run_id)
+
     def _rank_pids(self, run_id: str, generation: int) -> set[int]:
-        started = self.store.events(run_id, types=["WORKER_STARTED"])
-        return {
-            int(e.attributes["pid"])
-            for e in started
-            if e.generation == generation and "pid" in e.attributes
-        }
+        return set(self.logs.of(run_id).rank_pids.get(generation, set()))
 
     def _emit(self, run_id: str) -> None:
         if self.on_event is None:

@@ -24,6 +24,7 @@ from runwright.store import EventRecord, RunRecord, Store
 
 if TYPE_CHECKING:
     from runwright.control.journal import Journal
+    from runwright.control.runlog import RunLogs
     from runwright.control.supervision import Supervision
 
 # A broken group has nothing left to save: it gets this long to exit before SIGKILL.
@@ -106,10 +107,14 @@ class RecoverySequence:
     bounded backoff from the newest committed checkpoint -> declare success only after verified
     progress past the restored step (ARCHITECTURE.md, "Recovery")."""
 
-    def __init__(self, store: Store, journal: "Journal", executor: Executor) -> None:
+    def __init__(
+        self, store: Store, journal: "Journal", executor: Executor, logs: "RunLogs"
+    ) -> None:
         self.store = store
         self.journal = journal
         self.executor = executor
+        self.logs = logs
+        """The runs' event-log views: the checks made every pass read new events only."""
 
     def recover(
         self,
@@ -201,7 +206,7 @@ class RecoverySequence:
     def restart_if_due(self, run: RunRecord) -> bool:
         """After the backoff: RECOVERING -> STARTING (new generation), or -> QUEUED to requeue.
         Returns True when it moved the run."""
-        pending = open_recovery(self.store.events(run.run_id))
+        pending = open_recovery(self.logs.of(run.run_id).events)
         if pending is None or pending.generation != run.generation:
             return False  # the decision is not recorded yet (a crash between the two): wait
         if time.time() < float(pending.attributes.get("not_before_unix_s") or 0):
@@ -218,7 +223,7 @@ class RecoverySequence:
     ) -> None:
         """RECOVERY_SUCCEEDED once the restarted generation completes a step past the one it
         restored, with lost steps, replayed tokens and recovery time."""
-        events = self.store.events(run.run_id)
+        events = self.logs.of(run.run_id).events
         pending = open_recovery(events)
         if pending is None or generation <= pending.generation:
             return

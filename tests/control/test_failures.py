@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runwright.control.executor import EXIT_LOST, LostSupervisor
+from runwright.control.executors.local import evidence_from
+from runwright.control.executors.protocol import EXIT_LOST, LostSupervisor
 from runwright.control.failures import classify, platform_fault
 from runwright.spec import FailureClass
 
@@ -35,7 +36,8 @@ def real_errors(tmp_path_factory) -> Path:
     return out
 
 
-def run_classify(log_dir, **kw):
+def run_classify(log_dir, torchrun_log=TORCHRUN_ROOT, lost=None, **kw):
+    """classify() on the evidence the local executor reads from a torchrun log folder."""
     args = {
         "exit_code": 1,
         "watchdog_class": None,
@@ -43,8 +45,7 @@ def run_classify(log_dir, **kw):
         "watchdog_rank": None,
         "nan_rank_step": None,
         "preempted": False,
-        "log_dir": log_dir,
-        "torchrun_log": TORCHRUN_ROOT,
+        "evidence": evidence_from(log_dir, torchrun_log, lost),
         "last_step": 7,
         "ranks_started": 2,
         "world_size": 2,

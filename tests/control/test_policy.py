@@ -2,7 +2,8 @@
 
 import json
 
-from runwright.control.executor import EXIT_LOST
+from runwright.control.executors.local import evidence_from
+from runwright.control.executors.protocol import EXIT_LOST
 from runwright.control.failures import classify
 from runwright.control.policy import PastFailure, decide
 from runwright.control.watchdog import Watchdog
@@ -35,7 +36,8 @@ def write_error(log_dir, rank, message, timestamp):
     )
 
 
-def run_classify(tmp_path, **kw):
+def run_classify(tmp_path, torchrun_log="", lost=None, **kw):
+    """classify() on the evidence the local executor reads from a torchrun log folder."""
     args = {
         "exit_code": 1,
         "watchdog_class": None,
@@ -43,8 +45,7 @@ def run_classify(tmp_path, **kw):
         "watchdog_rank": None,
         "nan_rank_step": None,
         "preempted": False,
-        "log_dir": tmp_path,
-        "torchrun_log": "",
+        "evidence": evidence_from(tmp_path, torchrun_log, lost),
         "last_step": 7,
         "ranks_started": 2,
         "world_size": 2,

@@ -12,7 +12,7 @@ import pytest
 
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
-from runwright.control.executor import LocalExecutor
+from runwright.control.executors.local import LocalExecutor
 from runwright.layout import run_paths
 from runwright.spec import spec_from_mapping
 from runwright.store import Store

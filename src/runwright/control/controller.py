@@ -1,12 +1,15 @@
 """The controller: reconciles each run's desired state with what it observes.
 
-A pass reads the run record (the source of truth), ingests what the workers reported, looks at
-the worker group, and takes at most the next step of the state machine. Side effects carry an
-operation id (journal.py's event ids; one launch per generation, marked by its pid file), so a
-pass repeated by a restarted controller is harmless: it adopts a live group of the current
-generation and kills any group of an older one. For the same reason a pass that the store breaks
-off (locked, busy, unreachable) is simply abandoned and retried after a backoff (outage.py): the
-workers keep reporting into their channel, which is read from where the last pass stopped.
+A pass reads the run record (the source of truth), ingests what the workers reported, looks at the
+worker group through the executor (executors/protocol.py: the controller knows no executor's
+details), and takes at most the next step of the state machine. A pass is cheap and never waits: a
+run's spec is parsed once, the event log is read from the last sequence number seen (runlog.py),
+and a launch another controller claimed is looked for on later passes. Side effects carry an
+operation id (journal.py's event ids; one launch per generation, marked by its pid file), so a pass
+repeated by a restarted controller is harmless: it adopts a live group of the current generation
+and kills any group of an older one. For the same reason a pass that the store breaks off (locked,
+busy, unreachable) is simply abandoned and retried after a backoff (outage.py): the workers keep
+reporting into their channel, which is read from where the last pass stopped.
 """
 
 import json
@@ -18,16 +21,13 @@ from typing import TypeVar
 
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
-from runwright.control.executor import (
-    LocalExecutor,
-    WorkerGroup,
-    adopt,
-    launched_generations,
-)
+from runwright.control.executors.local import LocalExecutor
+from runwright.control.executors.protocol import Executor
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.outage import Outage, OutageRider
 from runwright.control.recovery import RecoverySequence, skip_ranges
+from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
@@ -42,8 +42,9 @@ from runwright.store import EventRecord, Outcome, RunRecord, Store
 T = TypeVar("T")
 UNFINISHED = [s for s in RunState if s not in TERMINAL]
 LAUNCH_CLAIM_SECONDS = 30.0
-"""How long a controller that lost the claim to launch a generation waits for the winner's
-group to appear before it concludes the winner died first and launches itself."""
+"""How long a controller that lost the claim to launch a generation looks for the winner's group
+(once a pass, reconciling its other runs meanwhile) before it concludes the winner died first and
+launches itself."""
 
 
 def new_run_id(spec: JobSpec) -> str:
@@ -51,28 +52,35 @@ def new_run_id(spec: JobSpec) -> str:
 
 
 class Controller:
-    """Drives runs on one executor; the store is the only state that outlives it."""
+    """Drives runs on one executor (any `Executor`; the local torchrun one by default); the store
+    is the only state that outlives it."""
 
     def __init__(
         self,
         store: Store,
         root: Path,
-        executor: LocalExecutor | None = None,
+        executor: Executor | None = None,
         poll_seconds: float = 0.2,
         on_event: Callable[[EventRecord], None] | None = None,
     ) -> None:
         self.store = store
         self.root = root
-        self.executor = executor or LocalExecutor()
+        self.executor: Executor = executor or LocalExecutor()
         self.poll_seconds = poll_seconds
         self.on_event = on_event
         self.journal = Journal(store)
-        self.recovery = RecoverySequence(store, self.journal)
+        self.logs = RunLogs(store)
+        self.recovery = RecoverySequence(store, self.journal, self.executor, self.logs)
         self.outage = OutageRider(reset=store.reset_connections)
         self._sup: dict[str, Supervision] = {}
         self._ingest: dict[str, Ingestor] = {}
         self._seen_seq: dict[str, int] = {}
         self._orphans_checked: set[str] = set()
+        self._specs: dict[str, tuple[str, JobSpec]] = {}
+        """run id -> (spec hash, its validated spec): a spec never changes, so it is parsed once."""
+        self._claims: dict[str, tuple[int, float]] = {}
+        """run id -> (generation, monotonic deadline) while another controller's claimed launch
+        of that generation is expected."""
 
     # -- entry points ---------------------------------------------------------------------------
 
@@ -141,7 +149,7 @@ class Controller:
         """One pass; True once the run is terminal and no worker of it is left. A transient store
         error (StoreUnavailableError) breaks the pass off; the drive loops retry it."""
         run = self.store.get_run(run_id)
-        spec = spec_from_mapping(run.spec, f"run {run_id}")
+        spec = self._spec_of(run)
         if run_id not in self._orphans_checked:
             self._kill_orphans(run)
             self._orphans_checked.add(run_id)
@@ -163,6 +171,8 @@ class Controller:
         else:
             self._supervise(run, spec)
         self._emit(run_id)
+        if done:
+            self._forget(run_id)
         return done
 
     # -- placement and launch -------------------------------------------------------------------
@@ -191,19 +201,31 @@ class Controller:
         self.journal.record(run, "ALLOCATION_READY", **allocation)
         self.journal.move(run, RunState.STARTING)
 
-    def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision:
+    def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision | None:
         """Start the current generation's group once (its pid file marks the launch), or adopt
         the one an earlier controller started; either way only once no process of an older
-        generation is left on this node."""
-        self._kill_orphans(run, below=run.generation)
-        group = adopt(Path(run.root), run.run_id, run.generation)
+        generation is left on this node. None while another controller's claimed launch is
+        expected: later passes look for its group, so no pass waits on it."""
+        claim = self._claims.get(run.run_id)
+        awaited = claim[1] if claim is not None and claim[0] == run.generation else None
+        if awaited is None:
+            self._kill_orphans(run, below=run.generation)
+        group = self.executor.adopt(Path(run.root), run.run_id, run.generation)
         world = spec.resources.world_size
-        if group is None and (
+        if group is None and awaited is not None:
+            if time.monotonic() < awaited:
+                return None
+            # No group within LAUNCH_CLAIM_SECONDS: the claim's holder died between claiming and
+            # launching, so nothing runs and this controller launches instead.
+        elif group is None and (
             self.store.start_attempt(run.run_id, run.generation, world) is Outcome.ALREADY_APPLIED
         ):
             # The attempt row is the claim to launch this generation, and another controller
-            # holds it: its pid file follows the claim within milliseconds, so adopt that group.
-            group = self._await_launch(run)
+            # holds it: its pid file follows the claim within milliseconds, so adopt that group
+            # on a later pass.
+            self._claims[run.run_id] = (run.generation, time.monotonic() + LAUNCH_CLAIM_SECONDS)
+            return None
+        self._claims.pop(run.run_id, None)
         if group is not None:
             self.journal.record(run, "WORKER_GROUP_ADOPTED", pid=group.pid)
         else:
@@ -216,7 +238,7 @@ class Controller:
                     workdir=Path(run.workdir),
                     rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
                     extra_env={
-                        ENV_SKIP_STEPS: json.dumps(skip_ranges(self.store.events(run.run_id)))
+                        ENV_SKIP_STEPS: json.dumps(skip_ranges(self.logs.of(run.run_id).events))
                     },
                 )
             except Exception as exc:
@@ -229,7 +251,7 @@ class Controller:
                 "WORKER_GROUP_LAUNCHED",
                 pid=group.pid,
                 world_size=spec.resources.world_size,
-                log=str(group.log_path),
+                log=group.log_ref,
             )
         sup = Supervision(
             group=group,
@@ -243,18 +265,6 @@ class Controller:
         self._ingest.pop(run.run_id, None)
         return sup
 
-    def _await_launch(self, run: RunRecord) -> WorkerGroup | None:
-        """The group another controller is launching for this generation, once its pid file is
-        there; None if none appears within LAUNCH_CLAIM_SECONDS (that controller died between
-        claiming and launching, so nothing runs and this one launches instead)."""
-        deadline = time.monotonic() + LAUNCH_CLAIM_SECONDS
-        while time.monotonic() < deadline:
-            group = adopt(Path(run.root), run.run_id, run.generation)
-            if group is not None:
-                return group
-            time.sleep(0.05)
-        return None
-
     def _kill_orphans(self, run: RunRecord, below: int | None = None) -> None:
         """No two generations of one run ever run at once: SIGKILL every live process of a
         generation older than `below`, and return once they are gone (LaunchError if some
@@ -264,7 +274,7 @@ class Controller:
         ranks whose supervisor and torchrun are gone are found too; pids reported earlier are not
         trusted, since they may name another process by now."""
         if below is None:
-            launched = launched_generations(Path(run.root), run.run_id)
+            launched = self.executor.launched_generations(Path(run.root), run.run_id)
             if not launched:
                 return
             below = launched[-1]
@@ -308,23 +318,22 @@ class Controller:
     def _supervise(self, run: RunRecord, spec: JobSpec) -> None:
         sup = self._sup.get(run.run_id)
         if sup is None or sup.group.generation != run.generation:
-            sup = self._launch(run, spec)
+            launched = self._launch(run, spec)
+            if launched is None:
+                return  # another controller's launch is expected: looked for again next pass
+            sup = launched
             self._ingest_and_watch(run, spec)
         if run.state == RunState.STARTING and len(sup.started_ranks) >= spec.resources.world_size:
             self.journal.move(run, RunState.RUNNING)
             run = self.store.get_run(run.run_id)
-        exit_code = sup.group.poll()
+        exit_code = self.executor.poll(sup.group)
         if exit_code is None:
             self._watch_live_group(run, spec, sup)
             return
         self._ingest_and_watch(run, spec)  # whatever the ranks wrote before exiting
         run = self.store.get_run(run.run_id)
-        acks = [
-            e
-            for e in self.store.events(run.run_id, types=["STOP_ACKNOWLEDGED"])
-            if e.generation == run.generation
-        ]
-        reason = acks[0].attributes.get("reason") if acks else sup.stop_reason
+        ack = self.logs.of(run.run_id).stop_acks.get(run.generation)
+        reason = ack.attributes.get("reason") if ack else sup.stop_reason
         if reason == "budget":
             sup.end_attempt(self.store, run.run_id, exit_code, None)
             self._sup.pop(run.run_id, None)
@@ -353,7 +362,7 @@ class Controller:
     def _watch_live_group(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
         if sup.stop_deadline is not None:
             if time.monotonic() > sup.stop_deadline:
-                sup.group.stop(0.0, sorted(sup.worker_pids))
+                self.executor.stop(sup.group, 0.0, sorted(sup.worker_pids))
             return
         verdict = sup.watch()
         if verdict is not None:
@@ -384,9 +393,9 @@ class Controller:
         give it the grace period, then kill it. True once nothing of the run is left."""
         sup = self._sup.get(run.run_id)
         if sup is None:
-            gens = launched_generations(Path(run.root), run.run_id)
-            group = adopt(Path(run.root), run.run_id, gens[-1]) if gens else None
-            if group is None or group.poll() is not None:
+            gens = self.executor.launched_generations(Path(run.root), run.run_id)
+            group = self.executor.adopt(Path(run.root), run.run_id, gens[-1]) if gens else None
+            if group is None or self.executor.poll(group) is not None:
                 self.journal.finished(run)
                 return True
             sup = Supervision(
@@ -395,10 +404,10 @@ class Controller:
             self._sup[run.run_id] = sup
         if sup.stop_deadline is None:
             sup.stop_by(spec.recovery.stop_grace_seconds)
-        code = sup.group.poll()
+        code = self.executor.poll(sup.group)
         if code is None and time.monotonic() > (sup.stop_deadline or 0):
             pids = sup.worker_pids | self._rank_pids(run.run_id, sup.group.generation)
-            code = sup.group.stop(0.0, sorted(pids))
+            code = self.executor.stop(sup.group, 0.0, sorted(pids))
         if code is None:
             return False
         self._ingest_and_watch(run, spec)
@@ -417,21 +426,27 @@ class Controller:
     def _record_outage(self, run_ids: Collection[str], outage: Outage) -> None:
         for run_id in sorted(run_ids):
             run = self.store.get_run(run_id)
-            if RunState(run.state) in TERMINAL and self.store.events(
-                run_id, types=["RUN_FINISHED"]
-            ):
+            if RunState(run.state) in TERMINAL and self.logs.of(run_id).finished:
                 continue  # RUN_FINISHED stays the last event of a finished run's log
             self.journal.store_unavailable(run, outage)
 
     # -- helpers --------------------------------------------------------------------------------
 
+    def _spec_of(self, run: RunRecord) -> JobSpec:
+        cached = self._specs.get(run.run_id)
+        if cached is None or cached[0] != run.spec_hash:
+            cached = (run.spec_hash, spec_from_mapping(run.spec, f"run {run.run_id}"))
+            self._specs[run.run_id] = cached
+        return cached[1]
+
+    def _forget(self, run_id: str) -> None:
+        """Drop what this controller cached of a run that is done (a daemon drives many)."""
+        self._specs.pop(run_id, None)
+        self._claims.pop(run_id, None)
+        self.logs.forget(run_id)
+
     def _rank_pids(self, run_id: str, generation: int) -> set[int]:
-        started = self.store.events(run_id, types=["WORKER_STARTED"])
-        return {
-            int(e.attributes["pid"])
-            for e in started
-            if e.generation == generation and "pid" in e.attributes
-        }
+        return set(self.logs.of(run_id).rank_pids.get(generation, set()))
 
     def _emit(self, run_id: str) -> None:
         if self.on_event is None:

@@ -6,7 +6,9 @@ Evidence, strongest first: the watchdog's verdict (hang / no progress), the work
 `torch.distributed.elastic.multiprocessing.errors.record` (the earliest timestamp is the rank that
 failed first, not the last one to time out), the root-cause exit code torchrun logged (a rank
 killed by a signal), what the executor found of a group whose supervisor was lost, and finally
-the group's own exit status.
+the group's own exit status. Everything but the workers' events and the exit status reaches
+`classify` as the executor's `FailureEvidence` record (executors/protocol.py); this module reads
+no file of the group's itself.
 
 An exception raised by runwright's own platform code (a checkpoint error, a store error, an
 OSError inside the checkpoint or runtime packages) is the platform's fault, not the user's: it is
@@ -14,7 +16,6 @@ OSError inside the checkpoint or runtime packages) is the platform's fault, not 
 """
 
 import builtins
-import json
 import re
 import signal
 from pathlib import Path
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 import runwright
 from runwright.ckpt import errors as ckpt_errors
-from runwright.control.executor import EXIT_LOST, LostSupervisor
+from runwright.control.executors.protocol import EXIT_LOST, FailureEvidence
 from runwright.spec import FailureClass
 
 # Classes whose cause travels with the code or data: retrying the same inputs fails the same way.
@@ -194,53 +195,6 @@ class Classification(BaseModel):
         return self.failure_class in DETERMINISTIC
 
 
-class ErrorRecord(BaseModel):
-    """One rank's error file."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    rank: int
-    message: str
-    timestamp_s: float
-    traceback: str
-
-
-def read_error_files(log_dir: Path) -> list[ErrorRecord]:
-    """torchrun's `<log_dir>/<rdzv id>/attempt_<n>/<local rank>/error.json`, earliest first."""
-    records = []
-    for path in log_dir.glob("*/attempt_*/*/error.json"):
-        try:
-            body = json.loads(path.read_text())["message"]
-            info = body.get("extraInfo", {}) if isinstance(body, dict) else {}
-            message = body["message"] if isinstance(body, dict) else str(body)
-            records.append(
-                ErrorRecord(
-                    rank=int(path.parent.name),
-                    message=str(message),
-                    timestamp_s=float(info.get("timestamp", 0) or 0),
-                    traceback=str(info.get("py_callstack", ""))[-4000:],
-                )
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return sorted(records, key=lambda r: (r.timestamp_s, r.rank))
-
-
-def rank_tracebacks(log_dir: Path) -> dict[int, str]:
-    """The last traceback of each rank whose stderr shows one (a rank that failed without
-    `@record`, e.g. before the runtime was set up); `exception_line` gives its message."""
-    found: dict[int, str] = {}
-    for path in log_dir.glob("*/attempt_*/*/stderr.log"):
-        try:
-            text = path.read_bytes()[-20_000:].decode("utf-8", errors="replace")
-        except OSError:
-            continue
-        marker = "Traceback (most recent call last)"
-        if marker in text and exception_line(text):
-            found[int(path.parent.name)] = marker + text.rsplit(marker, 1)[1]
-    return found
-
-
 def _signal_name(number: int) -> str:
     try:
         return signal.Signals(number).name
@@ -263,15 +217,14 @@ def classify(
     watchdog_rank: int | None,
     nan_rank_step: tuple[int, int] | None,
     preempted: bool,
-    log_dir: Path,
-    torchrun_log: str,
+    evidence: FailureEvidence,
     last_step: int | None,
     ranks_started: int,
     world_size: int,
-    lost: LostSupervisor | None = None,
 ) -> Classification:
-    """`lost` is what the executor found and did when the supervisor ended without an exit
-    status (exit_code EXIT_LOST)."""
+    """`evidence` is what the executor read of the ended group (`Executor.evidence`); its `lost`
+    is what the executor found and did when the supervisor ended without an exit status
+    (exit_code EXIT_LOST)."""
 
     def verdict(
         cls: FailureClass,
@@ -307,6 +260,8 @@ def classify(
             "NAN_DETECTED event",
             step=step,
         )
+    torchrun_log = evidence.launcher_log
+    lost = evidence.lost
     root = ROOT_CAUSE.search(torchrun_log)
     root_rank = int(root.group(1)) if root else None
     root_code = int(root.group(2)) if root else None
@@ -330,7 +285,7 @@ def classify(
             f"rank {root_rank} got SIGTERM",
             "torchrun root cause exit code -15",
         )
-    errors = read_error_files(log_dir)
+    errors = evidence.error_records
     # The root-cause rank's own error file; without a root cause, the earliest one.
     first = next((e for e in errors if e.rank == root_rank), None)
     if first is None and root is None and errors:
@@ -359,7 +314,7 @@ def classify(
             else "the worker group's supervisor vanished without an exit status",
             lost.evidence if lost else "supervisor exit file missing",
         )
-    tracebacks = rank_tracebacks(log_dir)
+    tracebacks = evidence.rank_tracebacks
     if root is not None:
         rank, code = int(root.group(1)), int(root.group(2))
         trace = tracebacks.get(rank, "")

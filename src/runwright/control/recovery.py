@@ -7,8 +7,13 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runwright.control.executor import EXIT_LOST, LostSupervisor, WorkerGroup
-from runwright.control.failures import Classification, classify, read_error_files
+from runwright.control.executors.protocol import (
+    EXIT_LOST,
+    Executor,
+    FailureEvidence,
+    LostSupervisor,
+)
+from runwright.control.failures import Classification, classify
 from runwright.control.policy import PastFailure, decide
 from runwright.control.states import RunState
 from runwright.control.watchdog import Verdict
@@ -18,13 +23,13 @@ from runwright.store import EventRecord, RunRecord, Store
 
 if TYPE_CHECKING:
     from runwright.control.journal import Journal
+    from runwright.control.runlog import RunLogs
     from runwright.control.supervision import Supervision
 
 # A broken group has nothing left to save: it gets this long to exit before SIGKILL.
 FAILED_GROUP_GRACE_SECONDS = 2.0
 
 RECENT_EVENTS = 200
-LOG_TAIL_BYTES = 4000
 
 
 def past_failures(events: list[EventRecord]) -> list[PastFailure]:
@@ -68,29 +73,17 @@ def skip_ranges(events: list[EventRecord]) -> list[list[int]]:
     return sorted({tuple(r) for r in ranges})  # type: ignore[return-value]
 
 
-def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-limit:].decode("utf-8", errors="replace")
-
-
 def write_diagnostics(
-    store: Store, run: RunRecord, group: WorkerGroup | None, failure: Classification
+    store: Store, run: RunRecord, evidence: FailureEvidence, failure: Classification
 ) -> Path:
     """Everything an operator needs to judge the failure without the processes: spec, rank
-    manifest, last healthy step, error records, recent events and the log tails of every rank."""
+    manifest, last healthy step, error records, recent events and the log tails the executor
+    kept (`FailureEvidence.log_tails`: for local torchrun, torchrun's and every rank's)."""
     bundle_file = run_paths(Path(run.root), run.run_id).diagnostics_bundle(run.generation)
     bundle_file.parent.mkdir(parents=True, exist_ok=True)
     events = store.events(run.run_id)
-    logs: dict[str, str] = {}
-    errors: list[dict[str, Any]] = []
-    if group is not None:
-        logs["torchrun"] = tail(group.log_path)
-        for path in sorted(group.log_dir.glob("*/attempt_*/*/std*.log")):
-            logs[f"rank{path.parent.name}/{path.name}"] = tail(path)
-        errors = [r.model_dump() for r in read_error_files(group.log_dir)]
+    logs = dict(evidence.log_tails)
+    errors: list[dict[str, Any]] = [r.model_dump() for r in evidence.error_records]
     latest = store.checkpoints.latest(run.run_id)  # the fence's pointer
     bundle = {
         "run_id": run.run_id,
@@ -114,9 +107,14 @@ class RecoverySequence:
     bounded backoff from the newest committed checkpoint -> declare success only after verified
     progress past the restored step (ARCHITECTURE.md, "Recovery")."""
 
-    def __init__(self, store: Store, journal: "Journal") -> None:
+    def __init__(
+        self, store: Store, journal: "Journal", executor: Executor, logs: "RunLogs"
+    ) -> None:
         self.store = store
         self.journal = journal
+        self.executor = executor
+        self.logs = logs
+        """The runs' event-log views: the checks made every pass read new events only."""
 
     def recover(
         self,
@@ -146,12 +144,15 @@ class RecoverySequence:
             # A live but broken group (hang, no progress): fence first, so no worker of this
             # generation can publish once we act on it, then stop it; it has nothing to save.
             self.store.revoke_generation(run.run_id, run.generation)
-            exit_code = sup.group.stop(FAILED_GROUP_GRACE_SECONDS, sorted(sup.worker_pids))
+            exit_code = self.executor.stop(
+                sup.group, FAILED_GROUP_GRACE_SECONDS, sorted(sup.worker_pids)
+            )
         elif exit_code == EXIT_LOST:
             # The supervisor is gone: fence, then kill whatever of the group still runs without
-            # it (executor.WorkerGroup.repair_lost says why it is not adopted).
+            # it (executors/local.py's WorkerGroup.repair_lost says why it is not adopted).
             self.store.revoke_generation(run.run_id, run.generation)
-            lost = sup.group.repair_lost()
+            lost = self.executor.repair_lost(sup.group)
+        evidence = self.executor.evidence(sup.group, lost)
         failure = classify(
             exit_code=exit_code,
             watchdog_class=verdict.failure_class if verdict else None,
@@ -159,12 +160,10 @@ class RecoverySequence:
             watchdog_rank=verdict.rank if verdict else None,
             nan_rank_step=nan,
             preempted=preempted,
-            log_dir=sup.group.log_dir,
-            torchrun_log=tail(sup.group.log_path, 20_000),
+            evidence=evidence,
             last_step=run.last_step,
             ranks_started=len(sup.started_ranks),
             world_size=spec.resources.world_size,
-            lost=lost,
         )
         restored = restored_step_of(events, run.generation)
         self.journal.record(
@@ -183,7 +182,7 @@ class RecoverySequence:
             run, RunState.RECOVERING, detail=f"{failure.failure_class}: {failure.message}"
         )
         sup.end_attempt(self.store, run.run_id, exit_code, str(failure.failure_class))
-        bundle = write_diagnostics(self.store, run, sup.group, failure)
+        bundle = write_diagnostics(self.store, run, evidence, failure)
         self.journal.record(run, "DIAGNOSTICS_WRITTEN", path=str(bundle))
         decision = decide(spec.recovery, failure, past_failures(events), restored)
         run = self.store.get_run(run.run_id)
@@ -206,7 +205,7 @@ class RecoverySequence:
     def restart_if_due(self, run: RunRecord) -> bool:
         """After the backoff: RECOVERING -> STARTING (new generation), or -> QUEUED to requeue.
         Returns True when it moved the run."""
-        pending = open_recovery(self.store.events(run.run_id))
+        pending = open_recovery(self.logs.of(run.run_id).events)
         if pending is None or pending.generation != run.generation:
             return False  # the decision is not recorded yet (a crash between the two): wait
         if time.time() < float(pending.attributes.get("not_before_unix_s") or 0):
@@ -223,7 +222,7 @@ class RecoverySequence:
     ) -> None:
         """RECOVERY_SUCCEEDED once the restarted generation completes a step past the one it
         restored, with lost steps, replayed tokens and recovery time."""
-        events = self.store.events(run.run_id)
+        events = self.logs.of(run.run_id).events
         pending = open_recovery(events)
         if pending is None or generation <= pending.generation:
             return

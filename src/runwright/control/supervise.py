@@ -9,7 +9,8 @@ torchrun dies with the supervisor: its parent-death signal (runwright/lifetime.p
 fork and exec; this process is single-threaded, so its main thread is the forking thread) SIGKILLs
 it when the supervisor exits, and the ranks' own parent-death signals then take them. A killed
 supervisor therefore leaves no group training without anyone to report its exit; the executor
-sees the missing exit file and treats the group as lost (executor.WorkerGroup.repair_lost).
+sees the missing exit file and treats the group as lost (executors/local.py,
+WorkerGroup.repair_lost).
 """
 
 import os

@@ -3,7 +3,7 @@
 import time
 from dataclasses import dataclass, field
 
-from runwright.control.executor import WorkerGroup
+from runwright.control.executors.protocol import GroupHandle
 from runwright.control.liveness import Liveness
 from runwright.control.watchdog import Verdict, Watchdog
 from runwright.spec import FailureClass
@@ -12,7 +12,7 @@ from runwright.store import Store
 
 @dataclass
 class Supervision:
-    group: WorkerGroup
+    group: GroupHandle
     watchdog: Watchdog
     worker_pids: set[int] = field(default_factory=set)
     """Rank pids the workers reported (ranks run in sessions of their own)."""
@@ -52,7 +52,7 @@ class Supervision:
             self.group.generation,
             exit_code=code,
             failure_class=failure_class,
-            detail={"log": str(self.group.log_path)},
+            detail={"log": self.group.log_ref},
         )
 
     def stop_by(self, grace_seconds: float) -> None:

@@ -11,6 +11,10 @@ Process lifetimes: torchrun dies with its supervisor and every rank with torchru
 signals, runwright/lifetime.py); stopping a generation kills its process tree and its tagged
 processes and nothing else; and `kill_generations_below` makes sure no process of an older
 generation is alive before a new one starts.
+
+Failure evidence (`LocalExecutor.evidence`): torchrun's per-rank error files (written by
+`torch.distributed.elastic.multiprocessing.errors.record`), the tail of torchrun's own log (its
+root-cause summary), the last traceback on each rank's stderr, and the lost-supervisor record.
 """
 
 import contextlib
@@ -24,6 +28,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from runwright.control.executors.protocol import (
+    EXIT_LOST,
+    ErrorRecord,
+    FailureEvidence,
+    GroupHandle,
+    LostSupervisor,
+)
+from runwright.control.failures import exception_line
 from runwright.control.processes import (
     boot_time_unix_s,
     environs,
@@ -63,9 +75,6 @@ def entrypoint_argv(spec: JobSpec, workdir: Path) -> list[str]:
     return [str(script), *spec.code.args]
 
 
-# poll() result for a group whose supervisor ended without writing its exit status (the
-# supervisor was killed, or the machine restarted): torchrun's own exit status is lost.
-EXIT_LOST = -1000
 KILLED_EXIT_SECONDS = 10.0
 """How long SIGKILLed processes get to leave the kernel before the executor reports them as
 survivors (SIGKILL acts at once unless a process is blocked in uninterruptible I/O)."""
@@ -86,33 +95,6 @@ def generation_processes(root: Path, run_id: str) -> dict[int, list[int]]:
     return found
 
 
-@dataclass(frozen=True)
-class LostSupervisor:
-    """What the executor found and did when a group's supervisor ended without an exit status."""
-
-    supervisor_pid: int
-    cause: str
-    """How the supervisor ended, as far as this machine can tell."""
-    node_restarted: bool
-    """The machine booted after the group was launched: the node, not only the process, went."""
-    killed_pids: tuple[int, ...]
-    """Processes of the generation still alive that the executor killed."""
-
-    @property
-    def message(self) -> str:
-        return f"the worker group's supervisor (pid {self.supervisor_pid}) {self.cause}"
-
-    @property
-    def evidence(self) -> str:
-        left = (
-            f"the executor killed {len(self.killed_pids)} process(es) of the generation still "
-            f"running without it: {list(self.killed_pids)}"
-            if self.killed_pids
-            else "no process of the generation was left (parent-death signals took them)"
-        )
-        return f"supervisor exit file missing; {left}"
-
-
 @dataclass
 class WorkerGroup:
     """A launched generation: its supervisor process, exit file, logs and process tags."""
@@ -127,6 +109,10 @@ class WorkerGroup:
     launched_unix_s: float | None = None
     process: subprocess.Popen[bytes] | None = None
     """Set when this controller launched the group; None for an adopted one."""
+
+    @property
+    def log_ref(self) -> str:
+        return str(self.log_path)
 
     @classmethod
     def of(
@@ -225,7 +211,7 @@ class WorkerGroup:
         )
 
 
-def adopt(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
+def adopt_group(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
     """Find generation `generation`'s group left by an earlier controller, if it still runs or
     left an exit status."""
     attempt = run_paths(root, run_id).attempt(generation)
@@ -240,6 +226,12 @@ def adopt(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
     )
 
 
+def _local(group: GroupHandle) -> WorkerGroup:
+    if not isinstance(group, WorkerGroup):
+        raise TypeError(f"the local executor cannot act on {type(group).__name__}")
+    return group
+
+
 def launched_generations(root: Path, run_id: str) -> list[int]:
     """Generations whose group was launched (they left a pid file), oldest first."""
     paths = run_paths(root, run_id)
@@ -249,10 +241,101 @@ def launched_generations(root: Path, run_id: str) -> list[int]:
     return sorted(g for g in found if g is not None and paths.attempt(g).pid_file.exists())
 
 
+LAUNCHER_LOG_CHARS = 20_000
+"""How much of torchrun's log the classifier sees: its failure summary is at the end."""
+LOG_TAIL_BYTES = 4000
+"""How much of each log the diagnostics bundle keeps."""
+
+
+def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return ""
+    return data[-limit:].decode("utf-8", errors="replace")
+
+
+def read_error_files(log_dir: Path) -> list[ErrorRecord]:
+    """torchrun's `<log_dir>/<rdzv id>/attempt_<n>/<local rank>/error.json`, earliest first."""
+    records = []
+    for path in log_dir.glob("*/attempt_*/*/error.json"):
+        try:
+            body = json.loads(path.read_text())["message"]
+            info = body.get("extraInfo", {}) if isinstance(body, dict) else {}
+            message = body["message"] if isinstance(body, dict) else str(body)
+            records.append(
+                ErrorRecord(
+                    rank=int(path.parent.name),
+                    message=str(message),
+                    timestamp_s=float(info.get("timestamp", 0) or 0),
+                    traceback=str(info.get("py_callstack", ""))[-4000:],
+                )
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return sorted(records, key=lambda r: (r.timestamp_s, r.rank))
+
+
+def rank_tracebacks(log_dir: Path) -> dict[int, str]:
+    """The last traceback of each rank whose stderr shows one (a rank that failed without
+    `@record`, e.g. before the runtime was set up); `exception_line` gives its message."""
+    found: dict[int, str] = {}
+    for path in log_dir.glob("*/attempt_*/*/stderr.log"):
+        try:
+            text = path.read_bytes()[-20_000:].decode("utf-8", errors="replace")
+        except OSError:
+            continue
+        marker = "Traceback (most recent call last)"
+        if marker in text and exception_line(text):
+            found[int(path.parent.name)] = marker + text.rsplit(marker, 1)[1]
+    return found
+
+
+def evidence_from(
+    log_dir: Path, launcher_log: str = "", lost: LostSupervisor | None = None
+) -> FailureEvidence:
+    """The evidence in a torchrun `--log-dir` folder, beside torchrun's own log text."""
+    logs = {
+        f"rank{path.parent.name}/{path.name}": tail(path)
+        for path in sorted(log_dir.glob("*/attempt_*/*/std*.log"))
+    }
+    return FailureEvidence(
+        launcher_log=launcher_log,
+        error_records=tuple(read_error_files(log_dir)),
+        rank_tracebacks=rank_tracebacks(log_dir),
+        lost=lost,
+        log_tails=logs,
+    )
+
+
 class LocalExecutor:
     """Runs worker groups as local processes (gloo on CPU, NCCL on GPU)."""
 
     name = "local"
+
+    def adopt(self, root: Path, run_id: str, generation: int) -> WorkerGroup | None:
+        return adopt_group(root, run_id, generation)
+
+    def launched_generations(self, root: Path, run_id: str) -> list[int]:
+        return launched_generations(root, run_id)
+
+    def poll(self, group: GroupHandle) -> int | None:
+        return _local(group).poll()
+
+    def stop(
+        self, group: GroupHandle, grace_seconds: float, worker_pids: list[int] | None = None
+    ) -> int | None:
+        return _local(group).stop(grace_seconds, worker_pids)
+
+    def repair_lost(self, group: GroupHandle) -> LostSupervisor:
+        return _local(group).repair_lost()
+
+    def evidence(self, group: GroupHandle, lost: LostSupervisor | None = None) -> FailureEvidence:
+        local = _local(group)
+        found = evidence_from(local.log_dir, tail(local.log_path, LAUNCHER_LOG_CHARS), lost)
+        return found.model_copy(
+            update={"log_tails": {"torchrun": tail(local.log_path), **found.log_tails}}
+        )
 
     def hosts(self, nodes: int) -> list[str]:
         if nodes != 1:

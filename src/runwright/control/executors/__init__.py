@@ -1,0 +1,1 @@
+"""Executors: what carries out a generation of a run (protocol.py), and where (local.py)."""

@@ -1,0 +1,79 @@
+"""What the reconcile passes need from a run's event log, kept up to date by reading new events
+only.
+
+A pass used to re-read a run's whole log for a stop acknowledgement, the rank pids of a
+generation, the batch ranges to skip or the recovery in progress: with a log of thousands of
+STEP_HEALTHY events, each of 50 runs every 0.2 s. A `RunLog` instead remembers the sequence
+number of the last event it folded in and asks the store only for later ones
+(`store.events(run_id, after_seq=..., types=KEPT)`), so a quiet pass costs one indexed query that
+returns nothing. It keeps only the few event types the passes consult (none per step), so the
+pure functions of recovery.py run on a short list.
+
+The view is a cache of the store, never a source of truth: a restarted controller rebuilds it
+from sequence 0, and a missing view simply reads everything once. It relies on a later read
+never finding a smaller sequence number than one already read. SQLite guarantees that (one
+writer at a time). On PostgreSQL two transactions can commit out of sequence order; the kept
+types are written by the controller driving the run, one transaction at a time, so a kept event
+could be missed only while two controllers write one run at once (the launch claim makes that
+brief). `Controller._emit`'s event feed has always had the same limit.
+"""
+
+from dataclasses import dataclass, field
+
+from runwright.store import EventRecord, Store
+
+KEPT = (
+    "STOP_ACKNOWLEDGED",
+    "WORKER_STARTED",
+    "RESTORED",
+    "RECOVERY_STARTED",
+    "RECOVERY_SUCCEEDED",
+    "FAILURE_CLASSIFIED",
+    "RUN_FINISHED",
+)
+"""The event types the reconcile passes read; a view folds in these and nothing else."""
+
+
+@dataclass
+class RunLog:
+    """One run's kept events and the per-generation indexes the passes ask for."""
+
+    run_id: str
+    after_seq: int = 0
+    """The sequence number of the newest event folded in."""
+    events: list[EventRecord] = field(default_factory=list)
+    """Every kept event, oldest first (recovery.py's pure functions take this list)."""
+    stop_acks: dict[int, EventRecord] = field(default_factory=dict)
+    """generation -> its first STOP_ACKNOWLEDGED."""
+    rank_pids: dict[int, set[int]] = field(default_factory=dict)
+    """generation -> the pids its ranks reported in WORKER_STARTED."""
+    finished: bool = False
+    """RUN_FINISHED is in the log."""
+
+    def fold(self, event: EventRecord) -> None:
+        self.after_seq = max(self.after_seq, event.seq)
+        self.events.append(event)
+        if event.type == "STOP_ACKNOWLEDGED":
+            self.stop_acks.setdefault(event.generation, event)
+        elif event.type == "WORKER_STARTED" and "pid" in event.attributes:
+            self.rank_pids.setdefault(event.generation, set()).add(int(event.attributes["pid"]))
+        elif event.type == "RUN_FINISHED":
+            self.finished = True
+
+
+class RunLogs:
+    """The views of every run one controller drives."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._logs: dict[str, RunLog] = {}
+
+    def of(self, run_id: str) -> RunLog:
+        """Run `run_id`'s view, with every kept event stored so far folded in."""
+        log = self._logs.setdefault(run_id, RunLog(run_id))
+        for event in self.store.events(run_id, after_seq=log.after_seq, types=KEPT):
+            log.fold(event)
+        return log
+
+    def forget(self, run_id: str) -> None:
+        self._logs.pop(run_id, None)

@@ -2,7 +2,7 @@
 
 from runwright.control.journal import Journal
 from runwright.control.recovery import open_recovery, skip_ranges
-from runwright.control.runlog import RunLogs
+from runwright.control.runlog import LOOKBACK_SEQ, RunLogs
 from runwright.store import Store
 
 
@@ -43,7 +43,8 @@ def test_the_view_reads_only_new_events_and_matches_a_full_read(tmp_path):
 
     store.events = counting  # type: ignore[method-assign]
     log = logs.of(run.run_id)
-    assert calls[0]["after_seq"] == seen  # only events after the last one folded in
+    # Only events after the last one folded in, less the look-back window.
+    assert calls[0]["after_seq"] == max(0, seen - LOOKBACK_SEQ)
     assert log.stop_acks[run.generation].attributes["reason"] == "budget"  # the first ack
     assert log.rank_pids[run.generation] == {11, 12}
     full = events(run.run_id)
@@ -55,3 +56,34 @@ def test_the_view_reads_only_new_events_and_matches_a_full_read(tmp_path):
     assert logs.of(run.run_id).finished
     logs.forget(run.run_id)
     assert logs.of(run.run_id).rank_pids == {run.generation: {11, 12}}  # rebuilt from the log
+
+
+def test_an_event_committed_late_with_a_lower_sequence_number_is_still_folded_once(tmp_path):
+    """PostgreSQL may make a lower sequence number visible after a higher one was read."""
+    from runwright.store.schema import events as events_table
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    journal = Journal(store)
+    run = new_run(store)
+    for k in range(5):
+        journal.record(run, "STEP_HEALTHY", op=str(k))
+    logs = RunLogs(store)
+    journal.record(run, "WORKER_STARTED", op="0", pid=11, rank=0)
+    assert logs.of(run.run_id).rank_pids == {run.generation: {11}}
+    # A kept event whose transaction took sequence number 2 but became visible only now.
+    with store.engine.begin() as conn:
+        conn.execute(events_table.delete().where(events_table.c.seq == 2))
+        conn.execute(
+            events_table.insert().values(
+                seq=2,
+                event_id=f"{run.run_id}:late-ack",
+                run_id=run.run_id,
+                generation=run.generation,
+                type="STOP_ACKNOWLEDGED",
+                time_unix_s=0.0,
+                attributes={"reason": "preemption"},
+            )
+        )
+    log = logs.of(run.run_id)
+    assert log.stop_acks[run.generation].attributes["reason"] == "preemption"
+    assert [e.type for e in log.events].count("WORKER_STARTED") == 1

@@ -10,12 +10,11 @@ returns nothing. It keeps only the few event types the passes consult (none per 
 pure functions of recovery.py run on a short list.
 
 The view is a cache of the store, never a source of truth: a restarted controller rebuilds it
-from sequence 0, and a missing view simply reads everything once. It relies on a later read
-never finding a smaller sequence number than one already read. SQLite guarantees that (one
-writer at a time). On PostgreSQL two transactions can commit out of sequence order; the kept
-types are written by the controller driving the run, one transaction at a time, so a kept event
-could be missed only while two controllers write one run at once (the launch claim makes that
-brief). `Controller._emit`'s event feed has always had the same limit.
+from sequence 0, and a missing view simply reads everything once. On PostgreSQL two transactions
+can commit out of sequence order (a lower number becomes visible after a higher one was read,
+e.g. while two controllers write one run, or a `runwright cancel` beside the controller), so each
+read looks back LOOKBACK_SEQ numbers behind the newest folded event and skips the events it
+already holds (by event id): the window returns this run's few kept events, not its steps.
 """
 
 from dataclasses import dataclass, field
@@ -32,6 +31,8 @@ KEPT = (
     "RUN_FINISHED",
 )
 """The event types the reconcile passes read; a view folds in these and nothing else."""
+LOOKBACK_SEQ = 10_000
+"""How far behind the newest folded sequence number each read starts again (see module doc)."""
 
 
 @dataclass
@@ -49,8 +50,13 @@ class RunLog:
     """generation -> the pids its ranks reported in WORKER_STARTED."""
     finished: bool = False
     """RUN_FINISHED is in the log."""
+    seen: set[str] = field(default_factory=set)
+    """Event ids folded in, so the look-back window never folds one twice."""
 
     def fold(self, event: EventRecord) -> None:
+        if event.event_id in self.seen:
+            return
+        self.seen.add(event.event_id)
         self.after_seq = max(self.after_seq, event.seq)
         self.events.append(event)
         if event.type == "STOP_ACKNOWLEDGED":
@@ -71,7 +77,8 @@ class RunLogs:
     def of(self, run_id: str) -> RunLog:
         """Run `run_id`'s view, with every kept event stored so far folded in."""
         log = self._logs.setdefault(run_id, RunLog(run_id))
-        for event in self.store.events(run_id, after_seq=log.after_seq, types=KEPT):
+        after = max(0, log.after_seq - LOOKBACK_SEQ)
+        for event in self.store.events(run_id, after_seq=after, types=KEPT):
             log.fold(event)
         return log
 

@@ -5,14 +5,14 @@ import math
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from runwright.ckpt.interval import (
-    IntervalPolicy,
+from runwright.ckpt.interval import IntervalPolicy
+from runwright.ckpt.manifest import HealthVerdict
+from runwright.ckpt.retention import RetentionEntry, plan_retention
+from runwright.plan.interval import (
     daly_interval_seconds,
     expected_waste_fraction,
     young_interval_seconds,
 )
-from runwright.ckpt.manifest import HealthVerdict
-from runwright.ckpt.retention import RetentionEntry, plan_retention
 from runwright.spec.policies import CheckpointIntervalSpec
 
 

@@ -1,41 +1,21 @@
 """When to checkpoint: fixed steps, fixed seconds, or the Young/Daly optimum.
 
-Young (1974), "A first order approximation to the optimum checkpoint interval", CACM 17(9):
-    T_young = sqrt(2 * C * M)
-Daly (2006), "A higher order estimate of the optimum checkpoint interval for restart dumps",
-FGCS 22(3), eq. 37, for C < 2M:
-    T_daly = sqrt(2 * C * M) * (1 + sqrt(C / (2M)) / 3 + (C / (2M)) / 9) - C,   and M otherwise,
-with C the measured blocking cost of one checkpoint (seconds) and M the mean time between
-failures (seconds). Seed 003 gives the waste model W(T) = C/T + T/(2M) + (R+D)/M these minimise.
+The formulas live once, in `runwright.plan.interval` (Young 1974, Daly 2006 eq. 37, seed 003's
+waste model), with their derivation; this module applies Daly's optimum to the measured blocking
+cost C of a save and the mean time between failures M.
 Example: C = 20 s, M = 86,400 s (one failure a day) -> T_young = sqrt(2*20*86400) = 1,859 s.
 """
 
-import math
 import time
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from runwright.plan.interval import daly_interval_seconds
 from runwright.spec.policies import CheckpointIntervalSpec
 
-
-def young_interval_seconds(stall_seconds: float, mtbf_seconds: float) -> float:
-    """Young's first-order optimum sqrt(2CM) (Young 1974)."""
-    return math.sqrt(2.0 * stall_seconds * mtbf_seconds)
-
-
-def daly_interval_seconds(stall_seconds: float, mtbf_seconds: float) -> float:
-    """Daly's higher-order optimum (Daly 2006, eq. 37); M when C >= 2M."""
-    c, m = stall_seconds, mtbf_seconds
-    if c >= 2.0 * m:
-        return m
-    ratio = c / (2.0 * m)
-    return math.sqrt(2.0 * c * m) * (1.0 + math.sqrt(ratio) / 3.0 + ratio / 9.0) - c
-
-
-def expected_waste_fraction(interval_seconds: float, stall_seconds: float, mtbf: float) -> float:
-    """Seed 003's W(T) without the per-failure restart terms: C/T + T/(2M)."""
-    return stall_seconds / interval_seconds + interval_seconds / (2.0 * mtbf)
+MIN_STALL_SECONDS = 1e-3
+"""A measured save that blocked for less than this counts as this (the formulas need C > 0)."""
 
 
 class IntervalChoice(BaseModel):
@@ -102,7 +82,7 @@ class IntervalPolicy:
         mtbf = observed if observed is not None else float(spec.mtbf_seconds or 0.0)
         return IntervalChoice(
             policy="auto",
-            every_seconds=daly_interval_seconds(stall, mtbf),
+            every_seconds=daly_interval_seconds(max(stall, MIN_STALL_SECONDS), mtbf),
             stall_seconds=stall,
             stall_source="measured" if measured is not None else "assumed",
             mtbf_seconds=mtbf,

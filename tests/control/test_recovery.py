@@ -101,6 +101,9 @@ def test_sigkill_one_rank_recovers_from_last_checkpoint(tmp_path):
     assert healthy_steps(store, run.run_id, 2) == list(range(5, 13))
     assert [a.generation for a in store.attempts(run.run_id)] == [1, 2]
     assert store.checkpoints.latest(run.run_id).step == 12
+    # The run record alone says where the run resumes: the cursor committed at step 12
+    # (8 global samples a step).
+    assert final.data_cursor == {"samples": 96}
 
 
 def test_sigstop_one_rank_is_detected_as_a_hang_and_recovered(tmp_path):

@@ -2,8 +2,8 @@
 
 Heartbeats update the run's liveness (fenced) and the watchdog; every other message becomes an
 event (fenced: a stale generation is rejected and recorded). A CHECKPOINT_COMMITTED event is
-mirrored into the store's latest pointer with the fenced compare-and-set, and STEP_HEALTHY moves
-the run's last healthy step.
+recorded in the checkpoint catalog and its data cursor written into the run record (fenced), and
+STEP_HEALTHY moves the run's last healthy step.
 
 The channel is the buffer while the store is away: the reader's cursor passes a message only after
 every store write it causes has succeeded, so a poll the store breaks off (StoreUnavailableError)
@@ -13,8 +13,9 @@ the second attempt from storing it twice.
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from runwright.ckpt.manifest import COMMIT_FILE, CommitRecord
+from runwright.ckpt.manifest import COMMIT_FILE, MANIFEST_FILE, CheckpointManifest, CommitRecord
 from runwright.layout import run_paths
 from runwright.runtime.channel import HEARTBEAT, ChannelMessage, ChannelReader
 from runwright.store import NewEvent, Outcome, RunRecord, Store
@@ -102,9 +103,24 @@ class Ingestor:
                     if isinstance(v, int | float | str | bool)
                 },
             )
+            # The run record alone says where the run can resume (ARCHITECTURE.md): the
+            # committed data cursor travels with every commit, fenced like the step.
+            cursor = _data_cursor(folder)
+            if cursor is not None:
+                self.store.fenced_update(self.run_id, message.generation, data_cursor=cursor)
         elif message.type == "CHECKPOINT_DELETED" and message.attributes.get("folder"):
             folder = self.paths.checkpoints / str(message.attributes["folder"])
             self.store.checkpoints.mark_deleted(self.run_id, str(folder))
+
+
+def _data_cursor(folder: Path) -> dict[str, Any] | None:
+    """The data cursor a committed checkpoint's manifest recorded, if it has one."""
+    try:
+        return CheckpointManifest.model_validate_json(
+            (folder / MANIFEST_FILE).read_bytes()
+        ).data_cursor
+    except (OSError, ValueError):
+        return None
 
 
 def _manifest_sha256(folder: Path) -> str:

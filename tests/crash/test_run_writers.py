@@ -25,6 +25,7 @@ from harness import wait_gone
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
 from runwright.control.processes import is_alive
+from runwright.errors import StoreUnavailableError
 from runwright.govern.compare import compare_runs
 from runwright.runtime.channel import HEARTBEAT, ChannelReader
 from runwright.spec import spec_from_mapping
@@ -56,6 +57,17 @@ def spec_for(steps: int, step_sleep: float):
             },
         }
     )
+
+
+def patiently(read, *args, **kwargs):
+    """A read of the store by the test itself, which waits out a busy store as the controller
+    does: on an oversubscribed machine a writer can hold SQLite's lock past the busy timeout."""
+    for _ in range(60):
+        try:
+            return read(*args, **kwargs)
+        except StoreUnavailableError:
+            time.sleep(1.0)
+    return read(*args, **kwargs)
 
 
 def controller_argv(root: Path, run_id: str) -> list[str]:
@@ -118,9 +130,11 @@ def check_run(store: Store, root: Path, run_id: str, reference_id: str) -> None:
 
 def beside(store_root: Path, run_id: str) -> threading.Thread:
     """Drive `run_id` to its end in a thread, with a controller of its own."""
+    # A daemon: a failed assertion must end the test, not wait for the other run.
     thread = threading.Thread(
         target=Controller(Store.open(store_root), store_root, poll_seconds=0.1).drive,
         args=(run_id,),
+        daemon=True,
     )
     thread.start()
     return thread
@@ -153,12 +167,12 @@ def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
             landed += 1
         else:
             assert code == 0, (tmp_path / "controller.log").read_text()[-3000:]
-            if store.get_run(run.run_id).state == "SUCCEEDED":
+            if patiently(store.get_run, run.run_id).state == "SUCCEEDED":
                 break
-        current = store.get_run(run.run_id)
+        current = patiently(store.get_run, run.run_id)
         if not rank_killed and landed >= kills // 3 and (current.last_step or 0) >= 5:
             # One lost rank, so that later controller kills land in its recovery too.
-            for event in store.events(run.run_id, types=["WORKER_STARTED"]):
+            for event in patiently(store.events, run.run_id, types=["WORKER_STARTED"]):
                 if event.generation == current.generation and event.attributes["rank"] == 1:
                     os.kill(int(event.attributes["pid"]), signal.SIGKILL)
                     rank_killed = True

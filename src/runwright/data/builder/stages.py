@@ -81,6 +81,18 @@ class Counters:
         self.seen[source] += seen
         self.dropped.setdefault(source, Counter())[reason] += 1
 
+    def sieve(
+        self, docs: Iterable["Document"], rejection: Callable[[int, "Document"], str | None]
+    ) -> Iterator["Document"]:
+        """Pass on each document `rejection(index, doc)` has no reason for; count both ways."""
+        for k, doc in enumerate(docs):
+            reason = rejection(k, doc)
+            if reason is not None:
+                self.drop(doc.source, reason)
+                continue
+            self.keep(doc.source)
+            yield doc
+
     def add(self, other: "Counters") -> None:
         """Add a partition's counts into these."""
         self.seen.update(other.seen)
@@ -216,13 +228,7 @@ class Filter:
         # Built when run, not when constructed: a custom-v1 filter imports the user's function,
         # which only the processes that filter need.
         checks: list[tuple[str, FilterCheck]] = make_filters(self.specs)
-        for doc in docs:
-            reason = first_rejection(doc.text, checks)
-            if reason is not None:
-                self.counters.drop(doc.source, reason)
-                continue
-            self.counters.keep(doc.source)
-            yield doc
+        yield from self.counters.sieve(docs, lambda _k, doc: first_rejection(doc.text, checks))
 
 
 @dataclass
@@ -288,13 +294,7 @@ class NearDedup:
             if self.spec is not None
             else {}
         )
-        for k, doc in enumerate(docs):
-            reason = dropped.get(k)
-            if reason is not None:
-                self.counters.drop(doc.source, reason)
-                continue
-            self.counters.keep(doc.source)
-            yield doc
+        yield from self.counters.sieve(docs, lambda k, _doc: dropped.get(k))
 
 
 @dataclass

@@ -44,7 +44,6 @@ from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
 from runwright.ckpt import (
     Checkpointer,
-    CheckpointEventType,
     LocalFence,
     MemorySink,
     SaveResult,
@@ -53,6 +52,7 @@ from runwright.ckpt import (
 )
 from runwright.ckpt.retention import delete_checkpoint
 from runwright.ckpt.state import capture
+from runwright.events import EventType
 from runwright.spec.policies import CheckpointSpec
 
 RESULTS = Path(__file__).parent / "results" / "checkpoint.json"
@@ -189,7 +189,7 @@ def run(work: Path, megabytes: int, rounds: int, threads: int) -> dict:
         result = asynchronous.save(next(steps), state)
         assert result.status == SaveStatus.QUEUED
         asynchronous.wait()
-        committed = async_events.of_type(CheckpointEventType.CHECKPOINT_COMMITTED)[-1]
+        committed = async_events.of_type(EventType.CHECKPOINT_COMMITTED)[-1]
         return result.stall_seconds, float(committed.attributes["persist_seconds"])
 
     def restore() -> float:
@@ -215,7 +215,7 @@ def run(work: Path, megabytes: int, rounds: int, threads: int) -> dict:
         # clean-up outside every timed region; deleting the sync checkpoint is what retention
         # would do, so it is timed on its own line
         delete_s = timed(lambda: delete_checkpoint(sync.storage, saved[-1].folder or ""))
-        for event in async_events.of_type(CheckpointEventType.CHECKPOINT_COMMITTED)[-1:]:
+        for event in async_events.of_type(EventType.CHECKPOINT_COMMITTED)[-1:]:
             delete_checkpoint(asynchronous.storage, event.attributes["folder"])
         shutil.rmtree(dcp_path)
         raw_path.unlink()

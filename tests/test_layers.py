@@ -125,10 +125,28 @@ RULES = [
         "control/ alike, so they sit at the bottom (not drawn in ARCHITECTURE.md)",
     ),
     Rule(
+        "records",
+        None,
+        "the one pydantic base of every record sits below everything",
+    ),
+    Rule(
+        "events",
+        None,
+        "the event vocabulary is the bottom layer both sides of the seam write and read",
+        allowed=frozenset({"records"}),
+    ),
+    Rule(
+        "protocol",
+        None,
+        "the worker protocol is the seam both the controller and the workers import (bottom)",
+        allowed=frozenset({"errors", "layout", "records"}),
+    ),
+    Rule(
         "spec",
         None,
-        "spec/ imports nothing of ours; errors.py is the bottom it may raise from (SpecError)",
-        allowed=frozenset({"errors"}),
+        "spec/ imports nothing of ours but the bottom: errors.py to raise from (SpecError) and "
+        "the record base",
+        allowed=frozenset({"errors", "records"}),
     ),
     Rule(
         "data",
@@ -157,8 +175,9 @@ RULES = [
     ),
     Rule(
         "control",
-        frozenset(FACES),
-        "the control plane is driven by the faces, never the other way",
+        frozenset({*FACES, "runtime", "train"}),
+        "the control plane is driven by the faces, never the other way, and learns the workers "
+        "only through the worker protocol (runwright.protocol), never their own modules",
     ),
     *(
         Rule(

@@ -50,6 +50,7 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         run.channel_file(3, 1): "channel/gen<G>-rank<R>.jsonl",
         run.stop_file(3): "control/stop-gen<G>.json",
         run.timeline_file(3, 1): "timeline/gen<G>-rank<R>.jsonl",
+        run.final_parameters: "final_parameters.json",
         attempt.folder: "attempts/gen<G>/",
         attempt.pid_file: "pid",
         attempt.exit_status_file: "exit_status",

@@ -18,6 +18,7 @@ learns the other's file names. It imports nothing of runwright, so every layer m
   channel/gen<G>-rank<R>.jsonl           worker -> controller messages, one file per rank
   control/stop-gen<G>.json               controller -> workers: stop generation G
   timeline/gen<G>-rank<R>.jsonl          per-step phase times, one file per rank
+  final_parameters.json                  parameter digests once the last step is done
   attempts/gen<G>/                       generation G's worker group (AttemptPaths)
     pid                                  supervisor pid and launch time (unix seconds)
     exit_status                          torchrun's exit status, written by the supervisor
@@ -193,6 +194,11 @@ class RunPaths:
     def report(self) -> Path:
         """Where `runwright report` (and the demo) writes report.json and report.html."""
         return self.folder / "report"
+
+    @property
+    def final_parameters(self) -> Path:
+        """The parameter digests of a run that reached its last step (the context's close)."""
+        return self.folder / "final_parameters.json"
 
 
 def run_paths(root: Path, run_id: str) -> RunPaths:

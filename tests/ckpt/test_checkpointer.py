@@ -12,7 +12,6 @@ from ckpt_helpers import CountingLoader, make_state, params, same_params
 from runwright.ckpt import (
     BackgroundSaveError,
     Checkpointer,
-    CheckpointEventType,
     HealthVerdict,
     IncompatibleCheckpointError,
     LocalFence,
@@ -23,6 +22,7 @@ from runwright.ckpt import (
     scan,
 )
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.events import EventType
 from runwright.spec.policies import CheckpointIntervalSpec, CheckpointSpec
 
 
@@ -129,7 +129,7 @@ def test_full_backlog_applies_declared_policy(tmp_path, when_full):
     second = saver.save(2, state)
     if when_full == "skip":
         assert second.status == SaveStatus.SKIPPED
-        assert sink.of_type(CheckpointEventType.CHECKPOINT_SKIPPED)
+        assert sink.of_type(EventType.CHECKPOINT_SKIPPED)
         gate.set()
     elif when_full == "block":
         assert second.status == SaveStatus.QUEUED
@@ -152,7 +152,7 @@ def test_background_failure_surfaces_at_next_call(tmp_path):
     saver.save(1, state)
     with pytest.raises(BackgroundSaveError, match="disk full"):
         saver.wait()
-    assert sink.of_type(CheckpointEventType.CHECKPOINT_FAILED)
+    assert sink.of_type(EventType.CHECKPOINT_FAILED)
     saver.close()
 
 
@@ -167,7 +167,7 @@ def test_stale_generation_is_rejected_and_recorded(tmp_path):
     assert new.save(5, make_state(seed=5)).status == SaveStatus.COMMITTED
     stale = old.save(9, make_state(seed=9))
     assert stale.status == SaveStatus.REJECTED_STALE
-    assert old_sink.of_type(CheckpointEventType.STALE_WRITE_REJECTED)
+    assert old_sink.of_type(EventType.STALE_WRITE_REJECTED)
     latest = fence.latest()
     assert latest is not None and latest.step == 5 and latest.generation == new_generation
     fresh = make_state(seed=0)
@@ -195,7 +195,7 @@ def test_corrupt_shard_named_by_verify_and_restore_falls_back(tmp_path):
     restored = _ckpt(tmp_path, sink).restore(fresh)
     assert restored.step == 1 and restored.fallbacks[0].checkpoint_id == newest.record.checkpoint_id
     assert "__0_0.distcp" in restored.fallbacks[0].reason
-    assert sink.of_type(CheckpointEventType.RESTORE_FALLBACK)
+    assert sink.of_type(EventType.RESTORE_FALLBACK)
     assert same_params(fresh, params(make_state(seed=1)))
 
 
@@ -269,7 +269,7 @@ def test_committed_event_carries_what_the_run_report_reads(tmp_path, mode):
     state = make_state()
     results = [saver.save(step, state) for step in (1, 2)]
     saver.close()
-    committed = sink.of_type(CheckpointEventType.CHECKPOINT_COMMITTED)
+    committed = sink.of_type(EventType.CHECKPOINT_COMMITTED)
     assert [e.step for e in committed] == [1, 2]
     for event, result in zip(committed, results, strict=True):
         attrs = event.attributes
@@ -285,7 +285,7 @@ def test_committed_event_carries_what_the_run_report_reads(tmp_path, mode):
     manifest_bytes = (tmp_path / kept.folder / "manifest.json").read_bytes()
     assert latest["manifest_sha256"] == hashlib.sha256(manifest_bytes).hexdigest()
     assert latest["manifest_sha256"] == kept.record.manifest_sha256
-    (deleted,) = sink.of_type(CheckpointEventType.CHECKPOINT_DELETED)
+    (deleted,) = sink.of_type(EventType.CHECKPOINT_DELETED)
     assert deleted.attributes["folder"] == committed[0].attributes["folder"]
     assert deleted.attributes["bytes"] > 0 and deleted.attributes["seconds"] >= 0
 

@@ -17,7 +17,6 @@ from ckpt_helpers import make_state, params, same_params
 
 from runwright.ckpt import (
     Checkpointer,
-    CheckpointEventType,
     CheckpointStorageError,
     LocalFence,
     MemorySink,
@@ -26,6 +25,7 @@ from runwright.ckpt import (
     start_generation,
 )
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.events import EventType
 from runwright.spec.policies import CheckpointSpec
 
 VOLUME = "12m"
@@ -127,7 +127,7 @@ def _names_the_full_volume(error: CheckpointStorageError, root: Path) -> None:
 
 
 def _failed_event(sink: MemorySink) -> dict:
-    (event,) = sink.of_type(CheckpointEventType.CHECKPOINT_FAILED)
+    (event,) = sink.of_type(EventType.CHECKPOINT_FAILED)
     attributes = event.attributes
     assert event.step == 2 and attributes["errno"] == errno.ENOSPC
     assert attributes["bytes_needed"] > attributes["bytes_free"] >= 0

@@ -96,3 +96,28 @@ def test_a_heartbeat_the_store_missed_is_written_next_time(setup):
         ingestor.poll()
     assert ingestor.poll() == 0  # nothing new in the channel, but the beat is still written
     assert store.get_run("run-a").last_heartbeat_unix_s == beat.time_unix_s
+
+
+def test_a_commit_the_fence_names_but_no_event_reported_is_recorded(setup, tmp_path):
+    """A writer lost between its publish and its report: the fence's pointer is the authority, so
+    once the group has ended the controller records the commit from the checkpoint itself."""
+    import torch
+
+    from runwright.ckpt import Checkpointer, MemorySink, TrainState
+    from runwright.spec.policies import CheckpointSpec
+
+    store, ingestor, _ = setup
+    root = run_paths(tmp_path, "run-a").checkpoints
+    ckpt = Checkpointer(str(root), policy=CheckpointSpec(), generation=1, events=MemorySink())
+    saved = ckpt.save(5, TrainState(model=torch.nn.Linear(2, 1)))
+    ckpt.close()
+    assert store.events("run-a", types=["CHECKPOINT_COMMITTED"]) == []
+
+    ingestor.settle_with_fence()
+    ingestor.settle_with_fence()  # once only
+    (event,) = store.events("run-a", types=["CHECKPOINT_COMMITTED"])
+    assert (event.checkpoint_id, event.step, event.generation) == (saved.checkpoint_id, 5, 1)
+    assert event.attributes["reported_by"] == "controller"
+    (row,) = store.checkpoints.list("run-a", status="COMMITTED")
+    assert row.checkpoint_id == saved.checkpoint_id and row.manifest_sha256
+    assert store.get_run("run-a").data_cursor is None  # this state had no loader

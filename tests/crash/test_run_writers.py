@@ -23,11 +23,12 @@ import pytest
 from harness import wait_gone
 
 from runwright.control.cancel import request_cancel
+from runwright.control.channel import ChannelReader
 from runwright.control.controller import Controller
 from runwright.control.processes import is_alive
 from runwright.errors import StoreUnavailableError
 from runwright.govern.compare import compare_runs
-from runwright.runtime.channel import HEARTBEAT, ChannelReader
+from runwright.protocol import HEARTBEAT
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 

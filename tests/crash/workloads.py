@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from runwright.ckpt import Checkpointer, LocalFence, TrainState
-from runwright.ckpt.events import CheckpointEvent, CheckpointEventType
+from runwright.ckpt.events import CheckpointEvent
+from runwright.events import EventType
 from runwright.spec.policies import CheckpointSpec
 
 WIDTH = 192  # 192x192 + 192x4 float32 parameters, x3 with AdamW moments: about 450 kB a save
@@ -98,7 +99,7 @@ class AckSink:
         self.acks = acks
 
     def emit(self, event: CheckpointEvent) -> None:
-        if event.type == CheckpointEventType.CHECKPOINT_COMMITTED:
+        if event.type == EventType.CHECKPOINT_COMMITTED:
             append_line(self.acks, {"step": event.step, "pid": os.getpid()})
 
 

@@ -2,8 +2,10 @@
 
 import os
 
+from runwright.control.channel import ChannelReader
 from runwright.layout import RunPaths
-from runwright.runtime import ChannelReader, ChannelWriter, build_rank_manifest, init
+from runwright.protocol import build_rank_manifest
+from runwright.runtime import ChannelWriter, init
 
 
 def test_reader_sees_only_complete_lines_once(tmp_path):

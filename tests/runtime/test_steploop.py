@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import runwright.runtime.stop
+from runwright.control.channel import ChannelReader
 from runwright.layout import RunPaths
-from runwright.runtime import ChannelReader, init
-from runwright.runtime.channel import HEARTBEAT
+from runwright.protocol import HEARTBEAT, write_stop_request
+from runwright.runtime import init
 from runwright.runtime.steploop import LossSpikeError, NonFiniteError
-from runwright.runtime.stop import write_stop_request
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from runwright.ckpt.errors import (
 )
 from runwright.ckpt.events import (
     CheckpointEvent,
-    CheckpointEventType,
     EventSink,
     LoggingSink,
     MemorySink,
@@ -47,7 +46,6 @@ __all__ = [
     "CheckpointCorruptError",
     "CheckpointError",
     "CheckpointEvent",
-    "CheckpointEventType",
     "CheckpointIncompleteError",
     "CheckpointManifest",
     "CheckpointRootError",

@@ -8,7 +8,7 @@ the listing, is the transaction boundary).
 
 import hashlib
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from runwright.ckpt.errors import CheckpointRootError
 from runwright.ckpt.fence import Fence
@@ -20,12 +20,11 @@ from runwright.ckpt.manifest import (
     CommitRecord,
 )
 from runwright.ckpt.storage import CheckpointStorage, parse_folder
+from runwright.records import Record
 
 
-class CommittedCheckpoint(BaseModel):
+class CommittedCheckpoint(Record):
     """One committed checkpoint as found on storage."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     folder: str
     """Folder name under the checkpoint root."""
@@ -37,10 +36,8 @@ class CommittedCheckpoint(BaseModel):
     """Its manifest (hash checked against the record)."""
 
 
-class Uncommitted(BaseModel):
+class Uncommitted(Record):
     """A checkpoint folder that is not (or no longer) committed, and why."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     folder: str
     """Folder name under the checkpoint root."""

@@ -21,9 +21,16 @@ from typing import Any
 
 from runwright.ckpt import restore as restoring
 from runwright.ckpt.backlog import Backlog
-from runwright.ckpt.commit import CommitProbe, CommitStep, RunFacts, Snapshot, persist
+from runwright.ckpt.commit import (
+    CommitProbe,
+    CommitStep,
+    PersistResult,
+    RunFacts,
+    Snapshot,
+    persist,
+)
 from runwright.ckpt.errors import BackgroundSaveError, CheckpointStorageError
-from runwright.ckpt.events import CheckpointEvent, CheckpointEventType, EventSink, LoggingSink
+from runwright.ckpt.events import CheckpointEvent, EventSink, LoggingSink
 from runwright.ckpt.fence import Fence, LocalFence, PublishOutcome
 from runwright.ckpt.gc import GcReport, collect_residue
 from runwright.ckpt.interval import IntervalChoice, IntervalPolicy
@@ -35,6 +42,7 @@ from runwright.ckpt.snapshot import SnapshotPool
 from runwright.ckpt.state import TrainState, capture, data_cursor_of
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.verify import VerifyMode
+from runwright.events import EventType
 from runwright.spec.policies import CheckpointSpec
 
 
@@ -63,6 +71,8 @@ class Checkpointer:
         self.fence: Fence = fence if fence is not None else LocalFence(checkpoint_root)
         self.generation = self.fence.current_generation() if generation is None else generation
         self.events: EventSink = events if events is not None else LoggingSink()
+        self.last_state: TrainState | None = None
+        """The state last saved or restored: what the run holds (its close digests it)."""
         self._ranks = Ranks()
         self.distributed = self._ranks.distributed
         self.rank = self._ranks.rank
@@ -93,7 +103,7 @@ class Checkpointer:
             release=lambda snap: self._pool.give_back(snap.state_dict),
         )
         self._gc_min_age_seconds = gc_min_age_seconds
-        self._emit(CheckpointEventType.INTERVAL_CHOSEN, None, None, self.interval().model_dump())
+        self._emit(EventType.INTERVAL_CHOSEN, None, None, self.interval().model_dump())
         if self.rank == 0:
             self.collect_garbage()
 
@@ -131,6 +141,7 @@ class Checkpointer:
         A save storage refuses raises `CheckpointStorageError` (`on_save_failure: stop`) or
         returns a FAILED result (`skip`); so does an earlier async save's failure."""
         self._settle_background(agree=True)
+        self.last_state = state
         started = time.perf_counter()
         if self.policy.mode == "sync":
             result = self._save_inline(step, state, loss, health, started)
@@ -161,6 +172,7 @@ class Checkpointer:
             self.facts.tokenizer_hash,
             self.facts.data_manifest_id,
         )
+        self.last_state = state
         result = restoring.restore_newest(
             state,
             self.storage,
@@ -173,11 +185,14 @@ class Checkpointer:
             on_fallback=self._emit_fallback,
         )
         if result is None:
+            # A fresh start is a restore too: recovery and the report read the step each
+            # generation starts from, and 0 is an answer.
+            self._emit(EventType.RESTORED, 0, None, {"mode": None, "fresh": True})
             return None
         self._parent = result.checkpoint_id
         self._committed_step = result.step
         self._emit(
-            CheckpointEventType.RESTORE_SUCCEEDED,
+            EventType.RESTORED,
             result.step,
             result.checkpoint_id,
             {
@@ -223,7 +238,7 @@ class Checkpointer:
             latest_step=latest.step if (latest := self.fence.latest()) is not None else None,
         )
         if report.removed:
-            self._emit(CheckpointEventType.RESIDUE_COLLECTED, None, None, report.model_dump())
+            self._emit(EventType.RESIDUE_COLLECTED, None, None, report.model_dump())
         return report
 
     def close(self) -> None:
@@ -278,7 +293,7 @@ class Checkpointer:
         self._reach(CommitStep.STAGE)
         snap = self._snapshot(step, capture(state, step, self.rank), state, loss, health, 0.0)
         self._staged_step = step
-        self._emit(CheckpointEventType.CHECKPOINT_STAGED, step, snap.checkpoint_id, {})
+        self._emit(EventType.CHECKPOINT_STAGED, step, snap.checkpoint_id, {})
         try:
             return self._persist(snap, started_perf=started)
         except CheckpointStorageError as exc:
@@ -307,7 +322,7 @@ class Checkpointer:
         if self._ranks.any(full):
             if self.policy.when_full == "skip":
                 self._emit(
-                    CheckpointEventType.CHECKPOINT_SKIPPED,
+                    EventType.CHECKPOINT_SKIPPED,
                     step,
                     None,
                     {"reason": f"async backlog full ({self.policy.max_inflight} in flight)"},
@@ -326,7 +341,7 @@ class Checkpointer:
         stall = time.perf_counter() - started
         snap = self._snapshot(step, staged, state, loss, health, stall)
         self._staged_step = step
-        self._emit(CheckpointEventType.CHECKPOINT_STAGED, step, snap.checkpoint_id, {})
+        self._emit(EventType.CHECKPOINT_STAGED, step, snap.checkpoint_id, {})
         self._backlog.submit(snap)
         return SaveResult(
             checkpoint_id=snap.checkpoint_id,
@@ -344,11 +359,30 @@ class Checkpointer:
             attributes |= exc.failure.model_dump(exclude={"remedy"})
             attributes["on_save_failure"] = self.policy.on_save_failure
         attributes["mode"] = self.policy.mode
-        self._emit(CheckpointEventType.CHECKPOINT_FAILED, snap.step, snap.checkpoint_id, attributes)
+        self._emit(EventType.CHECKPOINT_FAILED, snap.step, snap.checkpoint_id, attributes)
 
     def _persist(self, snap: Snapshot, started_perf: float | None) -> SaveResult:
         """Run the commit protocol; `started_perf` is when an inline save's call began (None on
         the backlog's worker, where the step was blocked only while staging)."""
+        stage_seconds = snap.timings_seconds.get("stage", 0.0)
+
+        def stall_now() -> float:
+            return time.perf_counter() - started_perf if started_perf is not None else stage_seconds
+
+        def report(decided: PersistResult) -> None:
+            """Rank 0, the moment the publish is decided (before any rank could be lost)."""
+            attributes = {
+                **decided.timings_seconds,
+                "folder": decided.folder,
+                "bytes": decided.total_bytes,
+                "manifest_sha256": decided.manifest_sha256,
+                "stall_seconds": stall_now(),
+                "persist_seconds": decided.timings_seconds["persist"],
+            }
+            stale = decided.outcome == PublishOutcome.STALE_GENERATION
+            kind = EventType.STALE_WRITE_REJECTED if stale else EventType.CHECKPOINT_COMMITTED
+            self._emit(kind, snap.step, snap.checkpoint_id, attributes)
+
         done = persist(
             snap,
             self.storage,
@@ -357,34 +391,18 @@ class Checkpointer:
             process_group=self._ranks.persist_group,
             probe=self._probe,
             thread_count=self._thread_count,
+            on_outcome=report,
         )
-        stage_seconds = snap.timings_seconds.get("stage", 0.0)
-        stall = time.perf_counter() - started_perf if started_perf is not None else stage_seconds
-        attributes = {
-            **done.timings_seconds,
-            "folder": done.folder,
-            "bytes": done.total_bytes,
-            "manifest_sha256": done.manifest_sha256,
-            "stall_seconds": stall,
-            "persist_seconds": done.timings_seconds["persist"],
-        }
         if done.outcome == PublishOutcome.STALE_GENERATION:
             status = SaveStatus.REJECTED_STALE
-            self._emit(
-                CheckpointEventType.STALE_WRITE_REJECTED, snap.step, snap.checkpoint_id, attributes
-            )
         else:
             status = SaveStatus.COMMITTED
             self._parent = snap.checkpoint_id
             self._committed_step = max(self._committed_step or 0, snap.step)
-            self._emit(
-                CheckpointEventType.CHECKPOINT_COMMITTED, snap.step, snap.checkpoint_id, attributes
-            )
             if self.rank == 0:
                 self._apply_retention()
-        if started_perf is not None:
-            # an inline save also blocked the step while retention deleted older checkpoints
-            stall = time.perf_counter() - started_perf
+        # an inline save also blocked the step while retention deleted older checkpoints
+        stall = stall_now()
         return SaveResult(
             checkpoint_id=snap.checkpoint_id,
             step=snap.step,
@@ -402,7 +420,7 @@ class Checkpointer:
             keep_last=self.policy.keep_last,
             keep_every_steps=self.policy.keep_every_steps,
         ):
-            self._emit(CheckpointEventType.CHECKPOINT_DELETED, None, None, deleted.model_dump())
+            self._emit(EventType.CHECKPOINT_DELETED, None, None, deleted.model_dump())
 
     # helpers ---------------------------------------------------------------------------------
     def _reach(self, step: CommitStep) -> None:
@@ -448,7 +466,7 @@ class Checkpointer:
 
     def _emit_fallback(self, fallback: restoring.Fallback) -> None:
         self._emit(
-            CheckpointEventType.RESTORE_FALLBACK,
+            EventType.RESTORE_FALLBACK,
             fallback.step,
             fallback.checkpoint_id,
             {"reason": fallback.reason},
@@ -456,7 +474,7 @@ class Checkpointer:
 
     def _emit(
         self,
-        kind: CheckpointEventType,
+        kind: EventType,
         step: int | None,
         checkpoint_id: str | None,
         attributes: dict[str, Any],

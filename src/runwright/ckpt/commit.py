@@ -134,8 +134,13 @@ def persist(
     process_group: dist.ProcessGroup | None,
     probe: CommitProbe | None = None,
     thread_count: int = 1,
+    on_outcome: Callable[[PersistResult], None] | None = None,
 ) -> PersistResult:
-    """Steps WRITE_SHARDS..DONE for one snapshot. Collective when a process group is given."""
+    """Steps WRITE_SHARDS..DONE for one snapshot. Collective when a process group is given.
+
+    `on_outcome` is called on the coordinator (rank 0) as soon as the publish has been decided,
+    before the outcome is broadcast: a rank lost after the publish makes the broadcast fail, and
+    the commit, already durable and pointed to, must still be reported."""
     reach = probe.reached if probe is not None else (lambda step, n=0: None)
     timings = dict(snap.timings_seconds)
     started = time.perf_counter()
@@ -165,6 +170,8 @@ def persist(
                 result[0] = _commit_as_coordinator(snap, storage, fence, facts, writer, path, reach)
             except Exception as exc:
                 result[0] = exc
+            if on_outcome is not None and not isinstance(result[0], Exception):
+                on_outcome(_result(result[0], timings, started))
         if process_group is not None:
             dist.broadcast_object_list(result, src=0, group=process_group)
         if isinstance(result[0], Exception):
@@ -178,16 +185,24 @@ def persist(
         raise error from exc
     finally:
         writer.shutdown()
-    outcome, folder, total_bytes, manifest_sha256, coordinator_timings = result[0]
-    timings.update(coordinator_timings)
-    timings["persist"] = time.perf_counter() - started
     reach(CommitStep.DONE)
+    return _result(result[0], timings, started)
+
+
+def _result(coordinated: Any, timings: dict[str, float], started: float) -> PersistResult:
+    """The coordinator's (outcome, folder, bytes, manifest sha256, timings) as a result, with
+    the persist time up to now."""
+    outcome, folder, total_bytes, manifest_sha256, coordinator_timings = coordinated
     return PersistResult(
         outcome=outcome,
         folder=folder,
         total_bytes=total_bytes,
         manifest_sha256=manifest_sha256,
-        timings_seconds=timings,
+        timings_seconds={
+            **timings,
+            **coordinator_timings,
+            "persist": time.perf_counter() - started,
+        },
     )
 
 

@@ -8,10 +8,11 @@ different model on different data.
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runwright.ckpt.errors import IncompatibleCheckpointError
 from runwright.ckpt.manifest import CheckpointManifest
+from runwright.records import Record
 
 MODEL_PREFIX = "model."
 
@@ -25,10 +26,8 @@ class RestoreMode(StrEnum):
     """World size or layout changed: DCP maps the stored chunks onto the new layout."""
 
 
-class CurrentRun(BaseModel):
+class CurrentRun(Record):
     """What the run that restores looks like."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     world_size: int
     """Ranks now."""

@@ -2,7 +2,7 @@
 
 The checkpoint package never writes to a database: the caller passes an `EventSink` (the runtime
 forwards events to the control plane's event log; a standalone script may keep the default, which
-logs). Event type names match the run event types of ARCHITECTURE.md ("Core records: Event").
+logs). Event types are the run's event vocabulary (`runwright.events.EventType`).
 
 Attributes the controller and the run report read (govern/evidence.py, observe/):
     CHECKPOINT_COMMITTED    folder, bytes, manifest_sha256 (sha256 of the committed manifest.json,
@@ -18,36 +18,21 @@ Attributes the controller and the run report read (govern/evidence.py, observe/)
 import logging
 import threading
 import time
-from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from runwright.events import EventType
+from runwright.records import Record
 
 _log = logging.getLogger("runwright.ckpt")
 
 
-class CheckpointEventType(StrEnum):
-    """What happened to a checkpoint."""
-
-    CHECKPOINT_STAGED = "CHECKPOINT_STAGED"
-    CHECKPOINT_COMMITTED = "CHECKPOINT_COMMITTED"
-    CHECKPOINT_SKIPPED = "CHECKPOINT_SKIPPED"
-    CHECKPOINT_FAILED = "CHECKPOINT_FAILED"
-    STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
-    RESTORE_FALLBACK = "RESTORE_FALLBACK"
-    RESTORE_SUCCEEDED = "RESTORE_SUCCEEDED"
-    INTERVAL_CHOSEN = "INTERVAL_CHOSEN"
-    CHECKPOINT_DELETED = "CHECKPOINT_DELETED"
-    RESIDUE_COLLECTED = "RESIDUE_COLLECTED"
-
-
-class CheckpointEvent(BaseModel):
+class CheckpointEvent(Record):
     """One thing that happened to one checkpoint, as the caller's event log will store it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
-
-    type: CheckpointEventType
-    """What happened."""
+    type: EventType
+    """What happened (one of the checkpoint types of the vocabulary)."""
     generation: int
     """Generation (fencing token) of the process that emits the event."""
     step: int | None = None
@@ -86,10 +71,10 @@ class LoggingSink:
 
 
 _WARNINGS = {
-    CheckpointEventType.CHECKPOINT_FAILED,
-    CheckpointEventType.CHECKPOINT_SKIPPED,
-    CheckpointEventType.STALE_WRITE_REJECTED,
-    CheckpointEventType.RESTORE_FALLBACK,
+    EventType.CHECKPOINT_FAILED,
+    EventType.CHECKPOINT_SKIPPED,
+    EventType.STALE_WRITE_REJECTED,
+    EventType.RESTORE_FALLBACK,
 }
 
 
@@ -104,6 +89,6 @@ class MemorySink:
         with self._lock:
             self.events.append(event)
 
-    def of_type(self, kind: CheckpointEventType) -> list[CheckpointEvent]:
+    def of_type(self, kind: EventType) -> list[CheckpointEvent]:
         with self._lock:
             return [e for e in self.events if e.type == kind]

@@ -18,7 +18,6 @@ from typing import Any
 
 import torch
 import torch.distributed.checkpoint as dcp
-from pydantic import BaseModel, ConfigDict
 from safetensors.torch import save_file
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
@@ -29,14 +28,13 @@ from runwright.ckpt.compat import MODEL_PREFIX
 from runwright.ckpt.errors import CheckpointCorruptError
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.verify import verify_checkpoint
+from runwright.records import Record
 
 RELEASE_FILE = "release.json"
 
 
-class ExportedFile(BaseModel):
+class ExportedFile(Record):
     """One file of an export."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     name: str
     """Path relative to the export folder."""
@@ -46,10 +44,8 @@ class ExportedFile(BaseModel):
     """Hex sha256 of the bytes."""
 
 
-class ReleaseManifest(BaseModel):
+class ReleaseManifest(Record):
     """What an export contains and where it came from."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     source_checkpoint_id: str
     """Checkpoint the weights came from."""

@@ -31,23 +31,22 @@ removing anything.
 import os
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runwright.ckpt.catalog import read_committed
 from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.fence import GENERATION_FILE, LATEST_FILE, LOCK_FILE
 from runwright.ckpt.manifest import generation_of
 from runwright.ckpt.storage import STAGING, CheckpointStorage, EntryKind, parse_folder
+from runwright.records import Record
 
 FENCE_FILES = frozenset({LOCK_FILE, GENERATION_FILE, LATEST_FILE})
 _TMP_PID = re.compile(r"\.tmp-(?P<pid>\d+)$")
 
 
-class Residue(BaseModel):
+class Residue(Record):
     """One entry of a checkpoint root that belongs to no committed checkpoint and not to the
     fence, and what GC does with it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     path: str
     """Path relative to the checkpoint root."""
@@ -61,10 +60,8 @@ class Residue(BaseModel):
     """Why GC leaves it, when it does (too young, writer alive, in flight, not runwright's)."""
 
 
-class GcReport(BaseModel):
+class GcReport(Record):
     """What one GC pass removed and what it left."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     removed: dict[str, str] = Field(default_factory=dict)
     """Path relative to the checkpoint root -> why it was residue."""

@@ -9,19 +9,16 @@ Example: C = 20 s, M = 86,400 s (one failure a day) -> T_young = sqrt(2*20*86400
 import time
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from runwright.plan.interval import daly_interval_seconds
+from runwright.records import Record
 from runwright.spec.policies import CheckpointIntervalSpec
 
 MIN_STALL_SECONDS = 1e-3
 """A measured save that blocked for less than this counts as this (the formulas need C > 0)."""
 
 
-class IntervalChoice(BaseModel):
+class IntervalChoice(Record):
     """The interval in force and the inputs it came from (recorded with INTERVAL_CHOSEN)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     policy: Literal["steps", "seconds", "auto"]
     """The spec's interval policy."""

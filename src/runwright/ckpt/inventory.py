@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runwright.ckpt.catalog import CommittedCheckpoint, Uncommitted, scan
 from runwright.ckpt.errors import CheckpointError, CheckpointRootError
@@ -19,6 +19,7 @@ from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.verify import VerifyMode, VerifyReport, verify_checkpoint
 from runwright.errors import NotFoundError
 from runwright.layout import resolve_root, run_paths
+from runwright.records import Record
 
 
 def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> str:
@@ -29,10 +30,8 @@ def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> 
     return str(run_paths(resolve_root(root), target).checkpoints)
 
 
-class ListedCheckpoint(BaseModel):
+class ListedCheckpoint(Record):
     """One row of `runwright ckpt list`."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     folder: str
     """Folder under the checkpoint root."""
@@ -50,10 +49,8 @@ class ListedCheckpoint(BaseModel):
     """Whether the latest pointer names it."""
 
 
-class Inventory(BaseModel):
+class Inventory(Record):
     """Everything in a run's checkpoint folder."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     root: str
     """The checkpoint root."""
@@ -126,10 +123,8 @@ def find(root: str, ref: str) -> tuple[CheckpointStorage, CommittedCheckpoint]:
     return storage, matches[0]
 
 
-class RootReport(BaseModel):
+class RootReport(Record):
     """What `runwright ckpt verify` found in a checkpoint root."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     root: str
     """The checkpoint root."""

@@ -9,9 +9,10 @@ import re
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from runwright.ckpt.checksum import DEFAULT_CHECKSUM
+from runwright.records import Record
 
 MANIFEST_FILE = "manifest.json"
 COMMIT_FILE = "COMMITTED"
@@ -22,10 +23,10 @@ CHECKSUM_ALGORITHM = DEFAULT_CHECKSUM
 _ID = re.compile(r"^g(?P<generation>\d{6,})-(?P<token>[0-9a-f]{12})$")
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(
-        frozen=True, extra="forbid", use_attribute_docstrings=True, allow_inf_nan=False
-    )
+class _Record(Record):
+    """A manifest never holds inf or NaN (sizes, offsets and steps are finite)."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
 
 def checkpoint_id_for(generation: int, token: str) -> str:

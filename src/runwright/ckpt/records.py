@@ -4,7 +4,9 @@ description of a failed storage write that a failed save carries."""
 import errno as errnos
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from runwright.records import Record
 
 
 class SaveStatus(StrEnum):
@@ -32,10 +34,8 @@ def _mb(count: int) -> str:
     return f"{count / 1e6:.1f} MB"
 
 
-class StorageFailure(BaseModel):
+class StorageFailure(Record):
     """Why a checkpoint write failed, in the figures an operator acts on."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     action: str
     """What was being written, e.g. `save of step 5 (checkpoint g000002-...)`."""
@@ -83,10 +83,8 @@ class StorageFailure(BaseModel):
         return text + (f" {self.remedy}" if self.remedy else "")
 
 
-class SaveResult(BaseModel):
+class SaveResult(Record):
     """The outcome of one save call."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     step: int
     """Step the save was asked for."""
@@ -108,10 +106,8 @@ class SaveResult(BaseModel):
     """The storage failure, when the status is FAILED."""
 
 
-class DurabilityLag(BaseModel):
+class DurabilityLag(Record):
     """How far durable state trails staged state."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     staged_step: int | None
     """Newest step staged by this process."""

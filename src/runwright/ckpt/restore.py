@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch.distributed.checkpoint import FileSystemReader
 from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
@@ -27,12 +27,11 @@ from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.state import TrainState, apply, apply_rng, capture_rng, skeleton
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.verify import VerifyMode, verify_checkpoint
+from runwright.records import Record
 
 
-class Fallback(BaseModel):
+class Fallback(Record):
     """A committed checkpoint restore skipped, and why."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     checkpoint_id: str
     """The skipped checkpoint."""
@@ -42,10 +41,8 @@ class Fallback(BaseModel):
     """Why it was skipped (names the failing file or the smoke-check figures)."""
 
 
-class SmokeCheck(BaseModel):
+class SmokeCheck(Record):
     """One forward step after loading, compared with the loss recorded at save time."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     expected_loss: float
     """Loss recorded in the manifest."""
@@ -57,10 +54,8 @@ class SmokeCheck(BaseModel):
     """Whether the difference is within tolerance."""
 
 
-class RestoreResult(BaseModel):
+class RestoreResult(Record):
     """What restore loaded; identical on every rank except `rng_restored`."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     checkpoint_id: str
     """The checkpoint loaded."""

@@ -9,18 +9,17 @@ residue that restore ignores, never a committed checkpoint with missing shards.
 
 import time
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runwright.ckpt.catalog import scan
 from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.records import Record
 
 
-class RetentionEntry(BaseModel):
+class RetentionEntry(Record):
     """What retention needs to know about one committed checkpoint."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     checkpoint_id: str
     """The checkpoint."""
@@ -32,10 +31,8 @@ class RetentionEntry(BaseModel):
     """Health verdict from its manifest."""
 
 
-class RetentionPlan(BaseModel):
+class RetentionPlan(Record):
     """Folders to keep (with the first reason) and folders to delete."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     keep: dict[str, str] = Field(default_factory=dict)
     """Folder -> why it is kept."""
@@ -75,10 +72,8 @@ def delete_checkpoint(storage: CheckpointStorage, folder: str) -> int:
     return storage.remove_tree(path)
 
 
-class Deleted(BaseModel):
+class Deleted(Record):
     """One checkpoint retention deleted."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     folder: str
     """Its folder under the checkpoint root."""

@@ -17,6 +17,7 @@ on every rank as replicated and keeps one copy (`_dedup_save_plans`), so per-ran
 under a shared key silently comes back as rank 0's on every rank.
 """
 
+import hashlib
 import json
 import pickle
 import random
@@ -57,6 +58,19 @@ class TrainState:
     """User objects whose state differs by rank (saved under per-rank keys)."""
     counters: dict[str, int] = field(default_factory=dict)
     """Progress counters (e.g. tokens_seen); restored in place."""
+
+    def parameter_digests(self) -> dict[str, str]:
+        """sha256 of every parameter's bytes, by name: equal digests mean bit-identical
+        parameters. A sharded (DTensor) parameter is digested by this rank's shard, so compare
+        digests of the same rank and layout."""
+        digests = {}
+        for name, parameter in self.model.named_parameters():
+            tensor = parameter.detach()
+            if hasattr(tensor, "to_local"):
+                tensor = tensor.to_local()
+            data = tensor.cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+            digests[name] = hashlib.sha256(data).hexdigest()
+        return digests
 
 
 def _blob(value: Any) -> bytes:

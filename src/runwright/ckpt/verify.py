@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     Metadata,
@@ -25,6 +25,7 @@ from runwright.ckpt.errors import CheckpointIncompleteError
 from runwright.ckpt.manifest import CheckpointManifest, FileEntry, LogicalKey, ShardRange
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.writer import sidecar_name
+from runwright.records import Record
 
 VerifyMode = Literal["full", "sampled", "none"]
 _READ_CHUNK_BYTES = 8 << 20
@@ -32,10 +33,8 @@ _SAMPLED_FRACTION = 0.25
 _SMALL_FILE_BYTES = 1 << 20
 
 
-class VerifyProblem(BaseModel):
+class VerifyProblem(Record):
     """One thing wrong with one file."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     file: str
     """File name relative to the checkpoint folder."""
@@ -43,10 +42,8 @@ class VerifyProblem(BaseModel):
     """What is wrong, e.g. `checksum mismatch (expected 3f2a..., found 9b1c...)`."""
 
 
-class VerifyReport(BaseModel):
+class VerifyReport(Record):
     """The outcome of verifying one checkpoint."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     checkpoint_id: str
     """The checkpoint verified."""

@@ -14,6 +14,7 @@ from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
+from runwright.events import EventType
 from runwright.govern.compare import compare_runs
 from runwright.layout import run_paths
 from runwright.spec import load_spec
@@ -214,7 +215,7 @@ def events(
         show([e for e in batch if not event_type or e.type in event_type])
         if batch:
             seen = batch[-1].seq
-        if not follow or any(e.type == "RUN_FINISHED" for e in batch):
+        if not follow or any(e.type == EventType.RUN_FINISHED for e in batch):
             return
         # A terminal run whose controller is gone writes nothing more: stop after a quiet second.
         terminal = st.get_run(run.run_id).state in TERMINAL

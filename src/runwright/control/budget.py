@@ -7,24 +7,19 @@ from the first attempt's start.
 
 import time
 
-from pydantic import BaseModel, ConfigDict
-
+from runwright.records import Record
 from runwright.spec import JobSpec
 from runwright.store import AttemptRecord, RunRecord
 
 
-class BudgetUsage(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class BudgetUsage(Record):
     device_hours: float
     tokens: int
     wall_seconds: float
 
 
-class BudgetCheck(BaseModel):
+class BudgetCheck(Record):
     """Which limits are near (warn) and which is reached (stop)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     usage: BudgetUsage
     warnings: list[str]

@@ -13,8 +13,9 @@ from pathlib import Path
 
 from runwright.control.journal import Journal
 from runwright.control.states import TERMINAL, RunState, TerminalReason, advance
+from runwright.events import EventType
 from runwright.layout import run_paths
-from runwright.runtime.stop import write_stop_request
+from runwright.protocol import write_stop_request
 from runwright.spec import spec_from_mapping
 from runwright.store import Outcome, Store, WriteResult
 
@@ -36,7 +37,7 @@ def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user"
     journal = Journal(store)
     journal.record(
         new,
-        "STATE_CHANGED",
+        EventType.STATE_CHANGED,
         from_state=run.state,
         to_state="CANCELLED",
         reason="USER_CANCELLED",
@@ -54,7 +55,7 @@ def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user"
         )
         journal.record(
             new,
-            "STOP_REQUESTED",
+            EventType.STOP_REQUESTED,
             op="cancel",
             reason="cancel",
             save=save,

@@ -12,7 +12,6 @@ busy, unreachable) is simply abandoned and retried after a backoff (outage.py): 
 reporting into their channel, which is read from where the last pass stopped.
 """
 
-import json
 import time
 import uuid
 from collections.abc import Callable, Collection
@@ -31,11 +30,16 @@ from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
+from runwright.events import EventType
 from runwright.layout import run_paths
-from runwright.runtime.channel import ChannelMessage
-from runwright.runtime.context import ENV_SKIP_STEPS
-from runwright.runtime.rank_manifest import RankEntry, build_rank_manifest
-from runwright.runtime.stop import write_stop_request
+from runwright.protocol import (
+    ENV_SKIP_STEPS,
+    ChannelMessage,
+    RankEntry,
+    build_rank_manifest,
+    encode_skip_steps,
+    write_stop_request,
+)
 from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store
 
@@ -45,6 +49,12 @@ LAUNCH_CLAIM_SECONDS = 30.0
 """How long a controller that lost the claim to launch a generation looks for the winner's group
 (once a pass, reconciling its other runs meanwhile) before it concludes the winner died first and
 launches itself."""
+
+
+SAVE_ENDS = frozenset(
+    {EventType.CHECKPOINT_COMMITTED, EventType.CHECKPOINT_FAILED, EventType.STALE_WRITE_REJECTED}
+)
+"""The events that end a staged save, whichever way it went."""
 
 
 def new_run_id(spec: JobSpec) -> str:
@@ -101,7 +111,10 @@ class Controller:
         )
         if created:
             self.journal.record(
-                run, "JOB_SUBMITTED", spec_hash=spec.spec_hash, idempotency_key=idempotency_key
+                run,
+                EventType.JOB_SUBMITTED,
+                spec_hash=spec.spec_hash,
+                idempotency_key=idempotency_key,
             )
         return run, created
 
@@ -198,7 +211,7 @@ class Controller:
         self.store.update_run(
             run.run_id, allocation=allocation, rank_manifest=[e.model_dump() for e in manifest]
         )
-        self.journal.record(run, "ALLOCATION_READY", **allocation)
+        self.journal.record(run, EventType.ALLOCATION_READY, **allocation)
         self.journal.move(run, RunState.STARTING)
 
     def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision | None:
@@ -227,8 +240,9 @@ class Controller:
             return None
         self._claims.pop(run.run_id, None)
         if group is not None:
-            self.journal.record(run, "WORKER_GROUP_ADOPTED", pid=group.pid)
+            self.journal.record(run, EventType.WORKER_GROUP_ADOPTED, pid=group.pid)
         else:
+            events = self.logs.of(run.run_id).events
             try:
                 group = self.executor.launch(
                     spec=spec,
@@ -237,9 +251,7 @@ class Controller:
                     root=Path(run.root),
                     workdir=Path(run.workdir),
                     rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
-                    extra_env={
-                        ENV_SKIP_STEPS: json.dumps(skip_ranges(self.logs.of(run.run_id).events))
-                    },
+                    extra_env={ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events))},
                 )
             except Exception as exc:
                 self.store.end_attempt(
@@ -248,7 +260,7 @@ class Controller:
                 raise
             self.journal.record(
                 run,
-                "WORKER_GROUP_LAUNCHED",
+                EventType.WORKER_GROUP_LAUNCHED,
                 pid=group.pid,
                 world_size=spec.resources.world_size,
                 log=group.log_ref,
@@ -282,7 +294,7 @@ class Controller:
         for generation, pids in sorted(killed.items()):
             self.journal.record(
                 run,
-                "ORPHAN_KILLED",
+                EventType.ORPHAN_KILLED,
                 op=f"{generation}-before-{below}",
                 per_step=False,
                 orphan_generation=generation,
@@ -300,11 +312,15 @@ class Controller:
             if sup is None or message.generation < sup.group.generation:
                 return
             sup.watchdog.beat(message.rank)
-            if message.type == "STEP_HEALTHY" and message.step is not None:
+            if message.type == EventType.STEP_HEALTHY and message.step is not None:
                 sup.watchdog.step(message.rank, message.step)
                 if not newest or message.step > (newest[0].step or 0):
                     newest[:] = [message]
-            elif message.type == "WORKER_STARTED":
+            elif message.type == EventType.CHECKPOINT_STAGED and message.checkpoint_id:
+                sup.saves_in_flight.add(message.checkpoint_id)
+            elif message.type in SAVE_ENDS and message.checkpoint_id:
+                sup.saves_in_flight.discard(message.checkpoint_id)
+            elif message.type == EventType.WORKER_STARTED:
                 sup.started_ranks.add(message.rank)
                 if isinstance(message.attributes.get("pid"), int):
                     sup.worker_pids.add(message.attributes["pid"])
@@ -328,10 +344,13 @@ class Controller:
             run = self.store.get_run(run.run_id)
         exit_code = self.executor.poll(sup.group)
         if exit_code is None:
+            run = self._track_saves(run, sup)
             self._watch_live_group(run, spec, sup)
             return
         self._ingest_and_watch(run, spec)  # whatever the ranks wrote before exiting
-        run = self.store.get_run(run.run_id)
+        self._ingest[run.run_id].settle_with_fence()
+        sup.saves_in_flight.clear()  # the group is gone: no save of it is in flight any more
+        run = self._track_saves(self.store.get_run(run.run_id), sup)
         ack = self.logs.of(run.run_id).stop_acks.get(run.generation)
         reason = ack.attributes.get("reason") if ack else sup.stop_reason
         if reason == "budget":
@@ -359,6 +378,19 @@ class Controller:
             self.recovery.recover(run, spec, sup, exit_code, None)
             self._sup.pop(run.run_id, None)
 
+    def _track_saves(self, run: RunRecord, sup: Supervision) -> RunRecord:
+        """RUNNING <-> CHECKPOINTING as the group's saves start and end (ARCHITECTURE.md): a
+        user sees that steps paused for a save, and nothing preempts a run mid-save. A save that
+        staged and committed between two passes is never seen in flight, and needs no state."""
+        if run.state == RunState.RUNNING and sup.saves_in_flight:
+            target = RunState.CHECKPOINTING
+        elif run.state == RunState.CHECKPOINTING and not sup.saves_in_flight:
+            target = RunState.RUNNING
+        else:
+            return run
+        self.journal.move(run, target)
+        return self.store.get_run(run.run_id)
+
     def _watch_live_group(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
         if sup.stop_deadline is not None:
             if time.monotonic() > sup.stop_deadline:
@@ -372,10 +404,12 @@ class Controller:
         budget = check_budget(spec, usage_of(spec, run, self.store.attempts(run.run_id)))
         usage = budget.usage.model_dump()
         for kind in budget.warnings:
-            self.journal.record(run, "BUDGET_WARNING", op=kind, per_step=False, kind=kind, **usage)
+            self.journal.record(
+                run, EventType.BUDGET_WARNING, op=kind, per_step=False, kind=kind, **usage
+            )
         if budget.exceeded:
             self.journal.record(
-                run, "BUDGET_EXCEEDED", per_step=False, detail=budget.exceeded, **usage
+                run, EventType.BUDGET_EXCEEDED, per_step=False, detail=budget.exceeded, **usage
             )
             write_stop_request(
                 run_paths(Path(run.root), run.run_id).folder,

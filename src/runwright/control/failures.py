@@ -20,11 +20,10 @@ import re
 import signal
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
-
 import runwright
 from runwright.ckpt import errors as ckpt_errors
 from runwright.control.executors.protocol import EXIT_LOST, FailureEvidence
+from runwright.records import Record
 from runwright.spec import FailureClass
 
 # Classes whose cause travels with the code or data: retrying the same inputs fails the same way.
@@ -174,10 +173,8 @@ ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)
 FAILURE_BLOCK = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank[^)]*\)\s*exitcode\s*:\s*(-?\d+)")
 
 
-class Classification(BaseModel):
+class Classification(Record):
     """The verdict on one failed generation."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     failure_class: FailureClass
     rank: int | None

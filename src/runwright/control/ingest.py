@@ -11,13 +11,17 @@ leaves that message for the next poll. Nothing a worker reported is lost, and th
 the second attempt from storing it twice.
 """
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runwright.ckpt import CheckpointError, LocalFence
 from runwright.ckpt.manifest import COMMIT_FILE, MANIFEST_FILE, CheckpointManifest, CommitRecord
+from runwright.control.channel import ChannelReader
+from runwright.events import EventType
 from runwright.layout import run_paths
-from runwright.runtime.channel import HEARTBEAT, ChannelMessage, ChannelReader
+from runwright.protocol import HEARTBEAT, ChannelMessage
 from runwright.store import NewEvent, Outcome, RunRecord, Store
 
 
@@ -32,6 +36,7 @@ class Ingestor:
         self.last_step = run.last_step or 0
         self._beats: dict[int, float] = {}
         """generation -> newest heartbeat read but not yet written to the run record."""
+        self._reported_unreadable: set[Path] = set()
         self._unfinished: set[str] = set()
         """Events whose follow-up writes (last step, latest checkpoint) a failed poll may have
         cut short: stored or not, they are finished when read again."""
@@ -58,20 +63,63 @@ class Ingestor:
         for generation, beat in sorted(self._beats.items()):
             self.store.fenced_update(self.run_id, generation, last_heartbeat_unix_s=beat)
             del self._beats[generation]
+        for path, error in self.reader.unreadable.items():
+            if path not in self._reported_unreadable:
+                self._unreadable(path, error)
+                self._reported_unreadable.add(path)
         return count
 
-    def _event(self, message: ChannelMessage) -> Outcome:
-        event = NewEvent(
-            event_id=f"{self.run_id}:{message.event_id}",
-            run_id=self.run_id,
-            generation=message.generation,
-            type=message.type,
-            step=message.step,
-            world_size=message.world_size,
-            checkpoint_id=message.checkpoint_id,
-            time_unix_s=message.time_unix_s,
-            attributes={**message.attributes, "rank": message.rank},
+    def settle_with_fence(self) -> None:
+        """After a group ended: the fence's pointer is the authority on the latest checkpoint, so
+        a commit it names that no event reported (the writer was lost between its publish and
+        its report) is recorded now, by the controller, with the commit's own facts."""
+        try:
+            latest = LocalFence(self.paths.checkpoints).latest()
+        except (CheckpointError, OSError):
+            return  # nothing published, or a root restore will report on
+        if latest is None:
+            return
+        committed = self.store.checkpoints.list(self.run_id, status="COMMITTED")
+        known = {row.checkpoint_id for row in committed}
+        if latest.checkpoint_id in known:
+            return
+        message = ChannelMessage(
+            event_id=f"fence-commit-{latest.checkpoint_id}",
+            type=EventType.CHECKPOINT_COMMITTED,
+            generation=latest.generation,
+            rank=0,
+            step=latest.step,
+            checkpoint_id=latest.checkpoint_id,
+            time_unix_s=time.time(),
+            attributes={
+                "folder": latest.folder,
+                "manifest_sha256": latest.manifest_sha256,
+                "reported_by": "controller",
+                "why": "its writer was lost between the publish and the report; the fence's "
+                "latest pointer names it",
+            },
         )
+        event = self._as_event(message)
+        self.store.append_event(event, fenced=False)
+        self._follow_up(message)
+
+    def _unreadable(self, path: Path, error: Exception) -> None:
+        """CHANNEL_UNREADABLE, once per file: a newer worker is visible, not silently dropped."""
+        run = self.store.get_run(self.run_id)
+        self.store.append_event(
+            NewEvent(
+                event_id=f"{self.run_id}:channel-unreadable:{path.name}",
+                run_id=self.run_id,
+                generation=run.generation,
+                type=EventType.CHANNEL_UNREADABLE,
+                time_unix_s=time.time(),
+                attributes={"path": str(path), "error": str(error)},
+            ),
+            fenced=False,
+        )
+
+    def _event(self, message: ChannelMessage) -> Outcome:
+        event = self._as_event(message)
         # Marked before the append: if the store fails at its commit, whether the event was
         # stored is unknown, and an ALREADY_APPLIED on the retry must still do the follow-ups.
         resumed = event.event_id in self._unfinished
@@ -82,13 +130,26 @@ class Ingestor:
         self._unfinished.discard(event.event_id)
         return outcome
 
+    def _as_event(self, message: ChannelMessage) -> NewEvent:
+        return NewEvent(
+            event_id=f"{self.run_id}:{message.event_id}",
+            run_id=self.run_id,
+            generation=message.generation,
+            type=message.type,
+            step=message.step,
+            world_size=message.world_size,
+            checkpoint_id=message.checkpoint_id,
+            time_unix_s=message.time_unix_s,
+            attributes={**message.attributes, "rank": message.rank},
+        )
+
     def _follow_up(self, message: ChannelMessage) -> None:
         """The run-record writes a stored event implies; each is idempotent."""
-        if message.type == "STEP_HEALTHY" and message.step is not None:
+        if message.type == EventType.STEP_HEALTHY and message.step is not None:
             if message.step > self.last_step:
                 self.store.fenced_update(self.run_id, message.generation, last_step=message.step)
                 self.last_step = message.step
-        elif message.type == "CHECKPOINT_COMMITTED" and message.checkpoint_id:
+        elif message.type == EventType.CHECKPOINT_COMMITTED and message.checkpoint_id:
             folder = self.paths.checkpoints / str(message.attributes.get("folder") or "")
             self.store.checkpoints.record_committed(
                 run_id=self.run_id,
@@ -108,7 +169,7 @@ class Ingestor:
             cursor = _data_cursor(folder)
             if cursor is not None:
                 self.store.fenced_update(self.run_id, message.generation, data_cursor=cursor)
-        elif message.type == "CHECKPOINT_DELETED" and message.attributes.get("folder"):
+        elif message.type == EventType.CHECKPOINT_DELETED and message.attributes.get("folder"):
             folder = self.paths.checkpoints / str(message.attributes["folder"])
             self.store.checkpoints.mark_deleted(self.run_id, str(folder))
 

@@ -8,6 +8,7 @@ import time
 
 from runwright.control.outage import Outage
 from runwright.control.states import RunState, TerminalReason, advance
+from runwright.events import EventType
 from runwright.store import NewEvent, Outcome, RunRecord, Store
 
 
@@ -53,7 +54,7 @@ class Journal:
         def events(moved: RunRecord) -> list[NewEvent]:
             changed = self.event(
                 moved,
-                "STATE_CHANGED",
+                EventType.STATE_CHANGED,
                 from_state=run.state,
                 to_state=str(target),
                 reason=str(reason) if reason else None,
@@ -71,7 +72,7 @@ class Journal:
         final = self.store.get_run(run.run_id)
         self.record(
             final,
-            "RUN_FINISHED",
+            EventType.RUN_FINISHED,
             per_step=False,
             state=final.state,
             reason=final.terminal_reason,
@@ -84,7 +85,7 @@ class Journal:
         how long this controller could not drive the run, and why."""
         self.record(
             run,
-            "STORE_UNAVAILABLE",
+            EventType.STORE_UNAVAILABLE,
             op=outage.op,
             per_step=False,
             outage_seconds=round(outage.seconds(), 3),

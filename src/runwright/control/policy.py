@@ -8,17 +8,14 @@ that never get past their restored step stop the run.
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from runwright.control.failures import Classification
 from runwright.control.states import TerminalReason
+from runwright.records import Record
 from runwright.spec import FailureClass, RecoverySpec
 
 
-class PastFailure(BaseModel):
+class PastFailure(Record):
     """A failure already recorded for this run (from its FAILURE_CLASSIFIED events)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     failure_class: FailureClass
     signature: str
@@ -28,10 +25,8 @@ class PastFailure(BaseModel):
     """Last healthy step the failed generation reached."""
 
 
-class Decision(BaseModel):
+class Decision(Record):
     """The policy's verdict and why."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     action: Literal["restart", "requeue", "fail", "stop"]
     """restart in place, requeue (give resources back), fail, or stop with a terminal reason."""

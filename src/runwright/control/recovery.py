@@ -17,6 +17,7 @@ from runwright.control.failures import Classification, classify
 from runwright.control.policy import PastFailure, decide
 from runwright.control.states import RunState
 from runwright.control.watchdog import Verdict
+from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.spec import FailureClass, JobSpec
 from runwright.store import EventRecord, RunRecord, Store
@@ -41,14 +42,16 @@ def past_failures(events: list[EventRecord]) -> list[PastFailure]:
             last_step=int(e.attributes.get("last_step") or 0),
         )
         for e in events
-        if e.type == "FAILURE_CLASSIFIED"
+        if e.type == EventType.FAILURE_CLASSIFIED
     ]
 
 
 def restored_step_of(events: list[EventRecord], generation: int) -> int:
     """The step generation `generation` restored from (0 when it started fresh)."""
     steps = [
-        int(e.step or 0) for e in events if e.type == "RESTORED" and e.generation == generation
+        int(e.step or 0)
+        for e in events
+        if e.type == EventType.RESTORED and e.generation == generation
     ]
     return max(steps, default=0)
 
@@ -57,9 +60,9 @@ def open_recovery(events: list[EventRecord]) -> EventRecord | None:
     """The newest RECOVERY_STARTED not yet followed by RECOVERY_SUCCEEDED."""
     pending = None
     for e in events:
-        if e.type == "RECOVERY_STARTED":
+        if e.type == EventType.RECOVERY_STARTED:
             pending = e
-        elif e.type == "RECOVERY_SUCCEEDED":
+        elif e.type == EventType.RECOVERY_SUCCEEDED:
             pending = None
     return pending
 
@@ -68,7 +71,7 @@ def skip_ranges(events: list[EventRecord]) -> list[list[int]]:
     ranges = [
         e.attributes["skip_steps"]
         for e in events
-        if e.type == "RECOVERY_STARTED" and e.attributes.get("skip_steps")
+        if e.type == EventType.RECOVERY_STARTED and e.attributes.get("skip_steps")
     ]
     return sorted({tuple(r) for r in ranges})  # type: ignore[return-value]
 
@@ -131,12 +134,12 @@ class RecoverySequence:
             (
                 (int(e.attributes.get("rank", 0)), int(e.step or 0))
                 for e in current
-                if e.type == "NAN_DETECTED"
+                if e.type == EventType.NAN_DETECTED
             ),
             None,
         )
         preempted = any(
-            e.type == "STOP_ACKNOWLEDGED" and e.attributes.get("reason") == "preemption"
+            e.type == EventType.STOP_ACKNOWLEDGED and e.attributes.get("reason") == "preemption"
             for e in current
         )
         lost: LostSupervisor | None = None
@@ -168,7 +171,7 @@ class RecoverySequence:
         restored = restored_step_of(events, run.generation)
         self.journal.record(
             run,
-            "FAILURE_CLASSIFIED",
+            EventType.FAILURE_CLASSIFIED,
             failure_class=str(failure.failure_class),
             rank=failure.rank,
             message=failure.message,
@@ -183,7 +186,7 @@ class RecoverySequence:
         )
         sup.end_attempt(self.store, run.run_id, exit_code, str(failure.failure_class))
         bundle = write_diagnostics(self.store, run, evidence, failure)
-        self.journal.record(run, "DIAGNOSTICS_WRITTEN", path=str(bundle))
+        self.journal.record(run, EventType.DIAGNOSTICS_WRITTEN, path=str(bundle))
         decision = decide(spec.recovery, failure, past_failures(events), restored)
         run = self.store.get_run(run.run_id)
         if decision.action in ("fail", "stop"):
@@ -192,7 +195,7 @@ class RecoverySequence:
             return
         self.journal.record(
             run,
-            "RECOVERY_STARTED",
+            EventType.RECOVERY_STARTED,
             action=decision.action,
             reason=decision.reason,
             failure_class=str(failure.failure_class),
@@ -232,7 +235,7 @@ class RecoverySequence:
         lost = max(0, int(pending.attributes.get("last_step") or 0) - restored)
         self.journal.record(
             self.store.get_run(run.run_id),
-            "RECOVERY_SUCCEEDED",
+            EventType.RECOVERY_SUCCEEDED,
             op=str(pending.event_id),
             per_step=False,
             restored_step=restored,

@@ -19,16 +19,17 @@ already holds (by event id): the window returns this run's few kept events, not 
 
 from dataclasses import dataclass, field
 
+from runwright.events import EventType
 from runwright.store import EventRecord, Store
 
 KEPT = (
-    "STOP_ACKNOWLEDGED",
-    "WORKER_STARTED",
-    "RESTORED",
-    "RECOVERY_STARTED",
-    "RECOVERY_SUCCEEDED",
-    "FAILURE_CLASSIFIED",
-    "RUN_FINISHED",
+    EventType.STOP_ACKNOWLEDGED,
+    EventType.WORKER_STARTED,
+    EventType.RESTORED,
+    EventType.RECOVERY_STARTED,
+    EventType.RECOVERY_SUCCEEDED,
+    EventType.FAILURE_CLASSIFIED,
+    EventType.RUN_FINISHED,
 )
 """The event types the reconcile passes read; a view folds in these and nothing else."""
 LOOKBACK_SEQ = 10_000
@@ -59,11 +60,11 @@ class RunLog:
         self.seen.add(event.event_id)
         self.after_seq = max(self.after_seq, event.seq)
         self.events.append(event)
-        if event.type == "STOP_ACKNOWLEDGED":
+        if event.type == EventType.STOP_ACKNOWLEDGED:
             self.stop_acks.setdefault(event.generation, event)
-        elif event.type == "WORKER_STARTED" and "pid" in event.attributes:
+        elif event.type == EventType.WORKER_STARTED and "pid" in event.attributes:
             self.rank_pids.setdefault(event.generation, set()).add(int(event.attributes["pid"]))
-        elif event.type == "RUN_FINISHED":
+        elif event.type == EventType.RUN_FINISHED:
             self.finished = True
 
 

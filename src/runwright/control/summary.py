@@ -4,6 +4,7 @@ import time
 from typing import Any
 
 from runwright.control.states import TERMINAL, RunState
+from runwright.events import EventType
 from runwright.store import EventRecord, Store
 
 # What the controller does next from each non-terminal state, in words.
@@ -19,15 +20,15 @@ NEXT_ACTION = {
 
 
 INCIDENT_TYPES = (
-    "FAILURE_CLASSIFIED",
-    "RECOVERY_STARTED",
-    "RECOVERY_SUCCEEDED",
-    "STALE_WRITE_REJECTED",
-    "BUDGET_WARNING",
-    "BUDGET_EXCEEDED",
-    "STOP_REQUESTED",
-    "ORPHAN_KILLED",
-    "STORE_UNAVAILABLE",
+    EventType.FAILURE_CLASSIFIED,
+    EventType.RECOVERY_STARTED,
+    EventType.RECOVERY_SUCCEEDED,
+    EventType.STALE_WRITE_REJECTED,
+    EventType.BUDGET_WARNING,
+    EventType.BUDGET_EXCEEDED,
+    EventType.STOP_REQUESTED,
+    EventType.ORPHAN_KILLED,
+    EventType.STORE_UNAVAILABLE,
 )
 INCIDENT_KEYS = (
     "failure_class",
@@ -61,7 +62,7 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
             "reason": e.attributes.get("reason"),
         }
         for e in events
-        if e.type == "STATE_CHANGED"
+        if e.type == EventType.STATE_CHANGED
     ]
     attempts = [a.model_dump(mode="json") for a in store.attempts(run.run_id)]
     incidents = [
@@ -75,7 +76,12 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
         if e.type in INCIDENT_TYPES
     ]
     pending = next(
-        (e for e in reversed(events) if e.type in ("RECOVERY_STARTED", "RECOVERY_SUCCEEDED")), None
+        (
+            e
+            for e in reversed(events)
+            if e.type in (EventType.RECOVERY_STARTED, EventType.RECOVERY_SUCCEEDED)
+        ),
+        None,
     )
     latest = store.checkpoints.latest(run.run_id)  # the fence's pointer
     return {
@@ -97,7 +103,7 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
         "incidents": incidents,
         "pending_recovery": (
             pending.attributes
-            if pending is not None and pending.type == "RECOVERY_STARTED"
+            if pending is not None and pending.type == EventType.RECOVERY_STARTED
             else None
         ),
         "event_count": len(events),
@@ -150,7 +156,7 @@ def event_line(event: EventRecord) -> str:
     clock = time.strftime("%H:%M:%S", time.localtime(event.time_unix_s))
     attrs = dict(event.attributes)
     attrs.pop("log_tail", None)
-    if event.type == "STATE_CHANGED":
+    if event.type == EventType.STATE_CHANGED:
         text = f"{attrs.get('from_state')} -> {attrs.get('to_state')}"
         if attrs.get("reason"):
             text += f" ({attrs['reason']})"
@@ -169,20 +175,20 @@ def _short(value: Any) -> str:
 
 def _incident_line(incident: dict[str, Any]) -> str:
     kind = incident["type"]
-    if kind == "FAILURE_CLASSIFIED":
+    if kind == EventType.FAILURE_CLASSIFIED:
         return (
             f"gen {incident['generation']}: {incident.get('failure_class')} on rank "
             f"{incident.get('rank')} at step {incident.get('step')}: {incident.get('message')}"
         )
-    if kind == "RECOVERY_STARTED":
+    if kind == EventType.RECOVERY_STARTED:
         return f"gen {incident['generation']}: {incident.get('action')} - {incident.get('reason')}"
-    if kind == "RECOVERY_SUCCEEDED":
+    if kind == EventType.RECOVERY_SUCCEEDED:
         return (
             f"gen {incident['generation']}: recovered from step "
             f"{incident.get('restored_step')}, lost {incident.get('lost_steps')} steps, "
             f"{incident.get('recovery_seconds')} s to recover"
         )
-    if kind == "STORE_UNAVAILABLE":
+    if kind == EventType.STORE_UNAVAILABLE:
         return (
             f"gen {incident['generation']}: the store was unavailable for "
             f"{incident.get('outage_seconds')} s ({incident.get('attempts')} failed attempts: "

@@ -19,6 +19,9 @@ class Supervision:
     rank_pids: dict[int, int] = field(default_factory=dict)
     """rank -> its pid, from WORKER_STARTED: whose process confirms a suspected hang."""
     started_ranks: set[int] = field(default_factory=set)
+    saves_in_flight: set[str] = field(default_factory=set)
+    """Checkpoints this group staged that have not yet committed, failed or been rejected: while
+    there is one, the run is CHECKPOINTING."""
     stop_reason: str | None = None
     """Why the controller asked the group to stop (e.g. budget), if it did."""
     stop_deadline: float | None = None

@@ -17,23 +17,22 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from runwright.control.controller import Controller
 from runwright.data import build_dataset, load_recipe
+from runwright.events import EventType
 from runwright.govern.compare import Comparison, compare_runs
 from runwright.govern.report import build_report
 from runwright.layout import recipes_dir, run_paths
+from runwright.records import Record
 from runwright.spec import JobSpec, parse_text, spec_from_mapping
 from runwright.store import EventRecord, NewEvent, Store
 
 
-class DemoResult(BaseModel):
+class DemoResult(Record):
     """What `runwright demo --json` prints."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
     reference_run_id: str
@@ -72,14 +71,14 @@ class _RunProgress:
 
     QUIET = frozenset(
         {
-            "STEP_HEALTHY",
+            EventType.STEP_HEALTHY,
             "HEARTBEAT",
-            "WORKER_STARTED",
-            "CHECKPOINT_STAGED",
-            "RESIDUE_COLLECTED",
-            "INTERVAL_CHOSEN",
-            "DATA_STAGE_READY",
-            "RESTORED",
+            EventType.WORKER_STARTED,
+            EventType.CHECKPOINT_STAGED,
+            EventType.RESIDUE_COLLECTED,
+            EventType.INTERVAL_CHOSEN,
+            EventType.DATA_STAGE_READY,
+            EventType.RESTORED,
         }
     )
 
@@ -90,7 +89,7 @@ class _RunProgress:
     def __call__(self, event: EventRecord) -> None:
         if self.progress is None:
             return
-        if event.type == "STEP_HEALTHY" and event.attributes.get("rank") == 0:
+        if event.type == EventType.STEP_HEALTHY and event.attributes.get("rank") == 0:
             self.progress.update(self.task, completed=event.step)
         elif event.type not in self.QUIET:
             self.progress.console.print(f"  {_describe(event)}", highlight=False)
@@ -99,18 +98,20 @@ class _RunProgress:
 def _describe(event: EventRecord) -> str:
     a = event.attributes
     text = {
-        "STATE_CHANGED": lambda: (
+        EventType.STATE_CHANGED: lambda: (
             f"{a.get('from_state')} -> {a.get('to_state')}"
             + (f" ({a['reason']})" if a.get("reason") else "")
         ),
-        "CHECKPOINT_COMMITTED": lambda: f"checkpoint {event.checkpoint_id} at step {event.step}",
-        "FAULT_INJECTED": lambda: (
+        EventType.CHECKPOINT_COMMITTED: lambda: (
+            f"checkpoint {event.checkpoint_id} at step {event.step}"
+        ),
+        EventType.FAULT_INJECTED: lambda: (
             f"SIGKILL rank {a.get('rank')} (pid {a.get('pid')}) after step {event.step}"
         ),
-        "FAILURE_CLASSIFIED": lambda: (
+        EventType.FAILURE_CLASSIFIED: lambda: (
             f"{a.get('failure_class')} on rank {a.get('rank')}: {a.get('message')}"
         ),
-        "RECOVERY_SUCCEEDED": lambda: (
+        EventType.RECOVERY_SUCCEEDED: lambda: (
             f"recovered from step {a.get('restored_step')}: lost "
             f"{a.get('lost_steps')} steps, {a.get('recovery_seconds')} s"
         ),
@@ -129,19 +130,19 @@ def _fault_injector(
         on_event(event)
         if event.generation != 1 or "done" in plan:
             return
-        if event.type == "CHECKPOINT_COMMITTED" and "at" not in plan:
+        if event.type == EventType.CHECKPOINT_COMMITTED and "at" not in plan:
             committed = int(event.step or 0)
             # Early in the interval: the kill lands a poll (<= 0.05 s, a step or two) after the
             # report, and must land before the next checkpoint so recovery replays real steps.
             plan["at"] = min(steps - 1, committed + rng.randint(1, max(1, every // 2 - 1)))
         elif (
-            event.type == "STEP_HEALTHY"
+            event.type == EventType.STEP_HEALTHY
             and "at" in plan
             and event.step is not None
             and event.step >= plan["at"]
             and event.attributes.get("rank") == 0
         ):
-            started = store.events(run_id, types=["WORKER_STARTED"])
+            started = store.events(run_id, types=[EventType.WORKER_STARTED])
             pid = next(
                 int(e.attributes["pid"])
                 for e in started
@@ -154,7 +155,7 @@ def _fault_injector(
                     event_id=f"{run_id}:fault:{event.step}",
                     run_id=run_id,
                     generation=1,
-                    type="FAULT_INJECTED",
+                    type=EventType.FAULT_INJECTED,
                     step=event.step,
                     time_unix_s=time.time(),
                     attributes={"signal": "SIGKILL", "rank": 1, "pid": pid},
@@ -236,10 +237,13 @@ def _result(
 
     run = store.get_run(run_id)
     events = store.events(run_id)
-    recovered = [e for e in events if e.type == "RECOVERY_SUCCEEDED"]
+    recovered = [e for e in events if e.type == EventType.RECOVERY_SUCCEEDED]
     report = json.loads(Path(paths.json_path).read_text())
     metrics = report["final_metrics"]
-    history = ["CREATED", *[e.attributes["to_state"] for e in events if e.type == "STATE_CHANGED"]]
+    history = [
+        "CREATED",
+        *[e.attributes["to_state"] for e in events if e.type == EventType.STATE_CHANGED],
+    ]
     checkpoints = [c.path for c in store.checkpoints.list(run_id) if c.status == "COMMITTED"]
     return DemoResult(
         run_id=run_id,

@@ -10,15 +10,13 @@ For `bitwise` reproducibility three things must hold between the two runs:
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from runwright.errors import RunwrightError
+from runwright.events import EventType
+from runwright.records import Record
 from runwright.store import EventRecord, Store
 
 
-class Comparison(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Comparison(Record):
     run_a: str
     run_b: str
     equivalence: str
@@ -35,7 +33,7 @@ def _lineage(events: list[EventRecord], rank: int = 0) -> dict[int, dict[str, An
     """step -> the newest generation's report of it (what the surviving lineage computed)."""
     newest: dict[int, tuple[int, dict[str, Any]]] = {}
     for e in events:
-        if e.type != "STEP_HEALTHY" or e.step is None or e.attributes.get("rank") != rank:
+        if e.type != EventType.STEP_HEALTHY or e.step is None or e.attributes.get("rank") != rank:
             continue
         seen = newest.get(e.step)
         if seen is None or e.generation >= seen[0]:
@@ -44,7 +42,7 @@ def _lineage(events: list[EventRecord], rank: int = 0) -> dict[int, dict[str, An
 
 
 def _digests(events: list[EventRecord], run_id: str) -> dict[str, str]:
-    done = [e for e in events if e.type == "TRAINING_COMPLETE"]
+    done = [e for e in events if e.type == EventType.TRAINING_COMPLETE]
     if not done:
         raise RunwrightError(
             f"run {run_id} has no TRAINING_COMPLETE event with parameter "
@@ -58,7 +56,7 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
     events_a, events_b = store.events(a.run_id), store.events(b.run_id)
     digests_a, digests_b = _digests(events_a, a.run_id), _digests(events_b, b.run_id)
     restored = sorted(
-        {int(e.step or 0) for e in events_a + events_b if e.type == "RESTORED" and e.step}
+        {int(e.step or 0) for e in events_a + events_b if e.type == EventType.RESTORED and e.step}
     )
     first: str | None = None
     for name in sorted(set(digests_a) | set(digests_b)):

@@ -16,8 +16,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from runwright.events import EventType
+from runwright.records import Record
 from runwright.store import CheckpointRow, EventRecord, RunRecord, Store
 
 # Packages whose versions change numerics, data order or storage; recorded in the lock.
@@ -33,10 +35,6 @@ KEY_PACKAGES = (
     "safetensors",
     "prometheus_client",
 )
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class CodeVersion(Record):
@@ -176,7 +174,7 @@ def environment_lock(spec: dict[str, Any], events: Sequence[EventRecord]) -> Env
     captured = f"report interpreter {sys.executable}"
     for event in events:
         attrs = event.attributes
-        if event.type == "WORKER_STARTED" and attrs.get("python_version"):
+        if event.type == EventType.WORKER_STARTED and attrs.get("python_version"):
             python = str(attrs["python_version"])
             system = str(attrs.get("platform") or system)
             if attrs.get("torch_version"):
@@ -203,7 +201,7 @@ def dataset_identity(
     tokenizer_hash: str | None = None
     source = "none (synthetic data)"
     for event in events:
-        if event.type == "DATA_STAGE_READY" and event.attributes.get("dataset_id"):
+        if event.type == EventType.DATA_STAGE_READY and event.attributes.get("dataset_id"):
             dataset_id = str(event.attributes["dataset_id"])
             tokenizer_hash = event.attributes.get("tokenizer_hash") or tokenizer_hash
             source = "DATA_STAGE_READY event"
@@ -236,7 +234,7 @@ def mixture_rows(spec: dict[str, Any], events: Sequence[EventRecord]) -> list[Mi
     targets = {s["name"]: float(s["weight"]) for s in mixture.get("sources", [])}
     actual: dict[str, float] = {}
     for event in events:
-        if event.type == "MIXTURE_ACTUAL":
+        if event.type == EventType.MIXTURE_ACTUAL:
             reported = event.attributes.get("targets")
             if isinstance(reported, dict) and reported:
                 targets = {str(k): float(v) for k, v in reported.items()}
@@ -281,10 +279,12 @@ def checkpoint_lineage(
     else the checkpoint that generation restored (RESTORED), else the newest earlier commit."""
     commits: dict[str, EventRecord] = {}
     for event in events:
-        if event.type == "CHECKPOINT_COMMITTED" and event.checkpoint_id:
+        if event.type == EventType.CHECKPOINT_COMMITTED and event.checkpoint_id:
             commits.setdefault(event.checkpoint_id, event)
     restored = {
-        e.generation: e.checkpoint_id for e in events if e.type == "RESTORED" and e.checkpoint_id
+        e.generation: e.checkpoint_id
+        for e in events
+        if e.type == EventType.RESTORED and e.checkpoint_id
     }
     entries: list[LineageEntry] = []
     previous_by_generation: dict[int, str] = {}

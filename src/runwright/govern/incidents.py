@@ -9,19 +9,15 @@ noticed, what was restored, how many steps and tokens were lost and replayed, ho
 from collections.abc import Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
+from runwright.events import EventType
 from runwright.observe.accounting import RecoveryWindow
 from runwright.observe.timeline import StepPoint, number
+from runwright.records import Record
 from runwright.store import EventRecord, RunRecord
 
-INTERVENTION_TYPES = ("STALE_WRITE_REJECTED", "BUDGET_WARNING")
+INTERVENTION_TYPES = (EventType.STALE_WRITE_REJECTED, EventType.BUDGET_WARNING)
 # Terminal reasons that mean someone or something outside the training stopped the run.
 INTERVENING_REASONS = ("USER_CANCELLED", "PREEMPTED", "BUDGET_EXCEEDED")
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Incident(Record):
@@ -91,7 +87,7 @@ def incidents(
         for w in windows
         if w.healthy_unix_s is not None
     }
-    failures = [e for e in events if e.type == "FAILURE_CLASSIFIED"]
+    failures = [e for e in events if e.type == EventType.FAILURE_CLASSIFIED]
     firsts: dict[int, EventRecord] = {}
     for event in failures:
         firsts.setdefault(event.generation, event)
@@ -116,12 +112,12 @@ def incidents(
             if not failure.time_unix_s <= event.time_unix_s < until:
                 continue
             a = event.attributes
-            if event.type == "RECOVERY_STARTED" and "recovery_started_unix_s" not in fields:
+            if event.type == EventType.RECOVERY_STARTED and "recovery_started_unix_s" not in fields:
                 fields["recovery_started_unix_s"] = event.time_unix_s
-            elif event.type == "RESTORED":
+            elif event.type == EventType.RESTORED:
                 fields["restored_step"] = event.step
                 fields["restored_checkpoint_id"] = event.checkpoint_id
-            elif event.type == "RECOVERY_SUCCEEDED":
+            elif event.type == EventType.RECOVERY_SUCCEEDED:
                 fields["recovered"] = True
                 fields["lost_steps"] = _int(a.get("lost_steps"))
                 fields["replayed_tokens"] = _int(a.get("replayed_tokens"))
@@ -139,19 +135,19 @@ def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Interve
     found: list[Intervention] = []
     for event in events:
         a = event.attributes
-        if event.type == "STATE_CHANGED" and a.get("to_state") == "CANCELLED":
+        if event.type == EventType.STATE_CHANGED and a.get("to_state") == "CANCELLED":
             detail = f"cancelled ({a.get('reason', 'no reason')})"
             if a.get("detail"):
                 detail += f": {a['detail']}"
             kind = "cancel"
-        elif event.type == "STALE_WRITE_REJECTED":
+        elif event.type == EventType.STALE_WRITE_REJECTED:
             detail = (
                 f"{a.get('rejected_type', 'write')} from generation "
                 f"{a.get('writer_generation', '?')} rejected (run at generation "
                 f"{a.get('run_generation', event.generation)})"
             )
             kind = "stale_write_rejected"
-        elif event.type == "BUDGET_WARNING":
+        elif event.type == EventType.BUDGET_WARNING:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(a.items())) or "budget warning"
             kind = "budget_warning"
         else:

@@ -11,9 +11,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from runwright.errors import RunwrightError
+from runwright.events import EventType
 from runwright.govern.evidence import (
     CodeVersion,
     DatasetIdentity,
@@ -31,14 +32,11 @@ from runwright.govern.page import render_page
 from runwright.observe import figures
 from runwright.observe.accounting import CostSplit, account
 from runwright.observe.timeline import Timeline, build_timeline
+from runwright.records import Record
 from runwright.spec import ModelSpec, canonical_json, sha256_hex
 from runwright.store import EventRecord, RunRecord, Store
 
 REPORT_VERSION = 1
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class ReportPaths(Record):
@@ -216,7 +214,7 @@ def _history(events: list[EventRecord]) -> list[dict[str, Any]]:
             "reason": e.attributes.get("reason"),
         }
         for e in events
-        if e.type == "STATE_CHANGED"
+        if e.type == EventType.STATE_CHANGED
     ]
 
 

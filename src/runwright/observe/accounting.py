@@ -26,19 +26,15 @@ no device-seconds.
 import itertools
 from collections.abc import Iterable, Sequence
 
-from pydantic import BaseModel, ConfigDict
-
+from runwright.events import EventType
 from runwright.observe.figures import cost
 from runwright.observe.records import Attempt, Event
-from runwright.observe.timeline import CHECKPOINT_COMMITTED, StepPoint, number
+from runwright.observe.timeline import StepPoint, number
+from runwright.records import Record
 
 CATEGORIES = ("productive", "checkpoint", "replay", "recovery", "idle")
 # Sweep priority: a second covered by several intervals takes the highest.
 _PRIORITY = {"checkpoint": 4, "productive": 3, "replay": 2, "recovery": 1}
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Split(Record):
@@ -133,7 +129,7 @@ def attempt_spans(attempts: Sequence[Attempt], events: Sequence[Event]) -> list[
         ]
     if not events:
         return []
-    ranks = {e.attributes.get("rank") for e in events if e.type == "STEP_HEALTHY"}
+    ranks = {e.attributes.get("rank") for e in events if e.type == EventType.STEP_HEALTHY}
     launched = [e.world_size or 0 for e in events if e.world_size]
     return [
         AttemptSpan(
@@ -152,13 +148,13 @@ def recovery_windows(events: Sequence[Event], steps: Sequence[StepPoint]) -> lis
     windows: list[RecoveryWindow] = []
     seen: set[int] = set()
     for event in events:
-        if event.type != "FAILURE_CLASSIFIED" or event.generation in seen:
+        if event.type != EventType.FAILURE_CLASSIFIED or event.generation in seen:
             continue
         seen.add(event.generation)
         restored_here = [
             e.time_unix_s
             for e in events
-            if e.type == "RESTORED"
+            if e.type == EventType.RESTORED
             and e.generation == event.generation
             and e.time_unix_s >= event.time_unix_s
         ]
@@ -211,7 +207,7 @@ def commit_stalls(events: Iterable[Event]) -> dict[tuple[int, int], tuple[float,
     contract, else the checkpointer's `stage` timing (the blocking snapshot copy)."""
     found: dict[tuple[int, int], tuple[float, float]] = {}
     for event in events:
-        if event.type != CHECKPOINT_COMMITTED or event.step is None:
+        if event.type != EventType.CHECKPOINT_COMMITTED or event.step is None:
             continue
         attrs = event.attributes
         stall = number(attrs, "stall_seconds")

@@ -11,8 +11,9 @@ from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from runwright.events import EventType
 from runwright.observe.records import Event
-from runwright.observe.timeline import CHECKPOINT_COMMITTED, STEP_HEALTHY, TOKEN_KINDS, number
+from runwright.observe.timeline import TOKEN_KINDS, number
 
 # Step-time buckets in seconds: from a tiny CPU model (10 ms) to a large synchronous step (2 min).
 STEP_SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -106,9 +107,9 @@ class RunMetrics:
         self.generation.set(event.generation)
         if event.world_size:
             self.world_size.set(event.world_size)
-        if event.type == STEP_HEALTHY:
+        if event.type == EventType.STEP_HEALTHY:
             self._step(event)
-        elif event.type == CHECKPOINT_COMMITTED:
+        elif event.type == EventType.CHECKPOINT_COMMITTED:
             key = event.checkpoint_id or f"{event.generation}:{event.step}"
             if key in self._committed:
                 return  # every rank reports the same commit
@@ -117,24 +118,24 @@ class RunMetrics:
             stall = number(attrs, "stall_seconds")
             self.checkpoint_stall.inc(max(stall if stall is not None else 0.0, 0.0))
             self.checkpoint_bytes.inc(max(number(attrs, "bytes") or 0.0, 0.0))
-        elif event.type == "FAILURE_CLASSIFIED":
+        elif event.type == EventType.FAILURE_CLASSIFIED:
             self._last_failure_class = str(attrs.get("failure_class") or "unknown")
             self.failures.labels(failure_class=self._last_failure_class).inc()
-        elif event.type == "RECOVERY_SUCCEEDED":
+        elif event.type == EventType.RECOVERY_SUCCEEDED:
             failure_class = str(attrs.get("failure_class") or self._last_failure_class)
             self.recoveries.labels(failure_class=failure_class).inc()
             self.lost_steps.inc(max(number(attrs, "lost_steps") or 0.0, 0.0))
             self.replayed_tokens.inc(max(number(attrs, "replayed_tokens") or 0.0, 0.0))
             self.recovery_seconds.inc(max(number(attrs, "recovery_seconds") or 0.0, 0.0))
-        elif event.type == "STATE_CHANGED" and attrs.get("to_state"):
+        elif event.type == EventType.STATE_CHANGED and attrs.get("to_state"):
             self.set_state(str(attrs["to_state"]))
-        elif event.type == "WORKER_GROUP_LAUNCHED" and number(attrs, "world_size"):
+        elif event.type == EventType.WORKER_GROUP_LAUNCHED and number(attrs, "world_size"):
             self.world_size.set(number(attrs, "world_size") or 0.0)
-        elif event.type == "STALE_WRITE_REJECTED":
+        elif event.type == EventType.STALE_WRITE_REJECTED:
             self.stale_writes.inc()
-        elif event.type == "NAN_DETECTED":
+        elif event.type == EventType.NAN_DETECTED:
             self.nans.inc()
-        elif event.type == "BUDGET_WARNING":
+        elif event.type == EventType.BUDGET_WARNING:
             self.budget_warnings.inc()
 
     def _step(self, event: Event) -> None:

@@ -16,12 +16,12 @@ step, phases included. Any attribute may be missing.
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from runwright.events import EventType
 from runwright.observe.records import Event
+from runwright.records import Record
 
-STEP_HEALTHY = "STEP_HEALTHY"
-CHECKPOINT_COMMITTED = "CHECKPOINT_COMMITTED"
 # The per-step phases of the runtime's step timeline (issue 6), in the order they happen.
 PHASES = (
     "data_wait_seconds",
@@ -36,17 +36,13 @@ PHASES = (
 TOKEN_KINDS = ("device", "padded", "loss")
 # Event type -> marker kind drawn as a vertical line on every chart.
 MARKER_KINDS = {
-    CHECKPOINT_COMMITTED: "checkpoint",
-    "FAILURE_CLASSIFIED": "incident",
-    "NAN_DETECTED": "incident",
-    "RESTORED": "restore",
-    "BUDGET_WARNING": "intervention",
-    "STALE_WRITE_REJECTED": "intervention",
+    EventType.CHECKPOINT_COMMITTED: "checkpoint",
+    EventType.FAILURE_CLASSIFIED: "incident",
+    EventType.NAN_DETECTED: "incident",
+    EventType.RESTORED: "restore",
+    EventType.BUDGET_WARNING: "intervention",
+    EventType.STALE_WRITE_REJECTED: "intervention",
 }
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class StepPoint(Record):
@@ -202,7 +198,7 @@ def step_points(events: Iterable[Event]) -> list[StepPoint]:
     """
     grouped: dict[tuple[int, int], list[Event]] = {}
     for event in events:
-        if event.type == STEP_HEALTHY and event.step is not None:
+        if event.type == EventType.STEP_HEALTHY and event.step is not None:
             grouped.setdefault((event.generation, event.step), []).append(event)
     points = sorted(
         (_merge(gen, step, group) for (gen, step), group in grouped.items()),
@@ -227,7 +223,7 @@ def markers(events: Iterable[Event]) -> list[Marker]:
         kind = MARKER_KINDS.get(event.type)
         if kind is None:
             continue
-        if event.type == CHECKPOINT_COMMITTED:
+        if event.type == EventType.CHECKPOINT_COMMITTED:
             key = event.checkpoint_id or f"step-{event.step}-g{event.generation}"
             if key in seen:
                 continue
@@ -246,11 +242,11 @@ def markers(events: Iterable[Event]) -> list[Marker]:
 
 def _label(event: Event) -> str:
     attrs = event.attributes
-    if event.type == CHECKPOINT_COMMITTED:
+    if event.type == EventType.CHECKPOINT_COMMITTED:
         return f"ckpt @{event.step}"
-    if event.type == "FAILURE_CLASSIFIED":
+    if event.type == EventType.FAILURE_CLASSIFIED:
         return f"{attrs.get('failure_class', 'failure')} (rank {attrs.get('rank', '?')})"
-    if event.type == "RESTORED":
+    if event.type == EventType.RESTORED:
         return f"restored @{event.step}"
     return event.type.lower().replace("_", " ")
 

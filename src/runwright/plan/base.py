@@ -1,17 +1,15 @@
 """The base of every planner record: frozen, unknown keys rejected, one docstring per field."""
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
+
+from runwright.records import Record as BaseRecord
 
 GIB = 2**30
 """Bytes in one GiB, the unit the human tables print memory in."""
 
 
-class Record(BaseModel):
-    """A frozen result or input of a planning formula; `model_dump()` is its `--json` form."""
+class Record(BaseRecord):
+    """A frozen result or input of a planning formula; `model_dump()` is its `--json` form. No
+    number may be inf or NaN: a formula that produced one has a bug."""
 
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        use_attribute_docstrings=True,
-        allow_inf_nan=False,
-    )
+    model_config = ConfigDict(allow_inf_nan=False)

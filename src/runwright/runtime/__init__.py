@@ -1,19 +1,10 @@
 """Inside each training process: run context, channel to the controller, heartbeats.
 
 `runtime/` never opens the store; it reports through the file channel that the controller
-ingests (ARCHITECTURE.md, "Rules of the house").
+ingests (ARCHITECTURE.md, "Rules of the house"), in the messages of `runwright.protocol`.
 """
 
-from runwright.runtime.channel import ChannelMessage, ChannelReader, ChannelWriter
+from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.context import RunContext, init
-from runwright.runtime.rank_manifest import RankEntry, build_rank_manifest
 
-__all__ = [
-    "ChannelMessage",
-    "ChannelReader",
-    "ChannelWriter",
-    "RankEntry",
-    "RunContext",
-    "build_rank_manifest",
-    "init",
-]
+__all__ = ["ChannelWriter", "RunContext", "init"]

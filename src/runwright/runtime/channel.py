@@ -1,4 +1,4 @@
-"""The worker -> controller channel: append-only JSON-lines files, one per (generation, rank).
+"""The worker side of the channel: append-only JSON-lines files, one per (generation, rank).
 
 A worker never holds a database connection (ARCHITECTURE.md). It appends messages to its own file
 under `<run_dir>/channel/`; the controller tails every file and ingests the messages into the
@@ -7,19 +7,16 @@ A local file survives a controller restart, so nothing a worker reported is lost
 controller is down.
 """
 
-import json
 import os
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from runwright.events import EventType
+from runwright.layout import rank_file_name
+from runwright.protocol import HEARTBEAT, PROTOCOL_VERSION, ChannelMessage, encode_message
 
-from runwright.layout import RANK_FILE_GLOB, rank_file_name
-
-HEARTBEAT = "HEARTBEAT"
 # STEP_HEALTHY is per-step telemetry (progress, loss curve, phase times); the run's state is the
 # committed checkpoint, whose CHECKPOINT_COMMITTED event is fsynced like every other event. So its
 # line is written and flushed at once (the tailing controller sees it at once, and a killed process
@@ -30,25 +27,8 @@ HEARTBEAT = "HEARTBEAT"
 # the next STEP_HEALTHY once the oldest unsynced line is TELEMETRY_SYNC_SECONDS old (the bound
 # when heartbeats are off). A power loss can drop at most those last seconds of telemetry, never
 # a CHECKPOINT_*, STOP_*, RESTORED or NAN_DETECTED event.
-DEFERRED_SYNC_TYPES = frozenset({"STEP_HEALTHY"})
+DEFERRED_SYNC_TYPES = frozenset({EventType.STEP_HEALTHY})
 TELEMETRY_SYNC_SECONDS = 5.0
-
-
-class ChannelMessage(BaseModel):
-    """One message from a worker. HEARTBEAT messages update liveness; all others become events."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    event_id: str
-    """Unique per message; the store ignores a second copy."""
-    type: str
-    generation: int
-    rank: int
-    step: int | None = None
-    world_size: int | None = None
-    checkpoint_id: str | None = None
-    time_unix_s: float
-    attributes: dict[str, Any] = Field(default_factory=dict)
 
 
 class ChannelWriter:
@@ -80,6 +60,7 @@ class ChannelWriter:
         with self._lock:
             self._counter += 1
             message = ChannelMessage(
+                v=PROTOCOL_VERSION,
                 event_id=event_id
                 or f"g{self.generation}-r{self.rank}-{type_}-{self._counter}-{time.time_ns()}",
                 type=type_,
@@ -89,7 +70,7 @@ class ChannelWriter:
                 time_unix_s=time.time(),
                 **fields,
             )
-            self._file.write(message.model_dump_json() + "\n")
+            self._file.write(encode_message(message))
             self._file.flush()
             # Events are facts the run's history depends on; a heartbeat is worth no fsync and
             # telemetry waits for the next one (DEFERRED_SYNC_TYPES above).
@@ -130,43 +111,3 @@ class ChannelWriter:
                 if self._unsynced_since is not None:
                     self._fsync_locked()
                 self._file.close()
-
-
-class ChannelReader:
-    """Tails every file in a channel folder, yielding only complete new lines.
-
-    The cursor moves past a message only when the consumer asks for the next one, i.e. once it
-    has handled this one. A consumer that raises (the store went away while it stored the
-    message) or stops early gets the same message again on the next poll, so the file stays the
-    buffer of everything not yet handled; the event id makes the second copy harmless."""
-
-    def __init__(self, channel_dir: Path) -> None:
-        self.channel_dir = channel_dir
-        self._offsets: dict[Path, int] = {}
-
-    def poll(self) -> Iterator[ChannelMessage]:
-        if not self.channel_dir.is_dir():
-            return
-        for path in sorted(self.channel_dir.glob(RANK_FILE_GLOB)):
-            offset = self._offsets.get(path, 0)
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-            start = 0
-            # A line without its newline is still being written; read it next time.
-            while (end := data.find(b"\n", start)) >= 0:
-                message = _parse(data[start:end])
-                if message is not None:
-                    yield message
-                start = end + 1
-                self._offsets[path] = offset + start
-
-
-def _parse(line: bytes) -> ChannelMessage | None:
-    """One message, or None for a blank or unreadable line (skipped, never retried)."""
-    if not line.strip():
-        return None
-    try:
-        return ChannelMessage.model_validate(json.loads(line))
-    except (ValueError, TypeError):
-        return None

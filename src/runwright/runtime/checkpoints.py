@@ -17,6 +17,7 @@ from runwright.ckpt import Checkpointer, CheckpointError, LocalFence
 from runwright.ckpt.events import CheckpointEvent
 from runwright.ckpt.start import start_generation
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.events import EventType
 from runwright.layout import RunPaths
 
 if TYPE_CHECKING:
@@ -30,8 +31,11 @@ class ChannelSink:
         self.ctx = ctx
 
     def emit(self, event: CheckpointEvent) -> None:
+        # One RESTORED per generation and rank, whatever retries the process makes.
+        restored = event.type == EventType.RESTORED
         self.ctx.channel.send(
             str(event.type),
+            event_id=f"g{event.generation}-r{self.ctx.rank}-restored" if restored else None,
             step=event.step,
             checkpoint_id=event.checkpoint_id,
             world_size=self.ctx.world_size,

@@ -1,11 +1,14 @@
 """`runwright.runtime.init()`: the run context inside a training process.
 
 Under the control plane the executor passes the run's identity through environment variables
-(ENV_* below) and torchrun adds RANK/LOCAL_RANK/WORLD_SIZE. Under plain `torchrun` or
-`python train.py` the same call works with local defaults: a fresh local run id, generation 0,
-and a run folder `<root>/local/<run_id>/` (runwright.layout), or RUNWRIGHT_RUN_DIR if set.
+(the ENV_* names of `runwright.protocol`) and torchrun adds RANK/LOCAL_RANK/WORLD_SIZE. Under
+plain `torchrun` or `python train.py` the same call works with local defaults: a fresh local run
+id, generation 0, and a run folder `<root>/local/<run_id>/` (runwright.layout), or
+RUNWRIGHT_RUN_DIR if set.
 """
 
+import atexit
+import json
 import os
 import platform
 import socket
@@ -16,11 +19,27 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runwright import events
 from runwright.errors import RunwrightError
+from runwright.events import EventType
 from runwright.layout import RunPaths, local_run_paths, resolve_root
 from runwright.lifetime import die_with_parent, has_tags
-from runwright.runtime.channel import HEARTBEAT, ChannelWriter
-from runwright.runtime.rank_manifest import RankEntry
+from runwright.protocol import (
+    ENV_GENERATION,
+    ENV_PROTOCOL_VERSION,
+    ENV_RANK_MANIFEST,
+    ENV_RUN_DIR,
+    ENV_RUN_ID,
+    ENV_SKIP_STEPS,
+    ENV_SPEC_FILE,
+    HEARTBEAT,
+    RankEntry,
+    StopRequest,
+    check_version,
+    decode_rank_manifest,
+    decode_skip_steps,
+)
+from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.steploop import StepLoop
 from runwright.runtime.stop import StopWatcher
 from runwright.spec import JobSpec, ResolvedPlan, load_spec, spec_from_mapping
@@ -28,14 +47,6 @@ from runwright.spec import JobSpec, ResolvedPlan, load_spec, spec_from_mapping
 if TYPE_CHECKING:
     from runwright.ckpt import Checkpointer
 
-ENV_RUN_ID = "RUNWRIGHT_RUN_ID"
-ENV_GENERATION = "RUNWRIGHT_GENERATION"
-ENV_RUN_DIR = "RUNWRIGHT_RUN_DIR"
-ENV_SPEC_FILE = "RUNWRIGHT_SPEC_FILE"
-ENV_RANK_MANIFEST = "RUNWRIGHT_RANK_MANIFEST"
-# JSON list of [first, last] step ranges whose batches a restarted group must skip (after a
-# non-finite loss, recovery.on_nan: rollback_skip).
-ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"
 DEFAULT_HEARTBEAT_SECONDS = 2.0
 
 
@@ -57,7 +68,12 @@ class RunContext:
     stop_watcher: StopWatcher
     skip_steps: list[tuple[int, int]] = field(default_factory=list)
     """Inclusive step ranges whose batches are consumed without an update."""
+    last_step: int = 0
+    """The newest step this rank reported healthy."""
+    stop_request: StopRequest | None = None
+    """The stop the group agreed on (the step loop sets it); a stopped run is not complete."""
     _checkpointers: list[Any] = field(default_factory=list, repr=False)
+    _closed: bool = field(default=False, repr=False)
     _stop_heartbeat: threading.Event = field(default_factory=threading.Event, repr=False)
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
 
@@ -73,10 +89,36 @@ class RunContext:
             type_, step=step, event_id=event_id, world_size=self.world_size, attributes=attributes
         )
 
-    def step_healthy(self, step: int, **metrics: Any) -> None:
-        """Report that optimizer step `step` completed on this rank, with its metrics."""
+    def report(
+        self,
+        type_: EventType,
+        *,
+        key: str | None = None,
+        step: int | None = None,
+        checkpoint_id: str | None = None,
+        **attributes: Any,
+    ) -> None:
+        """The process's event hook (`runwright.events.emit`): `key` makes the event one per
+        generation, whichever ranks send it."""
+        self.channel.send(
+            type_,
+            step=step,
+            event_id=f"g{self.generation}-{key}" if key else None,
+            checkpoint_id=checkpoint_id,
+            world_size=self.world_size,
+            attributes=attributes,
+        )
+
+    def step_healthy(self, step: int, *, loader_facts: bool = True, **metrics: Any) -> None:
+        """Report that optimizer step `step` completed on this rank, with its metrics. With
+        `loader_facts`, what the run's loaders know of the step's batch (sample range, tokens,
+        input wait) is added where `metrics` does not say it (the step loop, which accounts for
+        itself, turns it off)."""
+        self.last_step = max(self.last_step, step)
+        if loader_facts:
+            metrics = {**events.step_facts(), **metrics}
         self.event(
-            "STEP_HEALTHY",
+            EventType.STEP_HEALTHY,
             step=step,
             event_id=f"g{self.generation}-r{self.rank}-step{step}",
             **metrics,
@@ -117,11 +159,50 @@ class RunContext:
         self._heartbeat = threading.Thread(target=beat, name="runwright-heartbeat", daemon=True)
         self._heartbeat.start()
 
+    @property
+    def completed(self) -> bool:
+        """The run's last planned step is done and no stop cut it short."""
+        plan = self.plan
+        return (
+            plan is not None
+            and self.stop_request is None
+            and self.last_step >= int(plan.total_steps.value)
+        )
+
     def close(self) -> None:
-        self._stop_heartbeat.set()
-        if self._heartbeat is not None:
-            self._heartbeat.join(timeout=5)
-        self.channel.close()
+        """End this process's part of the run (idempotent; also run at interpreter exit, so a
+        script that never calls it still reports): every open loader reports its mixture, and
+        rank 0 of a completed run sends TRAINING_COMPLETE with the digests of the parameters
+        its checkpointer holds, which `runwright compare` checks bit for bit."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            events.run_closing()
+            if self.rank == 0 and self.completed:
+                self._training_complete()
+        finally:
+            events.detach(self.report)
+            self._stop_heartbeat.set()
+            if self._heartbeat is not None:
+                self._heartbeat.join(timeout=5)
+            self.channel.close()
+
+    def _training_complete(self) -> None:
+        states = [c.last_state for c in self._checkpointers if c.last_state is not None]
+        attributes: dict[str, Any] = {}
+        if states:
+            digests = states[-1].parameter_digests()
+            RunPaths(self.run_dir).final_parameters.write_text(json.dumps(digests, indent=1))
+            attributes["parameter_digests"] = digests
+            if "tokens_seen" in states[-1].counters:
+                attributes["tokens_seen"] = int(states[-1].counters["tokens_seen"])
+        self.event(
+            EventType.TRAINING_COMPLETE,
+            step=self.last_step,
+            event_id=f"g{self.generation}-complete",
+            **attributes,
+        )
 
 
 def _torch_version() -> str | None:
@@ -159,16 +240,17 @@ def _die_with_torchrun() -> None:
 def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunContext:
     """Build this process's run context, announce the worker, and start heartbeats.
 
+    The context becomes the process's event hook, so the loader and the checkpointer report to
+    this run, and it closes itself at interpreter exit if the script does not.
     `spec_path` gives the job spec under plain torchrun; under the control plane the executor
     passes the submitted spec and this argument is ignored."""
-    import json
-
     rank = _env_int("RANK", 0)
     local_rank = _env_int("LOCAL_RANK", 0)
     world_size = _env_int("WORLD_SIZE", 1)
     run_id = os.environ.get(ENV_RUN_ID)
     managed = run_id is not None
     if managed:
+        check_version(_env_int(ENV_PROTOCOL_VERSION, 1), "the controller that started this process")
         _die_with_torchrun()
         run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
         generation = _env_int(ENV_GENERATION, 0)
@@ -193,9 +275,9 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
     entry = None
     manifest_file = os.environ.get(ENV_RANK_MANIFEST)
     if manifest_file:
-        entries = [RankEntry.model_validate(e) for e in json.loads(Path(manifest_file).read_text())]
+        entries = decode_rank_manifest(Path(manifest_file).read_text())
         entry = entries[rank] if rank < len(entries) else None
-    skip = [(int(a), int(b)) for a, b in json.loads(os.environ.get(ENV_SKIP_STEPS) or "[]")]
+    skip = decode_skip_steps(os.environ.get(ENV_SKIP_STEPS))
     watcher = StopWatcher(run_dir, generation)
     watcher.install_signal_handler()
     ctx = RunContext(
@@ -213,7 +295,7 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         managed=managed,
     )
     ctx.event(
-        "WORKER_STARTED",
+        EventType.WORKER_STARTED,
         event_id=f"g{generation}-r{rank}-started",
         pid=os.getpid(),
         local_rank=local_rank,
@@ -226,4 +308,6 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
     if heartbeat:
         interval = spec.recovery.heartbeat_interval_seconds if spec else DEFAULT_HEARTBEAT_SECONDS
         ctx.start_heartbeat(interval)
+    events.attach(ctx.report)
+    atexit.register(ctx.close)
     return ctx

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runwright.errors import RunwrightError
+from runwright.events import EventType
 from runwright.layout import RunPaths
 from runwright.runtime.stop import StopRequest, agree_on_stop
 
@@ -93,9 +94,9 @@ class StepLoop:
                     request = self.ctx.stop_watcher.read_file() or request
                     if request.fence_generation is not None:
                         self.ctx.adopt_generation(request.fence_generation)
-                    self.stop_request = request
+                    self.stop_request = self.ctx.stop_request = request
                     self.ctx.event(
-                        "STOP_ACKNOWLEDGED",
+                        EventType.STOP_ACKNOWLEDGED,
                         step=step,
                         reason=request.reason,
                         save=request.save,
@@ -130,7 +131,7 @@ class StepLoop:
             number = self._number(value)
             if not math.isfinite(number):
                 self.ctx.event(
-                    "NAN_DETECTED",
+                    EventType.NAN_DETECTED,
                     step=step,
                     what=what,
                     value=str(number),
@@ -141,7 +142,7 @@ class StepLoop:
             mean = sum(self._recent) / len(self._recent)
             number = self._number(loss)
             if number > self.spike_factor * mean:
-                self.ctx.event("LOSS_SPIKE", step=step, loss=number, mean=mean)
+                self.ctx.event(EventType.LOSS_SPIKE, step=step, loss=number, mean=mean)
                 raise LossSpikeError(
                     f"loss {number:.4g} at step {step} exceeds "
                     f"{self.spike_factor} x recent mean {mean:.4g}"
@@ -164,7 +165,9 @@ class StepLoop:
             **{k: self._plain(v) for k, v in metrics.items()},
         }
         self.ctx.step_healthy(
-            step, **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")}
+            step,
+            loader_facts=False,
+            **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")},
         )
         self._timeline.write(json.dumps(record) + "\n")
         self._phases["logging"] = time.perf_counter() - started

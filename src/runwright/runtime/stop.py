@@ -1,7 +1,7 @@
 """Stop requests reach a worker two ways and are honoured only at a step boundary.
 
 1. The controller writes `<run_dir>/control/stop-gen<G>.json` (cancel, budget, preemption it
-   decided on). Only generation G's workers read it.
+   decided on; `runwright.protocol.write_stop_request`). Only generation G's workers read it.
 2. The infrastructure sends SIGTERM (as Slurm and Kubernetes do before a preemption); the handler
    only sets a flag, so nothing is interrupted mid-step.
 
@@ -9,8 +9,6 @@ All ranks of a data-parallel group must stop at the same step or the others woul
 next collective, so the decision is agreed with one all-reduce of a flag (MAX) at the boundary.
 """
 
-import json
-import os
 import signal
 import threading
 import time
@@ -18,47 +16,11 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
 from runwright.layout import RunPaths
+from runwright.protocol import STOP_REASONS, StopRequest, read_stop_request
 
-STOP_REASONS = ("cancel", "preemption", "budget", "controller")
 # Reading the stop file costs a stat(); at most this often per process.
 STOP_FILE_POLL_SECONDS = 0.5
-
-
-class StopRequest(BaseModel):
-    """Why the group stops and whether it saves first."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    reason: str
-    """One of cancel, preemption, budget, controller."""
-    save: bool = True
-    """Save a checkpoint at the stop step before exiting."""
-    requested_unix_s: float
-    fence_generation: int | None = None
-    """For a cancel, the generation the controller already bumped to: the stopping group
-    publishes its final checkpoint and events under it (the old one is fenced off)."""
-
-
-def write_stop_request(
-    run_dir: Path,
-    generation: int,
-    reason: str,
-    save: bool = True,
-    fence_generation: int | None = None,
-) -> Path:
-    """Controller side: ask generation `generation` to stop at its next step boundary."""
-    path = RunPaths(run_dir).stop_file(generation)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    request = StopRequest(
-        reason=reason, save=save, requested_unix_s=time.time(), fence_generation=fence_generation
-    )
-    tmp.write_text(request.model_dump_json())
-    os.replace(tmp, path)
-    return path
 
 
 class StopWatcher:
@@ -89,18 +51,12 @@ class StopWatcher:
         now = time.monotonic()
         if now >= self._next_poll:
             self._next_poll = now + STOP_FILE_POLL_SECONDS
-            try:
-                self._request = StopRequest.model_validate(json.loads(self.path.read_text()))
-            except (FileNotFoundError, ValueError):
-                return None
+            self._request = read_stop_request(self.path)
         return self._request
 
     def read_file(self) -> StopRequest | None:
         """The controller's request itself, whatever this rank saw locally."""
-        try:
-            return StopRequest.model_validate(json.loads(self.path.read_text()))
-        except (FileNotFoundError, ValueError):
-            return None
+        return read_stop_request(self.path)
 
 
 def agree_on_stop(local: StopRequest | None) -> StopRequest | None:

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from runwright.records import Record
 
 if TYPE_CHECKING:
     from runwright.spec.job import JobSpec
@@ -18,10 +20,8 @@ if TYPE_CHECKING:
 DEFAULT_MICRO_BATCH_CAP = 8
 
 
-class Derived(BaseModel):
+class Derived(Record):
     """One derived value and why it has that value."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     value: int | float | None
     """The derived value."""
@@ -29,10 +29,8 @@ class Derived(BaseModel):
     """How it was derived, with the arithmetic."""
 
 
-class ResolvedPlan(BaseModel):
+class ResolvedPlan(Record):
     """The layout and batch arithmetic a run actually uses."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     world_size: Derived
     dp: Derived

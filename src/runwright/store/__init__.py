@@ -13,10 +13,9 @@ from runwright.store.records import (
     RunRecord,
     WriteResult,
 )
-from runwright.store.store import STALE_WRITE_REJECTED, Store
+from runwright.store.store import Store
 
 __all__ = [
-    "STALE_WRITE_REJECTED",
     "AttemptRecord",
     "CheckpointRow",
     "DatasetRow",

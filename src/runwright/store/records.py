@@ -3,7 +3,20 @@
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from runwright.events import EventRecord, NewEvent
+from runwright.records import Record
+
+__all__ = [
+    "AttemptRecord",
+    "CheckpointRow",
+    "DatasetRow",
+    "EventRecord",
+    "NewEvent",
+    "Outcome",
+    "Record",
+    "RunRecord",
+    "WriteResult",
+]
 
 
 class Outcome(StrEnum):
@@ -13,10 +26,6 @@ class Outcome(StrEnum):
     ALREADY_APPLIED = "ALREADY_APPLIED"
     STALE_GENERATION = "STALE_GENERATION"
     INVALID_TRANSITION = "INVALID_TRANSITION"
-
-
-class Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class RunRecord(Record):
@@ -57,26 +66,6 @@ class WriteResult(Record):
     @property
     def applied(self) -> bool:
         return self.outcome is Outcome.APPLIED
-
-
-class NewEvent(Record):
-    """An event to append. `event_id` is the idempotency key: appending it twice is a no-op."""
-
-    event_id: str
-    run_id: str
-    generation: int
-    type: str
-    step: int | None = None
-    world_size: int | None = None
-    checkpoint_id: str | None = None
-    time_unix_s: float
-    attributes: dict[str, Any] = Field(default_factory=dict)
-
-
-class EventRecord(NewEvent):
-    """An event as stored; `seq` is its position in the store's append order."""
-
-    seq: int
 
 
 class AttemptRecord(Record):

@@ -13,6 +13,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from runwright.errors import NotFoundError, StoreError
+from runwright.events import EventType
 from runwright.layout import resolve_root
 from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
 from runwright.store.engine import create_engine, migrate, resolve_store_url
@@ -27,7 +28,6 @@ from runwright.store.records import (
 )
 from runwright.store.schema import attempts, events, runs
 
-STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
 # Fields a fenced worker write may change; state and generation change only via transition().
 FENCED_FIELDS = frozenset({"last_heartbeat_unix_s", "last_step", "data_cursor"})
 CONTROLLER_FIELDS = FENCED_FIELDS | {"allocation", "rank_manifest", "state_detail"}
@@ -337,7 +337,7 @@ class Store:
                 event_id=f"stale:{event.event_id}",
                 run_id=event.run_id,
                 generation=current,
-                type=STALE_WRITE_REJECTED,
+                type=EventType.STALE_WRITE_REJECTED,
                 step=event.step,
                 time_unix_s=time.time(),
                 attributes={

@@ -1,6 +1,8 @@
 """The reference training loop. Reads top to bottom like nanoGPT; uses only public runwright APIs:
 the run context and step loop (runwright.runtime), the loader (runwright.data) and the
-checkpointer (runwright.ckpt).
+checkpointer (runwright.ckpt). It sends no event by hand: the library reports what recovery and
+the report read (the loader its dataset and mixture, the checkpointer the restored step, the
+context's close the final parameter digests), exactly as for any script.
 
     torchrun --nproc-per-node 2 -m runwright.train            # under runwright submit
     torchrun --nproc-per-node 2 -m runwright.train --spec S   # plain torchrun
@@ -8,11 +10,8 @@ checkpointer (runwright.ckpt).
 
 import argparse
 import contextlib
-import hashlib
-import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -48,14 +47,6 @@ def timed_allreduce(
         return fut.value()[0]
 
     return future.then(done)
-
-
-def parameter_digests(model: torch.nn.Module) -> dict[str, str]:
-    """sha256 of every parameter's bytes: equal digests mean bit-identical parameters."""
-    return {
-        name: hashlib.sha256(p.detach().cpu().contiguous().numpy().tobytes()).hexdigest()
-        for name, p in model.named_parameters()
-    }
 
 
 @record
@@ -100,13 +91,6 @@ def main(argv: list[str] | None = None) -> int:
             f"model.vocab_size={spec.model.vocab_size} is smaller than the "
             f"tokenizer's {manifest.tokenizer.vocab_size} ids; raise it"
         )
-    if ctx.rank == 0:
-        ctx.event(
-            "DATA_STAGE_READY",
-            event_id=f"g{ctx.generation}-data",
-            dataset_id=manifest.dataset_id,
-            tokenizer_hash=manifest.tokenizer.sha256,
-        )
 
     # -- model and optimizer ------------------------------------------------------------------
     torch.manual_seed(spec.training.seed)
@@ -132,13 +116,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     restored = ckpt.restore(state)
     step = restored.step if restored else 0
-    ctx.event(
-        "RESTORED",
-        step=step,
-        event_id=f"g{ctx.generation}-r{ctx.rank}-restored",
-        checkpoint_id=restored.checkpoint_id if restored else None,
-        mode=str(restored.mode) if restored else None,
-    )
 
     # -- train ---------------------------------------------------------------------------------
     batches = iter(loader)
@@ -210,33 +187,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.step_sleep:
             time.sleep(args.step_sleep)
 
-    # -- finish: save at the stop step (or the last one) and prove what we hold ----------------
-    stopping = loop.stop_request is not None
+    # -- finish: save at the stop step (or the last one); the context's close reports the rest --
     if saved_step != step:
         ckpt.maybe_save(step, state, stopping=True)
     ckpt.close()
-    if ctx.rank == 0:
-        # Mixture targets vs what was actually drawn, per source (seed 004's data layer).
-        cursor = loader.cursor
-        ctx.event(
-            "MIXTURE_ACTUAL",
-            step=step,
-            event_id=f"g{ctx.generation}-mixture-{step}",
-            unit=spec.data.mixture.unit,
-            actual=dict(cursor.source_draws),
-            actual_units=dict(cursor.source_units),
-            targets={s.name: s.weight for s in spec.data.mixture.sources},
-        )
-    if not stopping and ctx.rank == 0:
-        digests = parameter_digests(model)
-        Path(ctx.run_dir / "final_parameters.json").write_text(json.dumps(digests, indent=1))
-        ctx.event(
-            "TRAINING_COMPLETE",
-            step=step,
-            event_id=f"g{ctx.generation}-complete",
-            parameter_digests=digests,
-            tokens_seen=counters["tokens_seen"],
-        )
     loop.close()
     loader.close()
     ctx.close()

@@ -1,8 +1,9 @@
 """A small data-parallel training script for the recovery tests, built only on public APIs.
 
 Every rank fits a linear model (DDP over gloo) on batches that are a pure function of the global
-step, checkpoints through `ctx.checkpointer()`, reports through the runtime's step loop, and can
-inject the faults the tests need. `--once-dir` makes an injected fault fire only on the first
+step, checkpoints through `ctx.checkpointer()`, reports through the runtime's step loop (no event
+by hand: the library sends what recovery and the report read), and can inject the faults the
+tests need. `--once-dir` makes an injected fault fire only on the first
 attempt (a marker file remembers it fired), as a transient fault would.
 """
 
@@ -17,8 +18,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 import runwright.runtime
-from runwright.ckpt import TrainState
-from runwright.train.loop import parameter_digests
+from runwright.ckpt import CommitStep, TrainState
 
 
 class Position:
@@ -32,6 +32,18 @@ class Position:
 
     def load_state_dict(self, state: dict[str, int]) -> None:
         self.samples = int(state["samples"])
+
+
+class SlowSave:
+    """A commit probe that holds every save for `seconds` before its shards are written, so a
+    save is in flight long enough for the controller to see it (CHECKPOINTING)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def reached(self, step: CommitStep, bytes_written: int = 0) -> None:
+        if step is CommitStep.WRITE_SHARDS and bytes_written == 0:
+            time.sleep(self.seconds)
 
 
 def fire_once(once_dir: str | None, name: str) -> bool:
@@ -52,6 +64,7 @@ def main() -> int:
     parser.add_argument("--nan-at-step", type=int)
     parser.add_argument("--raise-at-step", type=int)
     parser.add_argument("--once-dir")
+    parser.add_argument("--save-seconds", type=float, default=0.0)
     args = parser.parse_args()
 
     ctx = runwright.runtime.init()
@@ -65,15 +78,9 @@ def main() -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.training.optimizer.lr)
     position = Position()
     state = TrainState(model=model, optimizer=optimizer, data_loader=position)
-    ckpt = ctx.checkpointer()
+    ckpt = ctx.checkpointer(probe=SlowSave(args.save_seconds) if args.save_seconds else None)
     restored = ckpt.restore(state)
     step = restored.step if restored else 0
-    ctx.event(
-        "RESTORED",
-        step=step,
-        checkpoint_id=restored.checkpoint_id if restored else None,
-        event_id=f"g{ctx.generation}-r{ctx.rank}-restored",
-    )
     loop = ctx.step_loop(step, total)
     for step in loop:
         g = torch.Generator().manual_seed(10_000 * step + ctx.rank)
@@ -107,14 +114,8 @@ def main() -> int:
     if loop.stop_request is not None and loop.stop_request.save:
         ckpt.maybe_save(step, state, stopping=True)
     ckpt.close()
-    if not loop.stop_request:
-        # Recovery equivalence (govern/compare.py) compares these with an uninterrupted run's.
-        ctx.event(
-            "TRAINING_COMPLETE",
-            step=step,
-            event_id=f"g{ctx.generation}-r{ctx.rank}-complete",
-            parameter_digests=parameter_digests(model.module),
-        )
+    # The checkpointer reported the restored step and the close reports the final parameter
+    # digests (TRAINING_COMPLETE), which recovery equivalence (govern/compare.py) compares.
     ctx.close()
     dist.destroy_process_group()
     return 0

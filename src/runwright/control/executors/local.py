@@ -48,14 +48,17 @@ from runwright.control.processes import (
 from runwright.errors import LaunchError
 from runwright.layout import AttemptPaths, parse_generation, run_paths
 from runwright.lifetime import environ_of, has_tags
-from runwright.runtime.context import (
+from runwright.protocol import (
     ENV_GENERATION,
+    ENV_PROTOCOL_VERSION,
     ENV_RANK_MANIFEST,
     ENV_RUN_DIR,
     ENV_RUN_ID,
     ENV_SPEC_FILE,
+    PROTOCOL_VERSION,
+    RankEntry,
+    encode_rank_manifest,
 )
-from runwright.runtime.rank_manifest import RankEntry
 from runwright.spec import JobSpec
 
 
@@ -384,9 +387,7 @@ class LocalExecutor:
         attempt.folder.mkdir(parents=True, exist_ok=True)
         if not paths.spec_file.exists():
             paths.spec_file.write_text(spec.canonical_json())
-        attempt.rank_manifest_file.write_text(
-            json.dumps([e.model_dump() for e in rank_manifest], indent=1)
-        )
+        attempt.rank_manifest_file.write_text(encode_rank_manifest(rank_manifest))
         env = {
             **os.environ,
             **spec.environment.env,
@@ -395,6 +396,7 @@ class LocalExecutor:
             ENV_RUN_DIR: str(paths.folder),
             ENV_SPEC_FILE: str(paths.spec_file),
             ENV_RANK_MANIFEST: str(attempt.rank_manifest_file),
+            ENV_PROTOCOL_VERSION: str(PROTOCOL_VERSION),
             # Ranks are processes on few cores; one intra-op thread each avoids oversubscription.
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "PYTHONUNBUFFERED": "1",

@@ -14,9 +14,10 @@ a `FailureEvidence` alone.
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from runwright.runtime.rank_manifest import RankEntry
+from runwright.protocol import RankEntry
+from runwright.records import Record
 from runwright.spec import JobSpec
 
 EXIT_LOST = -1000
@@ -24,10 +25,8 @@ EXIT_LOST = -1000
 status (the supervisor was killed, or the machine restarted): the real exit status is lost."""
 
 
-class ErrorRecord(BaseModel):
+class ErrorRecord(Record):
     """One rank's own record of the exception that ended it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     rank: int = Field(description="The global rank that wrote it.")
     message: str = Field(description="The exception's `Name: text` line.")
@@ -35,10 +34,8 @@ class ErrorRecord(BaseModel):
     traceback: str = Field(description="The formatted traceback, its last 4,000 characters.")
 
 
-class LostSupervisor(BaseModel):
+class LostSupervisor(Record):
     """What the executor found and did when a group's supervisor ended without an exit status."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     supervisor_pid: int = Field(description="The supervisor process that is gone.")
     cause: str = Field(description="How the supervisor ended, as far as this machine can tell.")
@@ -65,11 +62,9 @@ class LostSupervisor(BaseModel):
         return f"supervisor exit file missing; {left}"
 
 
-class FailureEvidence(BaseModel):
+class FailureEvidence(Record):
     """Everything an executor can tell about how a generation's group ended, beyond its exit
     status: what `failures.classify` decides on and the diagnostics bundle keeps."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     launcher_log: str = Field(
         default="",

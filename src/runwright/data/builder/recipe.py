@@ -15,7 +15,7 @@ import yaml
 from pydantic import Field, ValidationError, model_validator
 
 from runwright.data.errors import RecipeError
-from runwright.data.record import Record
+from runwright.records import Record
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 

@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError
 
 from runwright.data.errors import ManifestError
-from runwright.data.record import Record
+from runwright.records import Record
 from runwright.spec import canonical_json, sha256_hex
 
 MANIFEST_SCHEMA = "runwright-dataset-v1"

@@ -7,7 +7,7 @@ from pydantic import Field
 
 from runwright.data.format.dataset import file_sha256, localise, shard_problems
 from runwright.data.format.manifest import read_manifest
-from runwright.data.record import Record
+from runwright.records import Record
 
 
 class ShardVerdict(Record):

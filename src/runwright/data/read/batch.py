@@ -15,7 +15,7 @@ from runwright.data.read.kernels import ShardTable
 from runwright.data.read.packing import Packer
 from runwright.data.read.rows import fill_rows
 from runwright.data.read.step_plan import BatchPlan
-from runwright.data.record import Record
+from runwright.records import Record
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import Field
 
 from runwright.data.errors import CursorMismatchError
-from runwright.data.record import Record
+from runwright.records import Record
 
 CURSOR_SCHEMA = "runwright-data-cursor-v1"
 

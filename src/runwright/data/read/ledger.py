@@ -10,7 +10,7 @@ import itertools
 
 from pydantic import Field
 
-from runwright.data.record import Record
+from runwright.records import Record
 
 
 class LedgerRange(Record):

@@ -7,6 +7,14 @@ The pipeline (prefetch.py) is bounded, so a slow consumer applies back-pressure 
 planning. Each batch carries the cursor *after* it; `state_dict()` returns the cursor of the last
 batch handed to the caller, never one the prefetch ran ahead to, so restoring it neither skips
 nor repeats. This module owns identity (dataset, tokenizer, algorithms), the cursor and ledger.
+
+Inside a run (`runwright.init()`), data-parallel rank 0 reports what the run reads: one
+DATA_STAGE_READY when the loader opens its dataset, and a MIXTURE_ACTUAL (what was drawn per
+source against the recipe's targets) when it closes, or when the run closes if the script never
+closed it. On every rank, each STEP_HEALTHY the script reports carries the last batch's sample
+range, token counts and input wait (unless the script passed them itself), which the consumed-
+sample ledger, the token accounting and the input-wait share read. Outside a run these are
+no-ops.
 """
 
 import os
@@ -32,6 +40,7 @@ from runwright.data.read.prefetch import END, ReadPipeline
 from runwright.data.read.shuffle import SHUFFLES
 from runwright.data.read.step_plan import BatchPlan, CursorPoint, Planner
 from runwright.data.read.stream import DocStream, SourceTable, StreamState
+from runwright.events import EventType, emit, report_at_close, report_with_each_step
 from runwright.spec import DataSpec, canonical_json, sha256_hex
 
 
@@ -134,6 +143,20 @@ class DataLoader:
         self._bytes_lock = threading.Lock()
         self._pipeline: ReadPipeline | None = None
         self._finished = False
+        self._mixture_reported_step: int | None = None
+        self._step_facts: dict[str, Any] = {}
+        report_with_each_step(self.step_facts)
+        if dp_rank == 0:
+            emit(
+                EventType.DATA_STAGE_READY,
+                key="data",
+                dataset_id=manifest.dataset_id,
+                tokenizer_hash=manifest.tokenizer.sha256,
+                shuffle=data_spec.shuffle,
+                mixture=data_spec.mixture.algorithm,
+                packing=data_spec.packing,
+            )
+            report_at_close(self.report_mixture)
 
     # ---- identity ----------------------------------------------------------------------------
 
@@ -343,6 +366,13 @@ class DataLoader:
         else:
             self._fold_run()
             self._run = [batch.step, batch.step + 1, batch.first_sample, batch.end_sample]
+        self._step_facts = {
+            "samples": [batch.first_sample, batch.end_sample],
+            "device_tokens": batch.device_tokens,
+            "padded_tokens": batch.padded_tokens,
+            "loss_tokens": batch.loss_tokens,
+            "data_wait_seconds": waited,
+        }
         self._batches += 1
         self._loss_tokens += batch.loss_tokens
         self._padded_tokens += batch.padded_tokens
@@ -354,8 +384,30 @@ class DataLoader:
             self._pipeline = None
 
     def close(self) -> None:
-        """Stop the reader threads; the cursor and ledger stay readable."""
+        """Stop the reader threads (the cursor and ledger stay readable) and report the
+        mixture drawn."""
         self._shutdown()
+        self.report_mixture()
+
+    def step_facts(self) -> dict[str, Any]:
+        """What the last batch handed out adds to the step the script reports."""
+        return self._step_facts
+
+    def report_mixture(self) -> None:
+        """MIXTURE_ACTUAL to the run, from data-parallel rank 0, once per cursor step."""
+        cursor = self.cursor
+        if self.dp_rank != 0 or cursor.step == self._mixture_reported_step:
+            return
+        self._mixture_reported_step = cursor.step
+        emit(
+            EventType.MIXTURE_ACTUAL,
+            key=f"mixture-{cursor.step}",
+            step=cursor.step,
+            unit=self.spec.mixture.unit,
+            actual=dict(cursor.source_draws),
+            actual_units=dict(cursor.source_units),
+            targets={s.name: s.weight for s in self.spec.mixture.sources},
+        )
 
     def __enter__(self) -> "DataLoader":
         return self

@@ -1,0 +1,242 @@
+"""The one event vocabulary: every type of event a run's log can hold, and the event records.
+
+Both sides of the seam write these: the controller (state moves, recovery, budgets), the workers
+through the file channel (`runwright.init()`, the step loop, the checkpointer, the loader), and
+the store keeps them append-only. observe/, govern/ and the controller's recovery read them by
+these names and nothing else, so a type is added here or nowhere. `EventType` is a `StrEnum`: a
+member equals its name as a string, which is how events are stored and sent.
+
+The bottom of this module is the process's event hook: `runwright.init()` attaches the run
+context as the emitter, and library code below the runtime (the data loader) reports through
+`emit()` without knowing whether a run is there (outside a run it is a no-op). It is the one
+piece of process-wide state, as a logging handler or an OpenTelemetry provider is.
+
+This module imports only `runwright.records`, so every layer may use it.
+"""
+
+import threading
+import weakref
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import Field
+
+from runwright.records import Record
+
+
+class EventType(StrEnum):
+    """What happened. Grouped by who writes it; attributes are named where readers depend on
+    them."""
+
+    # -- the controller: submit, placement, launch ----------------------------------------------
+    JOB_SUBMITTED = "JOB_SUBMITTED"
+    """A spec was accepted into a new run (spec_hash, idempotency_key)."""
+    ALLOCATION_READY = "ALLOCATION_READY"
+    """Resources were placed (nodes, hosts, devices_per_node)."""
+    WORKER_GROUP_LAUNCHED = "WORKER_GROUP_LAUNCHED"
+    """An executor started a generation's worker group (world_size, pid)."""
+    WORKER_GROUP_ADOPTED = "WORKER_GROUP_ADOPTED"
+    """A restarted controller found a generation still running and took it over (pid)."""
+    ORPHAN_KILLED = "ORPHAN_KILLED"
+    """A process of an older generation was found alive and killed before a launch."""
+    STATE_CHANGED = "STATE_CHANGED"
+    """The run moved (from_state, to_state, reason, detail); written in the move's transaction."""
+    RUN_FINISHED = "RUN_FINISHED"
+    """The last event of a run's log (state, reason, last_step)."""
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    """The store could not be reached for a while (outage_seconds, attempts, error)."""
+
+    # -- the controller: recovery, stops and budgets ---------------------------------------------
+    FAILURE_CLASSIFIED = "FAILURE_CLASSIFIED"
+    """A generation ended badly; its class (failure_class), evidence and the policy's decision."""
+    DIAGNOSTICS_WRITTEN = "DIAGNOSTICS_WRITTEN"
+    """A diagnostics bundle was written for a failure (path)."""
+    RECOVERY_STARTED = "RECOVERY_STARTED"
+    """A new generation is being started after a failure."""
+    RECOVERY_SUCCEEDED = "RECOVERY_SUCCEEDED"
+    """The new generation made progress past its restored step (the recovery is proven)."""
+    STOP_REQUESTED = "STOP_REQUESTED"
+    """The controller asked a generation to stop at its next step boundary (reason, save)."""
+    BUDGET_WARNING = "BUDGET_WARNING"
+    """A budget crossed its warning share."""
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    """A budget ran out; the run is stopped with a final checkpoint."""
+    STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
+    """A write from a fenced-off generation was refused (by the store or the checkpoint fence)."""
+    FAULT_INJECTED = "FAULT_INJECTED"
+    """A drill or the demo injected a fault on purpose (kind, rank, step)."""
+    CHANNEL_UNREADABLE = "CHANNEL_UNREADABLE"
+    """A worker wrote a message of a newer protocol than the controller's; the controller stops
+    reading that channel file there and says so (path, error)."""
+
+    # -- a worker: runwright.init(), the step loop and the context's close ----------------------
+    WORKER_STARTED = "WORKER_STARTED"
+    """A rank joined its generation (pid, host, local_rank, python/torch versions, platform)."""
+    RESTORED = "RESTORED"
+    """A rank's state as it starts training: the step it resumes after (0 for a fresh start),
+    checkpoint_id and mode. Sent by the checkpointer's restore; recovery's lost steps, the
+    accounting's replayed tokens and the report's lineage read it."""
+    STEP_HEALTHY = "STEP_HEALTHY"
+    """Optimizer step `step` completed on a rank (loss, tokens, phase seconds, samples)."""
+    STOP_ACKNOWLEDGED = "STOP_ACKNOWLEDGED"
+    """The group agreed to stop at this boundary (reason: cancel, preemption, budget,
+    controller)."""
+    NAN_DETECTED = "NAN_DETECTED"
+    """The step guard found a non-finite loss or gradient norm."""
+    LOSS_SPIKE = "LOSS_SPIKE"
+    """The step guard found a loss above its spike factor times the running mean."""
+    TRAINING_COMPLETE = "TRAINING_COMPLETE"
+    """The last planned step finished (parameter_digests: sha256 per parameter, tokens_seen).
+    Sent by the context's close on rank 0 when the run reached its last step unstopped."""
+
+    # -- a worker: the data loader ---------------------------------------------------------------
+    DATA_STAGE_READY = "DATA_STAGE_READY"
+    """The loader opened its dataset (dataset_id, tokenizer_hash, algorithm versions)."""
+    MIXTURE_ACTUAL = "MIXTURE_ACTUAL"
+    """What the loader drew per source against the recipe's targets (actual, actual_units,
+    targets, unit); sent when the loader or the context closes."""
+
+    # -- a worker: the checkpointer ---------------------------------------------------------------
+    CHECKPOINT_STAGED = "CHECKPOINT_STAGED"
+    """A save began staging its snapshot."""
+    CHECKPOINT_COMMITTED = "CHECKPOINT_COMMITTED"
+    """A checkpoint was published (folder, bytes, manifest_sha256, stall_seconds,
+    persist_seconds and per-stage timings)."""
+    CHECKPOINT_SKIPPED = "CHECKPOINT_SKIPPED"
+    """A due save was skipped (the async backlog was full and the policy said skip)."""
+    CHECKPOINT_FAILED = "CHECKPOINT_FAILED"
+    """A save failed (error, mode; for storage: path, cause, errno, bytes_needed, bytes_free)."""
+    CHECKPOINT_DELETED = "CHECKPOINT_DELETED"
+    """Retention removed a checkpoint (folder, bytes, seconds)."""
+    RESIDUE_COLLECTED = "RESIDUE_COLLECTED"
+    """Garbage collection removed staging or temporary residue."""
+    RESTORE_FALLBACK = "RESTORE_FALLBACK"
+    """A checkpoint failed validation on restore and an older one was tried."""
+    INTERVAL_CHOSEN = "INTERVAL_CHOSEN"
+    """The checkpoint interval was derived (Young/Daly) from measured cost and failure rate."""
+
+
+class NewEvent(Record):
+    """An event to append. `event_id` is the idempotency key: appending it twice is a no-op."""
+
+    event_id: str
+    """Unique per event; a second copy is ignored."""
+    run_id: str
+    """The run whose log holds it."""
+    generation: int
+    """The writer's generation (fencing token)."""
+    type: str
+    """An `EventType` name (stored as text, so a newer writer's type is kept, not refused)."""
+    step: int | None = None
+    """Global optimizer step the event concerns, if any."""
+    world_size: int | None = None
+    """World size of the writer's group, if a worker wrote it."""
+    checkpoint_id: str | None = None
+    """Checkpoint the event concerns, if any."""
+    time_unix_s: float
+    """When it happened (seconds since the epoch, writer's clock)."""
+    attributes: dict[str, Any] = Field(default_factory=dict)
+    """Details; the readers' names are listed with each `EventType`."""
+
+
+class EventRecord(NewEvent):
+    """An event as stored; `seq` is its position in the store's append order."""
+
+    seq: int
+    """Position in the store's append order (gaps are possible; order is what counts)."""
+
+
+# -- the process's event hook ---------------------------------------------------------------------
+class Emitter(Protocol):
+    """Sends one event of this process's run (the run context is one)."""
+
+    def __call__(
+        self,
+        type_: EventType,
+        *,
+        key: str | None = None,
+        step: int | None = None,
+        checkpoint_id: str | None = None,
+        **attributes: Any,
+    ) -> None:
+        """`key` names the event within its generation (e.g. `data`): sending the same key
+        twice stores one event, so every rank may send a fact only one of them needs to."""
+        ...
+
+
+_lock = threading.Lock()
+_emitter: Emitter | None = None
+_closers: list[weakref.WeakMethod[Callable[[], None]]] = []
+_step_facts: list[weakref.WeakMethod[Callable[[], dict[str, Any]]]] = []
+
+
+def attach(emitter: Emitter) -> None:
+    """Make `emitter` this process's run (runwright.init() does)."""
+    global _emitter
+    with _lock:
+        _emitter = emitter
+
+
+def detach(emitter: Emitter) -> None:
+    """Forget `emitter` if it is still the process's run (its close does)."""
+    global _emitter
+    with _lock:
+        if _emitter == emitter:
+            _emitter = None
+
+
+def emit(
+    type_: EventType,
+    *,
+    key: str | None = None,
+    step: int | None = None,
+    checkpoint_id: str | None = None,
+    **attributes: Any,
+) -> bool:
+    """Send an event to this process's run; False (and nothing sent) outside a run."""
+    with _lock:
+        emitter = _emitter
+    if emitter is None:
+        return False
+    emitter(type_, key=key, step=step, checkpoint_id=checkpoint_id, **attributes)
+    return True
+
+
+def report_at_close(method: Callable[[], None]) -> None:
+    """Call the bound `method` when the run closes (if its object still lives), so an object
+    that reports at its own close (the loader's MIXTURE_ACTUAL) reports even when the script
+    never closes it. Held weakly: registering keeps nothing alive."""
+    with _lock:
+        _closers.append(weakref.WeakMethod(method))  # type: ignore[arg-type]
+
+
+def report_with_each_step(method: Callable[[], dict[str, Any]]) -> None:
+    """Add what the bound `method` returns to every STEP_HEALTHY of the run (the loader's sample
+    range and token counts of the batch it handed out last), so a script that reports only its
+    loss still gives the ledger and the token accounting. Held weakly."""
+    with _lock:
+        _step_facts.append(weakref.WeakMethod(method))  # type: ignore[arg-type]
+
+
+def step_facts() -> dict[str, Any]:
+    """The attributes every registered object adds to the step being reported."""
+    with _lock:
+        refs = list(_step_facts)
+    facts: dict[str, Any] = {}
+    for ref in refs:
+        method = ref()
+        if method is not None:
+            facts.update(method())
+    return facts
+
+
+def run_closing() -> None:
+    """The run is closing: let every registered object report, once, and forget them all."""
+    with _lock:
+        closers, _closers[:] = list(_closers), []
+        _step_facts.clear()
+    for ref in closers:
+        method = ref()
+        if method is not None:
+            method()

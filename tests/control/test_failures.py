@@ -147,3 +147,23 @@ def test_a_torchrun_killed_by_a_signal_is_infrastructure(tmp_path):
     verdict = run_classify(tmp_path, exit_code=-9, torchrun_log="")
     assert verdict.failure_class is FailureClass.INFRASTRUCTURE
     assert verdict.message == "torchrun was killed by SIGKILL"
+
+
+def test_a_rank_silent_after_its_own_nan_is_a_nan_not_a_hang(tmp_path):
+    """On a busy machine the watchdog can suspect a hang of the rank that stopped on a NaN (and
+    of its peers blocked in the next collective) before torchrun reports the exit."""
+    after_nan = run_classify(
+        tmp_path,
+        watchdog_class=FailureClass.HANG,
+        watchdog_detail="rank 1 silent for 4 s",
+        watchdog_rank=1,
+        nan_rank_step=(1, 6),
+    )
+    assert after_nan.failure_class is FailureClass.NAN_INF and after_nan.step == 6
+    without_nan = run_classify(
+        tmp_path,
+        watchdog_class=FailureClass.HANG,
+        watchdog_detail="rank 1 silent for 4 s",
+        watchdog_rank=1,
+    )
+    assert without_nan.failure_class is FailureClass.HANG

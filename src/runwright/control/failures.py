@@ -239,7 +239,11 @@ def classify(
             evidence=evidence,
         )
 
-    if watchdog_class is not None:
+    # A rank that stopped on a non-finite loss falls silent and its peers block in the next
+    # collective: on a busy machine the watchdog can call that a hang before torchrun reports
+    # the exit. The rank's own NAN_DETECTED is the cause; the silence is its symptom.
+    nan_explains_it = nan_rank_step is not None and watchdog_class is FailureClass.HANG
+    if watchdog_class is not None and not nan_explains_it:
         return verdict(watchdog_class, watchdog_rank, watchdog_detail, "watchdog")
     if preempted:
         return verdict(

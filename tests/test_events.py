@@ -10,6 +10,10 @@ from runwright.control.states import TerminalReason
 from runwright.events import EventType
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "runwright"
+SPELLED_ON_PURPOSE = {
+    "demo/paced_worker.py": "the controller benchmark runs it on older revisions' runtime too, "
+    "which have no runwright.events",
+}
 
 
 def test_no_module_spells_an_event_type_as_a_string():
@@ -18,7 +22,7 @@ def test_no_module_spells_an_event_type_as_a_string():
     names = {str(t) for t in EventType} - {str(r) for r in TerminalReason}
     found = []
     for path in sorted(SRC.rglob("*.py")):
-        if path == SRC / "events.py":
+        if path == SRC / "events.py" or str(path.relative_to(SRC)) in SPELLED_ON_PURPOSE:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Constant) and node.value in names:

@@ -208,6 +208,7 @@ def report_at_close(method: Callable[[], None]) -> None:
     that reports at its own close (the loader's MIXTURE_ACTUAL) reports even when the script
     never closes it. Held weakly: registering keeps nothing alive."""
     with _lock:
+        _closers[:] = [ref for ref in _closers if ref() is not None]  # a long process
         _closers.append(weakref.WeakMethod(method))  # type: ignore[arg-type]
 
 
@@ -216,6 +217,7 @@ def report_with_each_step(method: Callable[[], dict[str, Any]]) -> None:
     range and token counts of the batch it handed out last), so a script that reports only its
     loss still gives the ledger and the token accounting. Held weakly."""
     with _lock:
+        _step_facts[:] = [ref for ref in _step_facts if ref() is not None]
         _step_facts.append(weakref.WeakMethod(method))  # type: ignore[arg-type]
 
 

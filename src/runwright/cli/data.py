@@ -32,11 +32,18 @@ def build(
     set_: list[str] = typer.Option(
         [], "--set", help="Recipe variable NAME=VALUE, replacing ${NAME} (repeatable)."
     ),
+    allow_code: bool = typer.Option(
+        False,
+        "--allow-code",
+        help="Let the recipe name module:function filters and extractors: code that runs as "
+        "you. Without it only registered functions run (docs/trust.md).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
 ) -> None:
     """Build the dataset a recipe describes into <root>/datasets/<dataset_id>/.
 
     Re-running redoes only unfinished partitions; bad records go to quarantine/ with reasons.
+    A recipe is data: it runs no code of its own unless --allow-code says so.
     """
     from runwright.data.builder.pipeline import build_dataset
 
@@ -44,6 +51,7 @@ def build(
         recipe,
         resolve_root(root),
         variables=_variables(set_),
+        allow_code=allow_code,
         show_progress=not as_json,
         console=None if as_json else console,
     )
@@ -232,10 +240,17 @@ def verify(
         for shard in report.shards:
             mark = "[green]ok[/]" if shard.ok else "[red]CORRUPT[/]"
             console.print(f"{mark}  {shard.name}  {'; '.join(shard.problems)}")
+        for problem in report.problems:
+            console.print(f"[red]PROBLEM[/]  {problem}")
         console.print(
             f"tokenizer {'[green]ok[/]' if report.tokenizer_ok else '[red]MISMATCH[/]'}; "
             f"dataset {report.dataset_id[:16]}: "
-            + ("[green]verified[/]" if report.ok else f"[red]{len(report.corrupt)} corrupt[/]")
+            + (
+                "[green]verified[/]"
+                if report.ok
+                else f"[red]{len(report.corrupt)} corrupt shards, {len(report.problems)} "
+                "dataset problems[/]"
+            )
         )
     if not report.ok:
         raise typer.Exit(code=1)

@@ -7,8 +7,8 @@ Every filter returns None (keep) or a short reason; the build counts drops per s
 import unicodedata
 from collections.abc import Callable
 
+from runwright.data.builder.functions import resolve_function
 from runwright.data.builder.recipe import FilterSpec, NormaliseSpec
-from runwright.data.builder.sources import load_callable
 
 # C0/C1 control characters except tab and newline; carriage returns are folded into newlines.
 _CONTROL = {c: None for c in range(0x20) if c not in (0x09, 0x0A)}
@@ -57,7 +57,7 @@ def _char_ratio(spec: FilterSpec) -> FilterCheck:
 
 
 def _custom(spec: FilterSpec) -> FilterCheck:
-    fn = load_callable(spec.function or "")
+    fn = resolve_function(spec.function or "")
 
     def check(text: str) -> str | None:
         reason = fn(text)

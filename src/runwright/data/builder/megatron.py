@@ -32,8 +32,15 @@ from runwright.data.builder.progress import progress_bar
 from runwright.data.errors import DataError
 from runwright.data.format.dataset import file_sha256, open_dataset
 from runwright.data.format.indexed_shard import IndexedShard, IndexedWriter, open_shard
-from runwright.data.format.manifest import MANIFEST_FILE, DatasetManifest, InputRecord, StageRecord
+from runwright.data.format.manifest import (
+    MANIFEST_FILE,
+    MAX_VOCAB_SIZE,
+    DatasetManifest,
+    InputRecord,
+    StageRecord,
+)
 from runwright.data.format.pretokenized import write_pretokenized
+from runwright.data.format.untrusted import check_name
 from runwright.layout import datasets_dir
 
 
@@ -96,6 +103,16 @@ def import_megatron(
     """Import Megatron pairs (source name -> shard prefixes) into `<root>/datasets/<id>/`."""
     if not sources or not all(sources.values()):
         raise DataError("nothing to import: give every source at least one shard prefix")
+    for source in sources:
+        try:
+            check_name(source, "source name")
+        except ValueError as exc:
+            raise DataError(f"{exc} (pass SOURCE=PREFIX with a plain source name)") from None
+    if not 0 < vocab_size <= MAX_VOCAB_SIZE:
+        raise DataError(
+            f"vocab_size={vocab_size} must lie in [1, {MAX_VOCAB_SIZE:,}]; pass the tokenizer's "
+            "vocabulary size (--vocab-size)"
+        )
     if not 0 <= eod_token_id < vocab_size:
         raise DataError(
             f"eod_token_id={eod_token_id} must lie in [0, vocab_size={vocab_size}); pass the "

@@ -24,7 +24,7 @@ from rich.progress import Progress
 
 from runwright.data.builder.dedup import signature, text_hash
 from runwright.data.builder.recipe import NearDedupSpec, NormaliseSpec, Recipe, SourceSpec
-from runwright.data.builder.sources import InputFile, list_inputs, read_bytes
+from runwright.data.builder.sources import READERS, InputFile, list_inputs, read_bytes
 from runwright.data.builder.stages import Counters, Document, Filter, Normalise, Read
 from runwright.data.errors import BuildError
 from runwright.data.format.manifest import InputRecord
@@ -131,6 +131,7 @@ def plan_partitions(recipe: Recipe, parts_dir: Path) -> list[PartitionTask]:
     near = recipe.dedup.near
     tasks: list[PartitionTask] = []
     for source in recipe.sources:
+        READERS.get(source.kind)  # an unknown reader fails the build before anything is written
         inputs = list_inputs(source)
         size = source.files_per_partition
         for k in range(0, len(inputs), size):

@@ -17,6 +17,7 @@ seals the manifest.
 """
 
 import json
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from runwright import __version__
+from runwright.data.builder.functions import check_code
 from runwright.data.builder.partitions import (
     PartitionTask,
     load_partition,
@@ -35,7 +37,7 @@ from runwright.data.builder.partitions import (
     run_partitions,
 )
 from runwright.data.builder.progress import progress_bar
-from runwright.data.builder.recipe import Recipe, load_recipe
+from runwright.data.builder.recipe import Recipe, check_tokenizer_path, load_recipe
 from runwright.data.builder.stages import (
     Document,
     EvalSplit,
@@ -85,23 +87,32 @@ def build_dataset(
     root: str | Path,
     *,
     variables: dict[str, str] | None = None,
+    allow_code: bool = False,
     show_progress: bool = False,
     console: Console | None = None,
 ) -> BuildResult:
-    """Build (or find already built) the dataset a recipe describes under `<root>/datasets/`."""
+    """Build (or find already built) the dataset a recipe describes under `<root>/datasets/`.
+
+    `allow_code` lets the recipe name `module:function` filters and extractors (code that runs as
+    the caller); without it only registered functions run (builder/functions.py, docs/trust.md).
+    Everything a recipe can get wrong is refused before anything is written.
+    """
     began = time.perf_counter()
     recipe_path = ""
     if not isinstance(recipe, Recipe):
         recipe_path = str(recipe)
-        recipe = load_recipe(recipe, variables)
+        recipe = load_recipe(recipe, variables, allow_code=allow_code)
+    else:
+        check_tokenizer_path(recipe)
+        check_code(recipe, allow_code)
     root = Path(root)
     hashed_recipe = recipe.model_dump(exclude={"build"})
     hashed_recipe["sources"] = [source_lineage(s) for s in recipe.sources]
     work = dataset_work_dir(root, sha256_hex(canonical_json(hashed_recipe))[:16])
     parts_dir = work / "partitions"
-    parts_dir.mkdir(parents=True, exist_ok=True)
     with progress_bar(show_progress, console) as progress:
-        tasks = plan_partitions(recipe, parts_dir)
+        tasks = plan_partitions(recipe, parts_dir)  # lists the inputs: may refuse the recipe
+        parts_dir.mkdir(parents=True, exist_ok=True)
         todo = [t for t in tasks if not t.finished]
         assembly = _assembly_key(recipe, tasks)
         if not todo:
@@ -146,8 +157,11 @@ def _already_assembled(
         marker = json.loads((work / ASSEMBLED_FILE).read_text())
     except (OSError, ValueError):
         return None
-    folder = dataset_dir(root, str(marker.get("dataset_id")))
-    if marker.get("assembly") != assembly or not (folder / MANIFEST_FILE).exists():
+    dataset_id = str(marker.get("dataset_id"))
+    if marker.get("assembly") != assembly or not re.fullmatch(r"[0-9a-f]{64}", dataset_id):
+        return None
+    folder = dataset_dir(root, dataset_id)
+    if not (folder / MANIFEST_FILE).exists():
         return None
     manifest = read_manifest(folder)
     return BuildResult(

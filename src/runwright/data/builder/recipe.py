@@ -5,7 +5,6 @@ folder, and `${NAME}` is replaced from the variables given to the build (`--set 
 the environment, so one recipe serves every machine without machine paths inside it.
 """
 
-import json
 import os
 import re
 from pathlib import Path
@@ -14,7 +13,17 @@ from typing import Literal
 import yaml
 from pydantic import Field, ValidationError, model_validator
 
+from runwright.data.builder.functions import check_code
 from runwright.data.errors import RecipeError
+from runwright.data.format.manifest import MAX_VOCAB_SIZE
+from runwright.data.format.untrusted import (
+    MAX_RECIPE_BYTES,
+    check_shape,
+    guarded_parse,
+    is_local,
+    parse_json,
+    read_capped,
+)
 from runwright.records import Record
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -35,11 +44,12 @@ class SourceSpec(Record):
     text_field: str = "text"
     """JSONL key / Parquet column holding the text."""
     extract: str | None = None
-    """Optional `module:function(relative_path, text) -> iterable of str` that turns one input
-    text into documents (applied by `text-v1`)."""
-    files_per_partition: int = Field(default=64, gt=0)
+    """Optional function turning one input text into documents (applied by `text-v1`): a
+    registered one (`paragraphs-v1`), or `module:function(relative_path, text) -> iterable of
+    str`, which is code and runs only with `--allow-code` (docs/trust.md)."""
+    files_per_partition: int = Field(default=64, gt=0, le=1 << 20)
     """Input files per work partition (the unit of completion markers and retries)."""
-    max_record_chars: int = Field(default=1_000_000, gt=0)
+    max_record_chars: int = Field(default=1_000_000, gt=0, le=1 << 40)
     """Records longer than this are quarantined as oversized."""
 
 
@@ -57,16 +67,17 @@ class FilterSpec(Record):
 
     kind: Literal["length-v1", "char-ratio-v1", "custom-v1"]
     """Filter algorithm."""
-    min_chars: int | None = Field(default=None, ge=0)
+    min_chars: int | None = Field(default=None, ge=0, le=1 << 40)
     """length-v1: drop shorter documents."""
-    max_chars: int | None = Field(default=None, gt=0)
+    max_chars: int | None = Field(default=None, gt=0, le=1 << 40)
     """length-v1: drop longer documents."""
     min_alnum_ratio: float | None = Field(default=None, ge=0, le=1)
     """char-ratio-v1: drop when letters+digits are a smaller share of characters."""
     max_whitespace_ratio: float | None = Field(default=None, ge=0, le=1)
     """char-ratio-v1: drop when whitespace is a larger share."""
     function: str | None = None
-    """custom-v1: `module:function(text) -> None | reason`."""
+    """custom-v1: a registered function (`replacement-char-v1`), or `module:function(text) ->
+    None | reason`, which is code and runs only with `--allow-code` (docs/trust.md)."""
 
     @model_validator(mode="after")
     def _fields_match_kind(self) -> "FilterSpec":
@@ -82,10 +93,10 @@ class NearDedupSpec(Record):
     """Estimated Jaccard similarity at or above which two documents are duplicates."""
     num_perm: int = Field(default=64, ge=16, le=512)
     """MinHash permutations (signature length)."""
-    shingle_words: int = Field(default=5, ge=1)
+    shingle_words: int = Field(default=5, ge=1, le=1024)
     """Words per shingle."""
-    seed: int = 1
-    """MinHash seed."""
+    seed: int = Field(default=1, ge=0, lt=1 << 32)
+    """MinHash seed (datasketch seeds numpy's generator: 0 <= seed < 2^32)."""
 
 
 class DedupSpec(Record):
@@ -102,18 +113,18 @@ class EvalSpec(Record):
 
     fraction: float = Field(default=0.01, ge=0, lt=1)
     """Share of unique documents selected for eval, by a seeded hash of their text."""
-    seed: int = 0
-    """Seed of the selection."""
+    seed: int = Field(default=0, ge=0, lt=1 << 64)
+    """Seed of the selection (8 bytes of the hash key: 0 <= seed < 2^64)."""
 
 
 class BpeTrainSpec(Record):
     """Train a byte-level BPE tokenizer on the train split."""
 
-    vocab_size: int = Field(default=4096, ge=260)
+    vocab_size: int = Field(default=4096, ge=260, le=MAX_VOCAB_SIZE)
     """Target vocabulary size including special tokens."""
-    min_frequency: int = Field(default=2, ge=1)
+    min_frequency: int = Field(default=2, ge=1, lt=1 << 32)
     """Minimum pair count for a merge."""
-    max_training_chars: int = Field(default=20_000_000, gt=0)
+    max_training_chars: int = Field(default=20_000_000, gt=0, le=1 << 40)
     """Characters of train text (in build order) the trainer sees."""
 
 
@@ -137,12 +148,12 @@ class TokenizerRecipe(Record):
 class BuildSpec(Record):
     """Execution settings (they do not change the output, so they are not hashed)."""
 
-    workers: int = Field(default=2, gt=0)
+    workers: int = Field(default=2, gt=0, le=256)
     """Processes for the partition stage."""
-    max_attempts: int = Field(default=3, gt=0)
+    max_attempts: int = Field(default=3, gt=0, le=20)
     """Attempts per input on transient errors (I/O, timeouts)."""
-    backoff_seconds: float = Field(default=0.2, ge=0)
-    """First retry delay; doubled per attempt."""
+    backoff_seconds: float = Field(default=0.2, ge=0, le=60)
+    """First retry delay; doubled per attempt (at most 60 s, so 20 attempts stay bounded)."""
 
 
 class Recipe(Record):
@@ -164,7 +175,7 @@ class Recipe(Record):
         default_factory=lambda: TokenizerRecipe(train=BpeTrainSpec())
     )
     """Tokenizer."""
-    max_tokens_per_shard: int = Field(default=1 << 25, gt=0)
+    max_tokens_per_shard: int = Field(default=1 << 25, gt=0, le=1 << 40)
     """Shard size bound (32 Mi tokens = 64 MiB of uint16)."""
     tags: dict[str, str] = Field(default_factory=dict)
     """Usage and licence tags copied into the manifest."""
@@ -199,15 +210,39 @@ def resolve_path(path: str, base: Path) -> str:
     return str((base / path).resolve()) if "*" not in path else str(base.resolve() / path)
 
 
-def load_recipe(path: str | Path, variables: dict[str, str] | None = None) -> Recipe:
-    """Parse a recipe file (YAML or JSON), substituting `${NAME}` and resolving relative paths."""
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+"""PyYAML's safe loader (plain data, no Python tags), in C when libyaml is there."""
+
+
+def load_recipe(
+    path: str | Path, variables: dict[str, str] | None = None, *, allow_code: bool = False
+) -> Recipe:
+    """Parse a recipe file (YAML or JSON, UTF-8, at most 1 MiB), substituting `${NAME}` and
+    resolving relative paths.
+
+    A recipe is data: it is bounded in size, nesting and node count, the tokenizer file it names
+    must exist, and it may name only registered functions unless `allow_code` (functions.py).
+    """
     path = Path(path)
-    if not path.exists():
-        raise RecipeError(f"recipe {path} does not exist")
-    text = substitute(path.read_text("utf-8"), variables or {})
+    raw = read_capped(path, MAX_RECIPE_BYTES, "recipe", RecipeError)
     try:
-        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        recipe = Recipe.model_validate(raw)
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RecipeError(
+            f"recipe {path} is not UTF-8 text (byte {exc.start}: {exc.reason}); save it as UTF-8"
+        ) from None
+    text = substitute(decoded, variables or {})
+    try:
+        if path.suffix == ".json":
+            raw_recipe = parse_json(text)
+        else:
+            raw_recipe = guarded_parse(lambda: yaml.load(text, Loader=_Loader))
+        check_shape(raw_recipe)
+        if not isinstance(raw_recipe, dict):
+            raise ValueError(
+                f"a recipe is a mapping (name, sources, ...), got {type(raw_recipe).__name__}"
+            )
+        recipe = Recipe.model_validate(raw_recipe)
     except (ValueError, yaml.YAMLError, ValidationError) as exc:
         raise RecipeError(f"recipe {path} is invalid:\n{exc}") from None
     base = path.parent
@@ -218,4 +253,23 @@ def load_recipe(path: str | Path, variables: dict[str, str] | None = None) -> Re
     tok = recipe.tokenizer
     if tok.path is not None:
         tok = tok.model_copy(update={"path": resolve_path(tok.path, base)})
-    return recipe.model_copy(update={"sources": sources, "tokenizer": tok})
+    resolved = recipe.model_copy(update={"sources": sources, "tokenizer": tok})
+    check_tokenizer_path(resolved, f"recipe {path}")
+    check_code(resolved, allow_code, f"recipe {path}")
+    return resolved
+
+
+def check_tokenizer_path(recipe: Recipe, where: str = "recipe") -> None:
+    """A tokenizer.path must name a local regular file (it is hashed and loaded as one)."""
+    tok = recipe.tokenizer.path
+    if tok is None:
+        return
+    if not is_local(tok):
+        raise RecipeError(f"{where}: tokenizer.path {tok} must be a local file, not a URL")
+    local = Path(tok.removeprefix("file://"))
+    if not local.is_file():
+        state = "is a directory" if local.is_dir() else "does not exist"
+        raise RecipeError(
+            f"{where}: tokenizer.path {local} {state}; name a tokenizer.json (relative to the "
+            "recipe's folder) or use tokenizer.train"
+        )

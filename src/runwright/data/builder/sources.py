@@ -8,17 +8,17 @@ names.
 
 import ast
 import fnmatch
-import importlib
 import io
 import json
 import posixpath
 import tokenize
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import fsspec
 
+from runwright.data.builder.functions import resolve_function
 from runwright.data.builder.recipe import SourceSpec
 from runwright.data.errors import RecipeError
 from runwright.data.registry import Registry
@@ -69,6 +69,11 @@ def list_inputs(spec: SourceSpec) -> list[InputFile]:
             rel = posixpath.relpath(path, base) if base else path
             if any(fnmatch.fnmatch(rel, ex) for ex in spec.exclude):
                 continue
+            if not rel.isprintable() or _undecodable(rel):
+                raise RecipeError(
+                    f"source {spec.name!r}: input file name {rel!r} is not printable UTF-8 "
+                    "(lineage records names as text); rename it or add it to the source's exclude"
+                )
             if len(spec.paths) > 1:
                 rel = f"{k}/{rel}"
             protocols = fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,)
@@ -83,19 +88,18 @@ def list_inputs(spec: SourceSpec) -> list[InputFile]:
     return [found[k] for k in sorted(found)]
 
 
+def _undecodable(name: str) -> bool:
+    """True for a name holding surrogate escapes (bytes that were not UTF-8)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def read_bytes(url: str) -> bytes:
     with fsspec.open(url, "rb") as fh:
         return fh.read()
-
-
-def load_callable(ref: str) -> Callable[..., Any]:
-    module, _, name = ref.partition(":")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise RecipeError(
-            f"cannot import {ref!r} ({exc}); write it as 'package.module:name'"
-        ) from None
 
 
 class SourceReader(Protocol):
@@ -126,7 +130,10 @@ class TextReader:
         if spec.extract is None:
             yield Item(0, text=text)
             return
-        for k, piece in enumerate(load_callable(spec.extract)(relative, text)):
+        for k, piece in enumerate(resolve_function(spec.extract)(relative, text)):
+            if not isinstance(piece, str):
+                yield Item(k, reason="schema-mismatch", detail="extract gave a non-string")
+                continue
             yield Item(k, text=piece)
 
 
@@ -145,8 +152,8 @@ class JsonlReader:
                 continue
             try:
                 obj = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield Item(k, reason="invalid-json", detail=str(exc))
+            except (json.JSONDecodeError, RecursionError) as exc:
+                yield Item(k, reason="invalid-json", detail=str(exc)[:200] or "nested too deep")
                 continue
             value = obj.get(spec.text_field) if isinstance(obj, dict) else None
             if not isinstance(value, str):

@@ -7,7 +7,6 @@ then memory-mapped like a local folder.
 """
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,10 @@ from runwright.data.format.manifest import (
     MANIFEST_FILE,
     DatasetManifest,
     ShardRecord,
+    parse_manifest,
     read_manifest,
 )
+from runwright.data.format.untrusted import MAX_MANIFEST_BYTES, member
 
 Verification = Literal["digest", "size"]
 
@@ -36,34 +37,49 @@ def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
     return h.hexdigest()
 
 
-def shard_problems(folder: Path, shard: ShardRecord, verification: Verification) -> list[str]:
-    """What is wrong with one shard's files compared with the manifest (empty when fine)."""
+def check_shard(
+    folder: Path, shard: ShardRecord, verification: Verification
+) -> tuple[list[str], IndexedShard | None]:
+    """What is wrong with one shard's files compared with the manifest (empty when fine), and
+    the opened shard when nothing is. A file that cannot be read is a problem, never skipped."""
     problems: list[str] = []
     for suffix, size, digest in (
         (".bin", shard.bin_bytes, shard.bin_sha256),
         (".idx", shard.idx_bytes, shard.idx_sha256),
     ):
-        path = folder / f"{shard.name}{suffix}"
-        if not path.exists():
-            problems.append(f"{path.name}: missing")
-            continue
-        actual = path.stat().st_size
-        if actual != size:
-            problems.append(f"{path.name}: {actual} bytes, manifest says {size}")
-        elif verification == "digest" and file_sha256(path) != digest:
-            problems.append(f"{path.name}: sha256 differs from the manifest")
-    if not problems:
+        name = f"{shard.name}{suffix}"
         try:
-            opened = open_shard(folder / shard.name)
-        except ShardCorruptError as exc:
-            problems.append(str(exc))
-        else:
-            if opened.documents != shard.documents or int(opened.lengths.sum()) != shard.tokens:
-                problems.append(
-                    f"{shard.name}.idx: {opened.documents} documents / {int(opened.lengths.sum())}"
-                    f" tokens, manifest says {shard.documents} / {shard.tokens}"
-                )
-    return problems
+            path = member(folder, name)
+            if not path.exists():
+                problems.append(f"{name}: missing")
+                continue
+            if not path.is_file():
+                problems.append(f"{name}: not a regular file")
+                continue
+            actual = path.stat().st_size
+            if actual != size:
+                problems.append(f"{name}: {actual} bytes, manifest says {size}")
+            elif verification == "digest" and file_sha256(path) != digest:
+                problems.append(f"{name}: sha256 differs from the manifest")
+        except (OSError, ValueError) as exc:
+            problems.append(f"{name}: not verified, cannot be read ({exc})")
+    if problems:
+        return problems, None
+    try:
+        opened = open_shard(folder / shard.name)
+    except ShardCorruptError as exc:
+        return [str(exc)], None
+    except OSError as exc:
+        return [f"{shard.name}.idx: not verified, cannot be read ({exc})"], None
+    tokens = int(opened.lengths.sum())
+    if opened.documents != shard.documents or tokens != shard.tokens:
+        problems.append(
+            f"{shard.name}.idx: {opened.documents} documents / {tokens} tokens, manifest says "
+            f"{shard.documents} / {shard.tokens}"
+        )
+    if opened.dtype.name != shard.dtype:
+        problems.append(f"{shard.name}.idx: dtype {opened.dtype.name}, manifest says {shard.dtype}")
+    return problems, (None if problems else opened)
 
 
 def _default_cache() -> Path:
@@ -79,23 +95,36 @@ def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> P
     if "://" not in text or text.startswith("file://"):
         return Path(text.removeprefix("file://"))
     fs, root = fsspec.core.url_to_fs(text)
+    where = f"{text.rstrip('/')}/{MANIFEST_FILE}"
     try:
+        size = fs.size(f"{root.rstrip('/')}/{MANIFEST_FILE}")
+        if size is not None and size > MAX_MANIFEST_BYTES:
+            raise ManifestError(
+                f"{where} is {size:,} bytes, over the {MAX_MANIFEST_BYTES:,}-byte manifest limit"
+            )
         raw = fs.cat_file(f"{root.rstrip('/')}/{MANIFEST_FILE}")
     except FileNotFoundError:
         raise ManifestError(f"no {MANIFEST_FILE} under {text}") from None
-    manifest = DatasetManifest.model_validate(json.loads(raw))
-    local = Path(cache_dir) if cache_dir else _default_cache()
-    local = local / manifest.dataset_id
+    except IsADirectoryError:
+        raise ManifestError(f"{where} is a directory, not a manifest") from None
+    # Names are checked by the manifest's validators (plain names, no `..`) and the id against
+    # the content, before anything is written into the cache.
+    manifest = parse_manifest(raw, where)
+    cache = Path(cache_dir) if cache_dir else _default_cache()
+    local = cache / manifest.dataset_id
     local.mkdir(parents=True, exist_ok=True)
     wanted = [(f"{s.name}.bin", s.bin_sha256) for s in manifest.shards]
     wanted += [(f"{s.name}.idx", s.idx_sha256) for s in manifest.shards]
     wanted.append((manifest.tokenizer.file, manifest.tokenizer.sha256))
     for name, digest in wanted:
-        final = local / name
+        final = member(local, name)
         if final.exists():
             continue
-        tmp = local / f".{name}.partial"
-        fs.get_file(f"{root.rstrip('/')}/{name}", str(tmp))
+        tmp = member(local, f".{name}.partial")
+        try:
+            fs.get_file(f"{root.rstrip('/')}/{name}", str(tmp))
+        except FileNotFoundError:
+            raise ShardCorruptError(f"{text}/{name} is missing from the remote copy") from None
         if file_sha256(tmp) != digest:
             tmp.unlink()
             raise ShardCorruptError(
@@ -139,12 +168,12 @@ def open_dataset(
     for record in manifest.shards:
         if split is not None and record.split != split:
             continue
-        problems = shard_problems(folder, record, verification)
-        if problems:
+        problems, opened = check_shard(folder, record, verification)
+        if opened is None:
             raise ShardCorruptError(
                 f"shard {record.name} of dataset {manifest.dataset_id[:12]} is corrupt: "
                 + "; ".join(problems)
                 + ". Run `runwright data verify` on the dataset and rebuild or restore it."
             )
-        shards[record.name] = open_shard(folder / record.name)
+        shards[record.name] = opened
     return OpenDataset(folder=folder, manifest=manifest, shards=shards)

@@ -7,12 +7,20 @@ how many of its tokens were already used. It says nothing about ranks, workers o
 restores under any data-parallel size.
 """
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from runwright.data.errors import CursorMismatchError
+from runwright.data.format.manifest import PlainName
 from runwright.records import Record
+
+Digest = Annotated[str, Field(pattern=r"^[0-9a-f]{1,64}$")]
+"""A hex digest (compared, never used as a name)."""
+Algorithm = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9.-]{0,63}$")]
+"""A versioned algorithm name such as `permute-v1` (looked up in a registry, never a path)."""
+Draws = dict[PlainName, Annotated[int, Field(ge=0, le=(1 << 63) - 1)]]
+"""Source name -> a count within int64."""
 
 CURSOR_SCHEMA = "runwright-data-cursor-v1"
 
@@ -20,11 +28,11 @@ CURSOR_SCHEMA = "runwright-data-cursor-v1"
 class PackerResidual(Record):
     """A document split by a packed-sequence boundary."""
 
-    source: str
+    source: PlainName
     """Source the document was drawn from."""
-    draw: int = Field(ge=0)
+    draw: int = Field(ge=0, le=(1 << 63) - 1)
     """Its 0-based draw number within that source in this epoch."""
-    token_offset: int = Field(ge=1)
+    token_offset: int = Field(ge=1, le=(1 << 63) - 1)
     """Tokens of it (counting the EOD slot) already placed in earlier sequences."""
 
 
@@ -33,31 +41,31 @@ class DataCursor(Record):
 
     schema_version: Literal["runwright-data-cursor-v1"] = CURSOR_SCHEMA
     """Cursor format; a loader refuses formats it does not know."""
-    dataset_id: str
+    dataset_id: Digest
     """sha256 of the dataset's canonical manifest."""
-    tokenizer_sha256: str
+    tokenizer_sha256: Digest
     """Hash of the tokenizer the token ids came from."""
-    shuffle: str
+    shuffle: Algorithm
     """Versioned shuffle algorithm, e.g. `permute-v1`."""
-    mixture: str
+    mixture: Algorithm
     """Versioned mixture algorithm, e.g. `quota-v1`."""
-    packing: str
+    packing: Algorithm
     """Versioned packing algorithm, e.g. `concat-v1`."""
-    mixture_sha256: str
+    mixture_sha256: Digest
     """Hash of the mixture's unit, sources, weights and exhaustion policies."""
-    seed: int = Field(ge=0)
+    seed: int = Field(ge=0, lt=1 << 64)
     """Seed of the shuffle and mixture."""
-    sequence_length: int = Field(gt=0)
+    sequence_length: int = Field(gt=0, le=1 << 31)
     """Tokens per packed sequence (T)."""
-    epoch: int = Field(default=0, ge=0)
+    epoch: int = Field(default=0, ge=0, le=(1 << 63) - 1)
     """Mixture epoch the next document comes from."""
-    step: int = Field(default=0, ge=0)
+    step: int = Field(default=0, ge=0, le=(1 << 63) - 1)
     """Global optimizer steps consumed."""
-    position: int = Field(default=0, ge=0)
+    position: int = Field(default=0, ge=0, le=(1 << 63) - 1)
     """Packed sequences (global samples) consumed."""
-    source_draws: dict[str, int] = Field(default_factory=dict)
+    source_draws: Draws = Field(default_factory=dict)
     """Documents drawn per source in this epoch (including a residual's document)."""
-    source_units: dict[str, int] = Field(default_factory=dict)
+    source_units: Draws = Field(default_factory=dict)
     """Mixture units consumed per source in this epoch (equal to draws for `documents`)."""
     residual: PackerResidual | None = None
     """Partly packed document at the boundary, or None at a document boundary."""

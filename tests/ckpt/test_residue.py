@@ -160,13 +160,18 @@ RESIDUE: dict[str, tuple[Callable[[Path], None], str, str]] = {
 }
 
 
+# A COMMITTED record that is not a readable file is damage, not what a crash leaves (records are
+# written whole): verify fails on it (issue 21), while restore and GC still get past it.
+DAMAGE = frozenset({"unreadable-commit-record"})
+
+
 @pytest.mark.parametrize("kind", list(RESIDUE))
 def test_residue_never_stops_a_start_a_restore_or_gc(tmp_path, kind):
     make, relative, verdict = RESIDUE[kind]
     _saved(tmp_path)
     make(tmp_path)
     report = verify(str(tmp_path), None, "full")
-    assert report.ok, report
+    assert report.ok == (kind not in DAMAGE), report
     assert relative in {r.path for r in report.residue} | report.uninspectable.keys(), report
     # a start (GC before the generation write, then the constructor's GC) and a restore
     restorer = _restart_restores_step_1(tmp_path)
@@ -231,7 +236,7 @@ def test_verify_fails_on_a_root_restore_cannot_open(tmp_path, damage, named):
     _saved(tmp_path)
     damage(tmp_path)
     code, output = _verify_cli(tmp_path)
-    assert code == 1 and "cannotopen:" in _squeezed(output)
+    assert code == 1 and "problem:" in _squeezed(output)
     assert _squeezed(str(tmp_path / named)) in _squeezed(output)
     assert "moveitaside" in _squeezed(output), output
     code, output = _verify_cli(tmp_path, "--json")

@@ -1,9 +1,10 @@
 """Which checkpoints of a run are committed, read from storage only.
 
-A checkpoint is committed iff `<step>-<id>/COMMITTED` parses, names the folder it is in, and holds
-the sha256 of the manifest.json beside it; a folder with a `REJECTED` marker (its publish was
-refused by the fence) is not. Directory listings alone never count (seed 003: the manifest, not
-the listing, is the transaction boundary).
+A checkpoint is committed iff `<step>-<id>/COMMITTED` parses, names the folder it is in, holds
+the sha256 of the manifest.json beside it, and the folder name, the record and the manifest agree
+on id, step and generation; a folder with a `REJECTED` marker (its publish was refused by the
+fence) is not. Records are read within `RECORD_MAX_BYTES` and only from regular files. Directory
+listings alone never count (seed 003: the manifest, not the listing, is the transaction boundary).
 """
 
 import hashlib
@@ -15,9 +16,11 @@ from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import (
     COMMIT_FILE,
     MANIFEST_FILE,
+    RECORD_MAX_BYTES,
     REJECTED_FILE,
     CheckpointManifest,
     CommitRecord,
+    generation_of,
 )
 from runwright.ckpt.storage import CheckpointStorage, parse_folder
 from runwright.records import Record
@@ -43,52 +46,108 @@ class Uncommitted(Record):
     """Folder name under the checkpoint root."""
     reason: str
     """Why it does not count, e.g. `no commit record`."""
+    damaged: bool = False
+    """True when the folder carries a commit record that does not hold (unreadable, naming
+    another folder, disagreeing with its manifest) or was renamed: the commit protocol writes
+    each record whole and never renames a committed folder, so no crash leaves this, and
+    `runwright ckpt verify` fails on it. False for what an interrupted or refused save leaves."""
 
 
-def read_committed(storage: CheckpointStorage, folder: str) -> CommittedCheckpoint | str:
-    """The committed checkpoint in `folder`, or the reason it is not one."""
+def _damaged(folder: str, reason: str) -> Uncommitted:
+    return Uncommitted(folder=folder, reason=reason, damaged=True)
+
+
+def _disagreements(
+    folder: str, parsed: tuple[int, str], record: CommitRecord, manifest: CheckpointManifest
+) -> list[str]:
+    """Where the folder name, the commit record and the manifest disagree on id, step or
+    generation (all three are written from one snapshot)."""
+    step, checkpoint_id = parsed
+    found = []
+    for field, named, recorded, listed in (
+        ("checkpoint_id", checkpoint_id, record.checkpoint_id, manifest.checkpoint_id),
+        ("step", step, record.step, manifest.step),
+        ("generation", generation_of(checkpoint_id), record.generation, manifest.generation),
+    ):
+        if not named == recorded == listed:
+            found.append(
+                f"{field}: folder name says {named}, {COMMIT_FILE} {recorded}, "
+                f"{MANIFEST_FILE} {listed}"
+            )
+    return found
+
+
+def read_committed(storage: CheckpointStorage, folder: str) -> CommittedCheckpoint | Uncommitted:
+    """The committed checkpoint in `folder`, or why it is not one."""
     path = storage.path(folder)
     parsed = parse_folder(folder)
     if parsed is None:
-        return "not a checkpoint folder name"
+        return Uncommitted(folder=folder, reason="not a checkpoint folder name")
     if storage.exists(f"{path}/{REJECTED_FILE}"):
-        return "publish rejected by the fence (stale generation)"
-    if not storage.exists(f"{path}/{COMMIT_FILE}"):
-        return "no commit record (interrupted before commit)"
+        return Uncommitted(folder=folder, reason="publish rejected by the fence (stale generation)")
+    if storage.kind(f"{path}/{COMMIT_FILE}") is None:
+        return Uncommitted(folder=folder, reason="no commit record (interrupted before commit)")
     try:
-        record = CommitRecord.model_validate_json(storage.read_bytes(f"{path}/{COMMIT_FILE}"))
-        raw = storage.read_bytes(f"{path}/{MANIFEST_FILE}")
+        raw_record = storage.read_record(f"{path}/{COMMIT_FILE}", RECORD_MAX_BYTES)
+        record = CommitRecord.model_validate_json(raw_record)
     except (ValidationError, OSError, ValueError) as exc:
-        return f"unreadable commit record or manifest ({type(exc).__name__})"
-    if record.folder != folder or record.checkpoint_id != parsed[1]:
-        return f"commit record names {record.folder}, not this folder"
+        return _damaged(folder, f"{COMMIT_FILE} is unreadable or not a commit record: {_why(exc)}")
+    if record.folder != folder:
+        return _damaged(folder, f"{COMMIT_FILE} names folder {record.folder}, not this one")
+    try:
+        raw = storage.read_record(f"{path}/{MANIFEST_FILE}", RECORD_MAX_BYTES)
+    except OSError as exc:
+        return _damaged(folder, f"{MANIFEST_FILE} is unreadable: {_why(exc)}")
     if hashlib.sha256(raw).hexdigest() != record.manifest_sha256:
-        return "manifest.json does not match the hash in the commit record"
+        return _damaged(folder, f"{MANIFEST_FILE} does not match the sha256 in {COMMIT_FILE}")
     try:
         manifest = CheckpointManifest.model_validate_json(raw)
     except ValidationError as exc:
-        return f"manifest.json does not parse ({exc.error_count()} errors)"
+        return _damaged(folder, f"{MANIFEST_FILE} does not parse: {_why(exc)}")
+    disagreements = _disagreements(folder, parsed, record, manifest)
+    if disagreements:
+        return _damaged(folder, "; ".join(disagreements))
     return CommittedCheckpoint(folder=folder, path=path, record=record, manifest=manifest)
 
 
+def _why(exc: Exception) -> str:
+    """One line for a failed read or parse: a validation error's first field and message."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the record"
+        return f"{exc.error_count()} errors, first {where}: {first['msg']}"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def scan(storage: CheckpointStorage) -> tuple[list[CommittedCheckpoint], list[Uncommitted]]:
-    """All committed checkpoints (newest step first) and every other checkpoint folder; raises
+    """All committed checkpoints (newest step first) and every other checkpoint folder, including
+    a folder under another name that holds a commit record (a renamed checkpoint); raises
     `CheckpointRootError` when the root cannot be listed."""
     committed: list[CommittedCheckpoint] = []
     other: list[Uncommitted] = []
     try:
-        names = storage.list_names(storage.root)
+        names = storage.entries(storage.root)
     except OSError as exc:
         raise CheckpointRootError(
             f"cannot list the checkpoint root {storage.root}: {type(exc).__name__}: {exc}. "
             "Make it a folder this user can read (permissions, the mount, the URL)."
         ) from exc
-    for name in names:
+    for name, kind in names:
         if parse_folder(name) is None:
+            if kind == "folder" and storage.kind(storage.path(name, COMMIT_FILE)) is not None:
+                other.append(
+                    _damaged(
+                        name,
+                        f"holds a {COMMIT_FILE} record but is not named <step>-<checkpoint id> "
+                        "(renamed?); give it back its name or move it out of the root",
+                    )
+                )
+            continue
+        if kind != "folder":
             continue
         found = read_committed(storage, name)
-        if isinstance(found, str):
-            other.append(Uncommitted(folder=name, reason=found))
+        if isinstance(found, Uncommitted):
+            other.append(found)
         else:
             committed.append(found)
     committed.sort(key=lambda c: (c.record.step, c.record.generation), reverse=True)

@@ -45,9 +45,10 @@ from runwright.ckpt.manifest import (
     FileEntry,
     HealthVerdict,
 )
+from runwright.ckpt.metadata import logical_keys
 from runwright.ckpt.records import StorageFailure
 from runwright.ckpt.storage import CheckpointStorage, folder_name
-from runwright.ckpt.verify import check_staged, logical_keys
+from runwright.ckpt.verify import check_staged
 from runwright.ckpt.writer import DCP_METADATA, make_writer
 
 

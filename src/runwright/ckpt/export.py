@@ -5,8 +5,11 @@ Output folder: `model.safetensors` (full, unsharded model weights, `model.` pref
 and `release.json`, a release manifest with the sha256 and size of every file plus the source
 checkpoint's id, step, and manifest hash. The checkpoint is verified in full before anything is
 read, and the weights are read with plain DCP (no process group: one process reads every shard).
+Inputs are checked before anything is written, and the export is built in a sibling folder
+renamed into place at the end, so a failed export leaves no partial folder behind.
 """
 
+import contextlib
 import hashlib
 import json
 import os
@@ -25,8 +28,9 @@ from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from runwright.ckpt.catalog import CommittedCheckpoint
 from runwright.ckpt.compat import MODEL_PREFIX
-from runwright.ckpt.errors import CheckpointCorruptError
-from runwright.ckpt.storage import CheckpointStorage
+from runwright.ckpt.errors import CheckpointCorruptError, CheckpointError
+from runwright.ckpt.manifest import RECORD_MAX_BYTES
+from runwright.ckpt.storage import CheckpointStorage, read_local_record
 from runwright.ckpt.verify import verify_checkpoint
 from runwright.records import Record
 
@@ -65,6 +69,51 @@ class ReleaseManifest(Record):
     """When the export was written."""
 
 
+def read_model_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object in `path` (`--model-config`); raises `CheckpointError` naming the file
+    and what is wrong (missing, not a regular file, over 64 MiB, not UTF-8 JSON, NaN or
+    infinity, nested too deep, not an object)."""
+    where = f"model config {os.fspath(path)}"
+
+    def no_constant(name: str) -> None:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        text = read_local_record(path, RECORD_MAX_BYTES).decode()
+        value = json.loads(text, parse_constant=no_constant)
+    except FileNotFoundError:
+        raise CheckpointError(f"{where}: no such file; pass the model's JSON config") from None
+    except json.JSONDecodeError as exc:
+        raise CheckpointError(
+            f"{where} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from None
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{where} cannot be used: {exc}") from None
+    if not isinstance(value, dict):
+        raise CheckpointError(
+            f'{where} holds a JSON {type(value).__name__}, not an object such as {{"d_model": 64}}'
+        )
+    return value
+
+
+def _check_destination(out: Path, tokenizer_path: str | os.PathLike[str] | None) -> None:
+    """Refuse, before anything is read or written, an export folder that already holds files
+    or cannot be a folder, and a tokenizer path that is neither a file nor a folder."""
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise CheckpointError(f"export folder {out} exists and is not a folder; choose another")
+    if out.is_dir() and any(out.iterdir()):
+        raise CheckpointError(
+            f"export folder {out} is not empty; choose a new folder, so two exports never mix"
+        )
+    if tokenizer_path is not None:
+        source = Path(tokenizer_path)
+        if not (source.is_file() or source.is_dir()):
+            raise CheckpointError(
+                f"tokenizer {source} is neither a file nor a folder; pass the tokenizer file or "
+                "the folder that holds its files"
+            )
+
+
 def _sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -81,6 +130,8 @@ def export_model(
     model_config: dict[str, Any],
     tokenizer_path: str | os.PathLike[str] | None = None,
 ) -> ReleaseManifest:
+    final = Path(out_dir).absolute()
+    _check_destination(final, tokenizer_path)
     report = verify_checkpoint(storage, checkpoint.path, checkpoint.manifest, "full")
     if not report.ok:
         raise CheckpointCorruptError(
@@ -97,8 +148,34 @@ def export_model(
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         dcp.load(weights, storage_reader=reader, no_dist=True)
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    out = final.with_name(f"{final.name}.partial-{os.getpid()}")
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(out, ignore_errors=True)
+        out.mkdir()
+        release = _write(out, weights, checkpoint, model_config, tokenizer_path)
+        with contextlib.suppress(FileNotFoundError):
+            final.rmdir()  # checked empty above
+        out.rename(final)
+    except OSError as exc:
+        shutil.rmtree(out, ignore_errors=True)
+        raise CheckpointError(
+            f"export to {final} failed: {type(exc).__name__}: {exc}; nothing was left there. "
+            "Fix the cause (space, permissions, the tokenizer files) and run it again."
+        ) from exc
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)
+        raise
+    return release
+
+
+def _write(
+    out: Path,
+    weights: dict[str, torch.Tensor],
+    checkpoint: CommittedCheckpoint,
+    model_config: dict[str, Any],
+    tokenizer_path: str | os.PathLike[str] | None,
+) -> ReleaseManifest:
     tensors = {k.removeprefix(MODEL_PREFIX): v.contiguous() for k, v in weights.items()}
     save_file(tensors, out / "model.safetensors", metadata={"checkpoint_id": checkpoint.folder})
     (out / "config.json").write_text(json.dumps(model_config, indent=2, sort_keys=True) + "\n")

@@ -22,6 +22,7 @@ Contract for implementations:
 import contextlib
 import fcntl
 import os
+import re
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
@@ -31,12 +32,15 @@ from pydantic import ValidationError
 
 from runwright.ckpt.errors import CheckpointError, CheckpointRootError
 from runwright.ckpt.failures import storage_error
-from runwright.ckpt.manifest import CommitRecord, LatestPointer
-from runwright.ckpt.storage import replace_file
+from runwright.ckpt.manifest import RECORD_MAX_BYTES, CommitRecord, LatestPointer
+from runwright.ckpt.storage import read_local_record, replace_file
 
 LOCK_FILE = "FENCE.lock"
 GENERATION_FILE = "GENERATION"
 LATEST_FILE = "LATEST.json"
+_GENERATION_TEXT = re.compile(r"\s*(?P<generation>[0-9]{1,18})\s*", re.ASCII)
+"""What `GENERATION` holds: ASCII digits (at most 18, so any value fits in an int64) and
+whitespace; `int()` alone would also take `-3`, `+3`, `1_0` and non-ASCII digits."""
 
 
 _WITHOUT = {
@@ -118,7 +122,7 @@ class LocalFence:
     def _read(self, name: str) -> str | None:
         path = self.root / name
         try:
-            return path.read_text()
+            return read_local_record(path, RECORD_MAX_BYTES).decode()
         except FileNotFoundError:
             return None
         except (OSError, UnicodeDecodeError) as exc:
@@ -132,18 +136,24 @@ class LocalFence:
         text = self._read(GENERATION_FILE)
         if text is None:
             return 0
-        try:
-            return int(text.strip())
-        except ValueError as exc:
+        match = _GENERATION_TEXT.fullmatch(text)
+        if match is None:
             raise CheckpointRootError(
-                f"{self.root / GENERATION_FILE} holds {text[:40]!r}, not a generation number. "
-                f"Write the generation back (`runwright ckpt list` shows the newest in use) or "
-                f"move it aside to {_WITHOUT[GENERATION_FILE]}."
-            ) from exc
+                f"{self.root / GENERATION_FILE} holds {text[:40]!r}, not a generation number "
+                f"(ASCII digits). Write the generation back (`runwright ckpt list` shows the "
+                f"newest in use) or move it aside to {_WITHOUT[GENERATION_FILE]}."
+            )
+        return int(match["generation"])
 
     def current_generation(self) -> int:
         with self._locked():
             return self._read_generation()
+
+    def peek_generation(self) -> int:
+        """The current generation read without the lock, for commands that only look: the file
+        is replaced atomically, so an unlocked read sees a whole old or new value, and nothing
+        is created (the lock file is)."""
+        return self._read_generation()
 
     def advance_generation(self, make_room: Callable[[int], object] | None = None) -> int:
         """Bump and return the generation: every writer holding an older one is now stale.

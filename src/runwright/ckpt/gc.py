@@ -33,7 +33,7 @@ import re
 
 from pydantic import Field
 
-from runwright.ckpt.catalog import read_committed
+from runwright.ckpt.catalog import Uncommitted, read_committed
 from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.fence import GENERATION_FILE, LATEST_FILE, LOCK_FILE
 from runwright.ckpt.manifest import generation_of
@@ -170,12 +170,15 @@ class _Rules:
                 name, kind, f"a {kind} where a checkpoint folder belongs", checkpoint_id
             )
         found = read_committed(self.storage, name)
-        if isinstance(found, str):
+        if isinstance(found, Uncommitted):
             if kind == "symlink":
                 return self.keep(
-                    name, kind, f"symbolic link, {found}", "GC never follows or removes links"
+                    name,
+                    kind,
+                    f"symbolic link, {found.reason}",
+                    "GC never follows or removes links",
                 )
-            return self.checkpoint(name, kind, found, checkpoint_id)
+            return self.checkpoint(name, kind, found.reason, checkpoint_id)
         beyond_pointer = self.latest_step is not None and found.record.step > self.latest_step
         fenced = found.record.generation < self.current_generation
         if kind == "folder" and beyond_pointer and fenced:

@@ -3,6 +3,7 @@
 Each function takes a checkpoint root, does one thing, and returns a record the CLI renders.
 """
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -12,10 +13,10 @@ from pydantic import Field
 from runwright.ckpt.catalog import CommittedCheckpoint, Uncommitted, scan
 from runwright.ckpt.errors import CheckpointError, CheckpointRootError
 from runwright.ckpt.export import ReleaseManifest, export_model
-from runwright.ckpt.fence import LocalFence
-from runwright.ckpt.gc import GcReport, Residue, collect_residue, find_residue
-from runwright.ckpt.manifest import HealthVerdict, LatestPointer
-from runwright.ckpt.storage import CheckpointStorage
+from runwright.ckpt.fence import GENERATION_FILE, LATEST_FILE, LocalFence
+from runwright.ckpt.gc import FENCE_FILES, GcReport, Residue, collect_residue, find_residue
+from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict, LatestPointer, plain_name
+from runwright.ckpt.storage import STAGING, CheckpointStorage, parse_folder
 from runwright.ckpt.verify import VerifyMode, VerifyReport, verify_checkpoint
 from runwright.errors import NotFoundError
 from runwright.layout import resolve_root, run_paths
@@ -23,11 +24,39 @@ from runwright.records import Record
 
 
 def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> str:
-    """A checkpoint folder path or URL as given, else the checkpoints of run `target` under the
-    runwright root (`root`, resolved as every command resolves `--root`)."""
-    if "/" in target or "://" in target or os.path.isdir(target):
+    """Without `root`: a checkpoint folder path or URL as given (a name with `/` or `://`, or an
+    existing folder), else the checkpoints of run `target` under the default runwright root.
+    With `root` (a command's `--root`), `target` is a run id under it. A run id must be a plain
+    name, so it never reaches outside `<root>/runs/`."""
+    if "\0" in target:
+        raise CheckpointError(f"{target!r} holds a NUL byte; pass a run id or a folder path")
+    if root is None and ("/" in target or "://" in target or os.path.isdir(target)):
         return target
+    try:
+        plain_name(target)
+    except ValueError as exc:
+        raise CheckpointError(
+            f"run id {target!r} is not a run id: {exc}. A run id is one name as `runwright runs` "
+            "lists it; to name a checkpoint folder by its path, leave out --root."
+        ) from None
     return str(run_paths(resolve_root(root), target).checkpoints)
+
+
+def _open_root(root: str) -> CheckpointStorage:
+    """The storage of an existing checkpoint folder; a missing path or a plain file is the
+    user's mistake (exit status 2), not something to verify."""
+    storage = CheckpointStorage(root)
+    kind = storage.kind(storage.root)
+    if kind is None:
+        raise NotFoundError(f"no checkpoint folder at {root}; pass a run id or a folder path")
+    if kind == "symlink" and os.path.isdir(storage.root):
+        kind = "folder"
+    if kind != "folder":
+        raise CheckpointError(
+            f"{root} is a {kind}, not a checkpoint folder; pass a run id or the folder that "
+            "holds GENERATION, LATEST.json and the <step>-<checkpoint id>/ folders"
+        )
+    return storage
 
 
 class ListedCheckpoint(Record):
@@ -71,9 +100,7 @@ def _local_fence(storage: CheckpointStorage) -> LocalFence | None:
 
 
 def inventory(root: str) -> Inventory:
-    storage = CheckpointStorage(root)
-    if not storage.exists(storage.root):
-        raise NotFoundError(f"no checkpoint folder at {root}; pass a run id or a folder path")
+    storage = _open_root(root)
     fence = _local_fence(storage)
     latest = fence.latest() if fence is not None else None
     committed, other = scan(storage)
@@ -91,35 +118,44 @@ def inventory(root: str) -> Inventory:
     ]
     return Inventory(
         root=storage.root,
-        generation=fence.current_generation() if fence is not None else None,
+        generation=fence.peek_generation() if fence is not None else None,
         latest=latest,
         committed=rows,
         uncommitted=other,
     )
 
 
-def find(root: str, ref: str) -> tuple[CheckpointStorage, CommittedCheckpoint]:
-    """A committed checkpoint by folder name, checkpoint id, step, or `latest`."""
-    storage = CheckpointStorage(root)
-    committed, _ = scan(storage)
+def _matching(
+    committed: list[CommittedCheckpoint], ref: str, pointer: LatestPointer | None
+) -> list[CommittedCheckpoint]:
+    """The committed checkpoints `ref` (folder, id, step or `latest`) names, best first."""
     if ref == "latest":
-        fence = _local_fence(storage)
-        pointer = fence.latest() if fence is not None else None
-        matches = [
+        named = [
             c for c in committed if pointer and c.record.checkpoint_id == pointer.checkpoint_id
         ]
-        matches = matches or committed[:1]
-    else:
-        matches = [
-            c
-            for c in committed
-            if ref in (c.folder, c.record.checkpoint_id)
-            or (ref.isdigit() and c.record.step == int(ref))
-        ]
+        return named or committed[:1]
+    return [
+        c
+        for c in committed
+        if ref in (c.folder, c.record.checkpoint_id)
+        or (ref.isascii() and ref.isdigit() and c.record.step == int(ref))
+    ]
+
+
+def _no_such(ref: str, root: str) -> NotFoundError:
+    return NotFoundError(
+        f"no committed checkpoint {ref!r} in {root}; `runwright ckpt list` shows what exists"
+    )
+
+
+def find(root: str, ref: str) -> tuple[CheckpointStorage, CommittedCheckpoint]:
+    """A committed checkpoint by folder name, checkpoint id, step, or `latest`."""
+    storage = _open_root(root)
+    committed, _ = scan(storage)
+    fence = _local_fence(storage) if ref == "latest" else None
+    matches = _matching(committed, ref, fence.latest() if fence is not None else None)
     if not matches:
-        raise NotFoundError(
-            f"no committed checkpoint {ref!r} in {root}; `runwright ckpt list` shows what exists"
-        )
+        raise _no_such(ref, root)
     return storage, matches[0]
 
 
@@ -134,14 +170,59 @@ class RootReport(Record):
     """Entries that belong to no committed checkpoint, with what GC would do (restore and
     starts get past all of them)."""
     uninspectable: dict[str, str] = Field(default_factory=dict)
-    """Entries that could not be inspected -> the error (restore skips them too)."""
+    """Entries that could not be inspected -> the error (restore skips them too; verify fails,
+    since it could not check them)."""
     checkpoints: list[VerifyReport] = Field(default_factory=list)
     """One report per committed checkpoint verified, newest first."""
 
     @property
     def ok(self) -> bool:
-        """Restore can open the root and every checkpoint verified; residue does not count."""
-        return not self.problems and all(r.ok for r in self.checkpoints)
+        """Restore can open the root, the records agree, at least one checkpoint was verified,
+        nothing was skipped and every checkpoint verified; residue does not count."""
+        return (
+            not self.problems
+            and not self.uninspectable
+            and bool(self.checkpoints)
+            and all(r.ok for r in self.checkpoints)
+        )
+
+
+def _pointer_problems(
+    storage: CheckpointStorage,
+    latest: LatestPointer,
+    committed: list[CommittedCheckpoint],
+    other: list[Uncommitted],
+    generation: int | None,
+) -> list[str]:
+    """Whether the latest pointer names a committed folder and agrees with its commit record."""
+    where = f"{storage.path(LATEST_FILE)} names {latest.folder}"
+    fix = (
+        f"put back the pointer the last publish wrote, or move {LATEST_FILE} aside so restore "
+        "takes the newest committed checkpoint"
+    )
+    named = next((c for c in committed if c.folder == latest.folder), None)
+    if named is None:
+        damaged = next((u for u in other if u.folder == latest.folder), None)
+        if damaged is not None:
+            return [f"{where}, which is not committed ({damaged.reason}); {fix}"]
+        if storage.kind(storage.path(latest.folder)) is None:
+            return [f"{where}, which does not exist; {fix}"]
+        return [f"{where}, which is not a committed checkpoint folder; {fix}"]
+    fields = ("checkpoint_id", "step", "generation", "manifest_sha256")
+    differ = [
+        f"{field} {getattr(latest, field)} (its {COMMIT_FILE}: {getattr(named.record, field)})"
+        for field in fields
+        if getattr(latest, field) != getattr(named.record, field)
+    ]
+    if differ:
+        return [f"{where}, but disagrees with it on " + "; ".join(differ) + f"; {fix}"]
+    if generation is not None and latest.generation > generation:
+        return [
+            f"{storage.path(GENERATION_FILE)} says generation {generation}, but {LATEST_FILE} was "
+            f"published by generation {latest.generation}: the generation went back, so a fenced "
+            f"writer could publish again. Write {latest.generation} or more into it"
+        ]
+    return []
 
 
 def verify(
@@ -152,17 +233,17 @@ def verify(
     on_total: Callable[[int], None] | None = None,
 ) -> RootReport:
     """Check what restore and a start read first (the fence's pointer and generation, the
-    listing), list the residue, then verify one checkpoint (`ref`) or every committed one.
-    `on_total(bytes)` is called once the bytes to read are known (progress bars)."""
-    storage = CheckpointStorage(root)
-    if not storage.exists(storage.root):
-        raise NotFoundError(f"no checkpoint folder at {root}; pass a run id or a folder path")
+    listing), that the pointer names a committed folder whose commit record it matches, that no
+    checkpoint folder carries a broken commit record, list the residue, then verify one
+    checkpoint (`ref`) or every committed one. Reads only; creates nothing (not even the fence's
+    lock file). `on_total(bytes)` is called once the bytes to read are known (progress bars)."""
+    storage = _open_root(root)
     problems: list[str] = []
-    generation, latest = 0, None
+    generation, latest = None, None
     fence = _local_fence(storage)
     if fence is not None:
         try:
-            generation = fence.current_generation()
+            generation = fence.peek_generation()
         except CheckpointError as exc:
             problems.append(str(exc))
         try:
@@ -170,17 +251,32 @@ def verify(
         except CheckpointError as exc:
             problems.append(str(exc))
     try:
-        committed, _ = scan(storage)
+        committed, other = scan(storage)
     except CheckpointRootError as exc:
         problems.append(str(exc))
-        committed = []
+        committed, other = [], []
+    problems += [f"{storage.path(u.folder)}: {u.reason}" for u in other if u.damaged]
+    written = storage.kind(storage.path(GENERATION_FILE)) is not None
+    if latest is not None:
+        problems += _pointer_problems(
+            storage, latest, committed, other, generation if written else None
+        )
     residue, uninspectable = find_residue(
         storage,
-        current_generation=generation,
+        current_generation=generation or 0,
         min_age_seconds=3600.0,
         latest_step=latest.step if latest is not None else None,
     )
-    chosen = [find(root, ref)[1]] if ref is not None and not problems else committed
+    chosen = committed
+    if ref is not None:
+        chosen = _matching(committed, ref, latest)[:1]
+        if not chosen and not any(u.damaged for u in other):
+            raise _no_such(ref, root)
+    if not chosen:
+        problems.append(
+            f"no committed checkpoint {'matching ' + repr(ref) + ' ' if ref else ''}in "
+            f"{storage.root} verified: nothing was checked"
+        )
     if on_total is not None:
         on_total(sum(c.manifest.total_bytes for c in chosen))
     return RootReport(
@@ -192,8 +288,35 @@ def verify(
     )
 
 
+def _require_checkpoint_root(storage: CheckpointStorage) -> None:
+    """GC deletes what it classifies as residue, so it runs only in a folder that is visibly a
+    checkpoint root: one holding a fence file, `staging/` or a `<step>-<id>` entry."""
+    try:
+        names = {name for name, _ in storage.entries(storage.root)}
+    except OSError as exc:
+        raise CheckpointRootError(
+            f"cannot list {storage.root}: {type(exc).__name__}: {exc}. Make it a folder this "
+            "user can read."
+        ) from exc
+    if names & (FENCE_FILES | {STAGING}) or any(parse_folder(n) for n in names):
+        return
+    raise CheckpointError(
+        f"{storage.root} is not a checkpoint root: it holds none of "
+        f"{', '.join(sorted(FENCE_FILES))}, {STAGING}/ or a <step>-<checkpoint id>/ folder, and "
+        "GC removes files, so it refuses. "
+        "Pass a run id or a run's checkpoints folder (<root>/runs/<run id>/checkpoints)."
+    )
+
+
 def collect(root: str, min_age_seconds: float, max_entries: int) -> GcReport:
-    storage = CheckpointStorage(root)
+    if not (math.isfinite(min_age_seconds) and min_age_seconds >= 0):
+        raise CheckpointError(
+            f"min_age_seconds must be a finite number >= 0, not {min_age_seconds}"
+        )
+    if max_entries < 1:
+        raise CheckpointError(f"max_entries must be at least 1, not {max_entries}")
+    storage = _open_root(root)
+    _require_checkpoint_root(storage)
     fence = _local_fence(storage)
     generation = fence.current_generation() if fence is not None else 0
     return collect_residue(
@@ -213,7 +336,10 @@ def export(
     tokenizer_path: str | None,
 ) -> ReleaseManifest:
     storage, found = find(root, ref)
-    if storage.is_local and os.path.realpath(out_dir).startswith(os.path.realpath(storage.root)):
+    inside = storage.is_local and os.path.commonpath(
+        [os.path.realpath(out_dir), os.path.realpath(storage.root)]
+    ) == os.path.realpath(storage.root)
+    if inside:
         raise CheckpointError(
             f"export folder {out_dir} is inside the checkpoint folder; exports are kept apart "
             "from training state. Choose a folder outside it, e.g. <root>/runs/<run>/exports/."

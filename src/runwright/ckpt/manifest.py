@@ -7,9 +7,9 @@ checksum, followed by a commit record that names the manifest's own hash, does.
 
 import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, field_validator
 
 from runwright.ckpt.checksum import DEFAULT_CHECKSUM
 from runwright.records import Record
@@ -19,8 +19,33 @@ COMMIT_FILE = "COMMITTED"
 REJECTED_FILE = "REJECTED"
 FORMAT_VERSION = 1
 CHECKSUM_ALGORITHM = DEFAULT_CHECKSUM
+RECORD_MAX_BYTES = 64 << 20
+"""The largest manifest, commit record, pointer or DCP metadata file read (64 MiB): a real
+manifest of a 1,000-rank checkpoint with 100,000 logical keys is a few MiB, so a bigger one is
+damage, and it is refused before it is read into memory."""
+NAME_MAX_BYTES = 255
+"""The longest name a POSIX file system allows in one path component."""
 
 _ID = re.compile(r"^g(?P<generation>\d{6,})-(?P<token>[0-9a-f]{12})$")
+
+
+def plain_name(value: str) -> str:
+    """A single name inside its folder: not empty, not `.` or `..`, no separator, no NUL or
+    other control character, at most 255 bytes. Names read from records are joined to the
+    checkpoint root, so anything else could reach outside it."""
+    if value in ("", ".", ".."):
+        raise ValueError(f"{value!r} is not a file or folder name")
+    if "/" in value or "\\" in value:
+        raise ValueError(f"{value!r} holds a path separator; only a plain name is allowed here")
+    if any(ord(c) < 32 or ord(c) == 127 for c in value):
+        raise ValueError(f"{value!r} holds a control character")
+    if len(value.encode("utf-8", "surrogatepass")) > NAME_MAX_BYTES:
+        raise ValueError(f"name of {len(value)} characters is longer than {NAME_MAX_BYTES} bytes")
+    return value
+
+
+PlainName = Annotated[str, AfterValidator(plain_name)]
+"""A name (file, folder, checkpoint id) that stays inside the folder it is joined to."""
 
 
 class _Record(Record):
@@ -74,7 +99,7 @@ class LogicalKey(_Record):
 class FileEntry(_Record):
     """One file of a checkpoint with what its writer measured while writing it."""
 
-    name: str
+    name: PlainName
     """File name relative to the checkpoint folder."""
     size_bytes: int = Field(ge=0)
     """Exact size in bytes."""
@@ -99,7 +124,7 @@ class CheckpointManifest(_Record):
     """When the snapshot was staged (seconds since the epoch)."""
     parent_checkpoint_id: str | None = None
     """The checkpoint this run restored from or last published before this one."""
-    world_size: int = Field(ge=1)
+    world_size: int = Field(ge=1, le=1 << 20)
     """Number of ranks that wrote the checkpoint."""
     parallel_layout: dict[str, int] = Field(default_factory=dict)
     """Parallel degrees at save time, e.g. {"dp": 2, "tp": 1}."""
@@ -146,13 +171,13 @@ class CommitRecord(_Record):
     """Written last: its presence (with a matching manifest hash) is what makes a checkpoint
     committed, on a local disk and on an object store alike."""
 
-    checkpoint_id: str
+    checkpoint_id: PlainName
     """The committed checkpoint."""
     step: int = Field(ge=0)
     """Its step."""
     generation: int = Field(ge=0)
     """Generation of the writer."""
-    folder: str
+    folder: PlainName
     """Folder name under the run's checkpoint root, `<step>-<checkpoint_id>`."""
     manifest_sha256: str
     """sha256 of manifest.json's bytes: binds the record to exactly one manifest."""
@@ -163,13 +188,13 @@ class CommitRecord(_Record):
 class LatestPointer(_Record):
     """What the fence holds: the newest published checkpoint of the run."""
 
-    checkpoint_id: str
+    checkpoint_id: PlainName
     """The published checkpoint."""
     step: int = Field(ge=0)
     """Its step."""
     generation: int = Field(ge=0)
     """Generation that published it."""
-    folder: str
+    folder: PlainName
     """Folder name under the run's checkpoint root."""
     manifest_sha256: str
     """sha256 of its manifest.json."""

@@ -71,6 +71,37 @@ def replace_file(path: str | Path, data: bytes, *, action: str) -> None:
         raise storage_error(action, target, exc, bytes_needed=len(data)) from exc
 
 
+def read_local_record(path: str | Path, limit_bytes: int) -> bytes:
+    """The bytes of a small local record file, read without blocking and within a bound.
+
+    Opened with O_NONBLOCK so a FIFO in a record's place cannot hang the reader, then refused
+    unless it is a regular file (links are followed: a record's own name is checked) of at most
+    `limit_bytes`; at most `limit_bytes + 1` bytes are ever read, so a file that grows or lies
+    about its size costs no more. Raises `RecordReadError` (an OSError) saying why."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordReadError(f"{path} is a {local_kind(info.st_mode)}, not a regular file")
+        if info.st_size > limit_bytes:
+            raise RecordReadError(
+                f"{path} is {info.st_size} bytes, more than the {limit_bytes} a record may be"
+            )
+        chunks, total = [], 0
+        while chunk := os.read(fd, min(1 << 20, limit_bytes + 1 - total)):
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > limit_bytes:
+                raise RecordReadError(f"{path} grew past the {limit_bytes} bytes a record may be")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+class RecordReadError(OSError):
+    """A record file is not a regular file, or is bigger than a record may be."""
+
+
 def local_kind(mode: int) -> EntryKind:
     if stat.S_ISLNK(mode):
         return "symlink"
@@ -121,6 +152,33 @@ class CheckpointStorage:
     def read_bytes(self, path: str) -> bytes:
         with self.fs.open(path, "rb") as handle:
             return handle.read()
+
+    def read_record(self, path: str, limit_bytes: int) -> bytes:
+        """A record file (manifest, commit record, DCP metadata) of at most `limit_bytes`, never
+        read past the bound (`read_local_record`); raises OSError otherwise."""
+        if self.is_local:
+            return read_local_record(path, limit_bytes)
+        size = self.size_bytes(path)
+        if size > limit_bytes:
+            raise RecordReadError(
+                f"{path} is {size} bytes, more than the {limit_bytes} a record may be"
+            )
+        with self.fs.open(path, "rb") as handle:
+            data = handle.read(limit_bytes + 1)
+        if len(data) > limit_bytes:
+            raise RecordReadError(f"{path} grew past the {limit_bytes} bytes a record may be")
+        return data
+
+    def kind(self, path: str) -> EntryKind | None:
+        """What `path` is, links not followed; None when nothing is there."""
+        if not self.is_local:
+            if not self.fs.exists(path):
+                return None
+            return "folder" if self.fs.isdir(path) else "file"
+        try:
+            return local_kind(os.lstat(path).st_mode)
+        except FileNotFoundError:
+            return None
 
     @contextlib.contextmanager
     def open_read(self, path: str) -> Iterator[IO[bytes]]:

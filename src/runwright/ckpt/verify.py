@@ -3,9 +3,11 @@
 Two uses: step 4 of the commit protocol (`check_staged`: every shard DCP referenced exists with the
 size its writer recorded, every logical key any rank asked to save is in DCP's metadata) and
 verification of a committed checkpoint (`verify_checkpoint`: every file's size and checksum against
-the manifest, fully or on a sample). A checksum detects storage or transfer corruption; it cannot
-prove the tensors were right before they were hashed (seed 003, step 4), which is what the
-restore smoke check is for.
+the manifest, fully or on a sample; in every mode also that the folder holds exactly the files
+the manifest lists, each a regular file, and that the manifest's logical keys and shards are the
+ones DCP's own `.metadata` lists, so a manifest edited and re-committed does not pass). A checksum
+detects storage or transfer corruption; it cannot prove the tensors were right before they were
+hashed (seed 003, step 4), which is what the restore smoke check is for.
 """
 
 import json
@@ -14,17 +16,19 @@ from collections.abc import Callable
 from typing import Literal
 
 from pydantic import Field
-from torch.distributed.checkpoint.metadata import (
-    BytesStorageMetadata,
-    Metadata,
-    TensorStorageMetadata,
-)
+from torch.distributed.checkpoint.metadata import Metadata
 
-from runwright.ckpt.checksum import DEFAULT_CHECKSUM, checksum_bytes, new_hasher
+from runwright.ckpt.checksum import CHECKSUMS, DEFAULT_CHECKSUM, checksum_bytes, new_hasher
 from runwright.ckpt.errors import CheckpointIncompleteError
-from runwright.ckpt.manifest import CheckpointManifest, FileEntry, LogicalKey, ShardRange
+from runwright.ckpt.manifest import (
+    COMMIT_FILE,
+    MANIFEST_FILE,
+    CheckpointManifest,
+    FileEntry,
+)
+from runwright.ckpt.metadata import MetadataError, metadata_problems, read_metadata
 from runwright.ckpt.storage import CheckpointStorage
-from runwright.ckpt.writer import sidecar_name
+from runwright.ckpt.writer import DCP_METADATA, sidecar_name
 from runwright.records import Record
 
 VerifyMode = Literal["full", "sampled", "none"]
@@ -85,9 +89,11 @@ def verify_checkpoint(
     mode: VerifyMode = "full",
     on_file: Callable[[int], None] | None = None,
 ) -> VerifyReport:
-    """Compare every file of a checkpoint with its manifest entry. `on_file(bytes)` is called
-    after each file (progress bars)."""
-    problems: list[VerifyProblem] = []
+    """Compare every file of a checkpoint with its manifest entry, the folder's listing with the
+    manifest, and the manifest with DCP's metadata. `on_file(bytes)` is called after each file
+    (progress bars)."""
+    problems = _manifest_problems(manifest)
+    algorithm_known = manifest.checksum_algorithm in CHECKSUMS
     checked = read = 0
     if mode == "sampled":
         rng = random.Random(manifest.checkpoint_id)
@@ -97,6 +103,8 @@ def verify_checkpoint(
         hashed |= {f.name for f in rng.sample(large, sample_size)}
     else:
         hashed = {f.name for f in manifest.files} if mode == "full" else set()
+    if not algorithm_known:
+        hashed = set()
     for entry in manifest.files:
         problem = _check_file(
             storage,
@@ -112,6 +120,9 @@ def verify_checkpoint(
             problems.append(problem)
         if on_file is not None:
             on_file(entry.size_bytes)
+    problems += _listing_problems(storage, folder_path, manifest)
+    if not any(p.file == DCP_METADATA for p in problems):
+        problems += _dcp_problems(storage, folder_path, manifest)
     return VerifyReport(
         checkpoint_id=manifest.checkpoint_id,
         mode=mode,
@@ -121,44 +132,98 @@ def verify_checkpoint(
     )
 
 
+def _manifest_problems(manifest: CheckpointManifest) -> list[VerifyProblem]:
+    """What is wrong with the manifest on its own: an unknown checksum, a file listed twice, a
+    rank's file list or DCP's metadata missing from the files."""
+    problems = []
+    if manifest.checksum_algorithm not in CHECKSUMS:
+        problems.append(
+            VerifyProblem(
+                file=MANIFEST_FILE,
+                reason=f"checksum_algorithm {manifest.checksum_algorithm!r} is not one of "
+                f"{sorted(CHECKSUMS)}; no checksum could be checked",
+            )
+        )
+    names = [f.name for f in manifest.files]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        problems.append(VerifyProblem(file=MANIFEST_FILE, reason=f"files lists {twice} twice"))
+    expected = {DCP_METADATA} | {sidecar_name(rank) for rank in range(manifest.world_size)}
+    if absent := sorted(expected - set(names)):
+        shown = ", ".join(absent[:5]) + (f" and {len(absent) - 5} more" if len(absent) > 5 else "")
+        problems.append(
+            VerifyProblem(
+                file=MANIFEST_FILE,
+                reason=f"files does not list {shown}, which every checkpoint of world size "
+                f"{manifest.world_size} has",
+            )
+        )
+    return problems
+
+
+def _listing_problems(
+    storage: CheckpointStorage, folder_path: str, manifest: CheckpointManifest
+) -> list[VerifyProblem]:
+    """Entries of the folder the manifest does not list (it lists every file but itself and the
+    commit record)."""
+    try:
+        entries = storage.entries(folder_path)
+    except OSError as exc:
+        return [VerifyProblem(file=".", reason=f"cannot list the folder: {exc}")]
+    listed = {f.name for f in manifest.files} | {MANIFEST_FILE, COMMIT_FILE}
+    return [
+        VerifyProblem(
+            file=name,
+            reason=f"{kind} not listed in {MANIFEST_FILE} (the manifest dropped it, or it was "
+            "put here after the commit)",
+        )
+        for name, kind in entries
+        if name not in listed
+    ]
+
+
+def _dcp_problems(
+    storage: CheckpointStorage, folder_path: str, manifest: CheckpointManifest
+) -> list[VerifyProblem]:
+    if DCP_METADATA not in {f.name for f in manifest.files}:
+        return []  # reported by _manifest_problems
+    try:
+        metadata = read_metadata(storage, f"{folder_path}/{DCP_METADATA}")
+    except (OSError, MetadataError) as exc:
+        return [VerifyProblem(file=DCP_METADATA, reason=f"cannot be read as DCP metadata: {exc}")]
+    return [
+        VerifyProblem(file=DCP_METADATA, reason=r) for r in metadata_problems(metadata, manifest)
+    ]
+
+
 def _check_file(
     storage: CheckpointStorage, path: str, entry: FileEntry, hash_it: bool, algorithm: str
 ) -> VerifyProblem | None:
-    if not storage.exists(path):
+    kind = storage.kind(path)
+    if kind is None:
         return VerifyProblem(file=entry.name, reason="missing")
-    size = storage.size_bytes(path)
-    if size != entry.size_bytes:
+    if kind != "file":
         return VerifyProblem(
-            file=entry.name,
-            reason=f"size {size} bytes, manifest says {entry.size_bytes} (truncated or replaced)",
+            file=entry.name, reason=f"a {kind}, not a regular file; nothing of it was read"
         )
-    if hash_it:
-        digest, _ = file_checksum(storage, path, algorithm)
-        if digest != entry.checksum:
+    try:
+        size = storage.size_bytes(path)
+        if size != entry.size_bytes:
             return VerifyProblem(
                 file=entry.name,
-                reason=f"checksum mismatch (expected {entry.checksum[:12]}..., "
-                f"found {digest[:12]}...)",
+                reason=f"size {size} bytes, manifest says {entry.size_bytes} "
+                "(truncated or replaced)",
             )
+        if hash_it:
+            digest, _ = file_checksum(storage, path, algorithm)
+            if digest != entry.checksum:
+                return VerifyProblem(
+                    file=entry.name,
+                    reason=f"checksum mismatch (expected {entry.checksum[:12]}..., "
+                    f"found {digest[:12]}...)",
+                )
+    except OSError as exc:
+        return VerifyProblem(file=entry.name, reason=f"cannot be read: {exc}")
     return None
-
-
-def logical_keys(metadata: Metadata) -> dict[str, LogicalKey]:
-    """DCP metadata -> the manifest's logical keys with global shape, dtype and shard ranges."""
-    keys: dict[str, LogicalKey] = {}
-    for fqn, meta in sorted(metadata.state_dict_metadata.items()):
-        if isinstance(meta, TensorStorageMetadata):
-            keys[fqn] = LogicalKey(
-                kind="tensor",
-                shape=list(meta.size),
-                dtype=str(meta.properties.dtype),
-                shards=[
-                    ShardRange(offsets=list(c.offsets), sizes=list(c.sizes)) for c in meta.chunks
-                ],
-            )
-        elif isinstance(meta, BytesStorageMetadata):
-            keys[fqn] = LogicalKey(kind="object")
-    return keys
 
 
 def check_staged(

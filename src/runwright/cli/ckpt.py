@@ -1,6 +1,7 @@
 """`runwright ckpt ...` commands: list, inspect, verify, gc and export a run's checkpoints."""
 
-import json
+import math
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +11,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from runwright.ckpt import inventory as inv
+from runwright.ckpt.export import read_model_config
 from runwright.cli.options import RootOption
 from runwright.cli.render import console, guarded, print_json
 
@@ -19,6 +21,20 @@ Target = Annotated[
     str, typer.Argument(help="Run id (under --root) or a checkpoint folder path or URL.")
 ]
 Json = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
+
+
+class Mode(StrEnum):
+    """How `ckpt verify` checks checksums."""
+
+    FULL = "full"
+    SAMPLED = "sampled"
+
+
+def _finite(value: float) -> float:
+    """typer's `min=` lets `nan` and `inf` through (every comparison with nan is false)."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number of seconds")
+    return value
 
 
 @app.command("list")
@@ -43,7 +59,8 @@ def list_(target: Target, root: Path | None = RootOption, json_out: Json = False
         )
     console.print(table)
     for other in found.uncommitted:
-        console.print(f"not committed: {other.folder} ({other.reason})")
+        label = "damaged" if other.damaged else "not committed"
+        console.print(f"{label}: {escape(other.folder)} ({escape(other.reason)})", highlight=False)
 
 
 @app.command()
@@ -77,14 +94,17 @@ def verify(
     checkpoint: Annotated[
         str | None, typer.Argument(help="Folder, id, step or `latest`; default: all.")
     ] = None,
-    mode: Annotated[str, typer.Option(help="full | sampled")] = "full",
+    mode: Annotated[
+        Mode, typer.Option(help="full: every checksum; sampled: small files and a quarter.")
+    ] = Mode.FULL,
     root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
-    """Check the root as restore opens it, list residue, and recompute checksums against the
-    manifests; exit status 1 if restore could not open the root or a checkpoint is damaged."""
+    """Check the root as restore opens it (pointer, generation, commit records), list residue,
+    and check every checkpoint against its manifest and DCP's metadata; exit status 1 if
+    anything is damaged, could not be inspected, or there was nothing to verify."""
     folder = inv.checkpoint_root(target, root)
-    verify_mode = "sampled" if mode == "sampled" else "full"
+    verify_mode = mode.value
     if json_out:
         report = inv.verify(folder, checkpoint, verify_mode)
         print_json(report.model_dump(mode="json") | {"ok": report.ok})
@@ -100,7 +120,7 @@ def verify(
                 lambda total: progress.update(task, total=total),
             )
         for problem in report.problems:
-            console.print(f"[bold red]cannot open:[/] {escape(problem)}", highlight=False)
+            console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
         for item in report.residue:
             verdict = "gc removes it" if item.removable else f"gc keeps it: {item.kept_because}"
             console.print(
@@ -108,7 +128,10 @@ def verify(
                 highlight=False,
             )
         for path, error in report.uninspectable.items():
-            console.print(f"residue: {escape(path)} cannot be inspected: {escape(error)}")
+            console.print(
+                f"[bold red]skipped:[/] {escape(path)} cannot be inspected: {escape(error)}",
+                highlight=False,
+            )
         for checkpoint_report in report.checkpoints:
             console.print(checkpoint_report.summary(), highlight=False)
     if not report.ok:
@@ -120,9 +143,14 @@ def verify(
 def gc(
     target: Target,
     min_age_seconds: Annotated[
-        float, typer.Option(help="Leave residue younger than this (its writer may be alive).")
+        float,
+        typer.Option(
+            min=0.0,
+            callback=_finite,
+            help="Leave residue younger than this (its writer may be alive).",
+        ),
     ] = 3600.0,
-    max_entries: Annotated[int, typer.Option(help="Remove at most this many entries.")] = 64,
+    max_entries: Annotated[int, typer.Option(min=1, help="Remove at most this many entries.")] = 64,
     root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
@@ -152,7 +180,7 @@ def export(
     json_out: Json = False,
 ) -> None:
     """Write safetensors weights + config + tokenizer + release.json (hashes) for inference."""
-    config = json.loads(model_config.read_text()) if model_config else {}
+    config = read_model_config(model_config) if model_config else {}
     release = inv.export(
         inv.checkpoint_root(target, root),
         checkpoint,

@@ -201,6 +201,31 @@ class RunPaths:
         return self.folder / "final_parameters.json"
 
 
+RUN_ID_MAX_CHARS = 200
+"""Longest run id (or prefix) accepted; generated ids are at most 63 characters."""
+_RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def validate_run_id(run_id: str) -> str:
+    """`run_id` itself when it is a plain name that can be (a prefix of) a run id, else ValueError
+    saying why. Run ids name folders under `<root>/runs/`, so one given by a user must not climb
+    out of it or name another: letters, digits, `.`, `_`, `-`, starting with a letter or digit
+    (which rules out `/`, `..`, NUL and the empty string), at most RUN_ID_MAX_CHARS long."""
+    if not run_id:
+        raise ValueError("a run id cannot be empty; `runwright list` shows the runs")
+    if len(run_id) > RUN_ID_MAX_CHARS:
+        raise ValueError(
+            f"a run id is at most {RUN_ID_MAX_CHARS} characters, got {len(run_id):,}; "
+            "`runwright list` shows the runs"
+        )
+    if not _RUN_ID.fullmatch(run_id):
+        raise ValueError(
+            f"{run_id!r} is not a run id: use letters, digits, `.`, `_` and `-`, starting with "
+            "a letter or digit (no `/`, no `..`); `runwright list` shows the runs"
+        )
+    return run_id
+
+
 def run_paths(root: Path, run_id: str) -> RunPaths:
     """A run under the control plane: `<root>/runs/<run_id>/`."""
     return RunPaths(runs_dir(root) / run_id)

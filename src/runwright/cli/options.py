@@ -2,12 +2,14 @@
 
 Every command's `--root` is `RootOption`, resolved by `runwright.layout.resolve_root`."""
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from runwright.control.outage import OutageRider
-from runwright.layout import ROOT_HELP, resolve_root
+from runwright.layout import ROOT_HELP, resolve_root, validate_run_id
 from runwright.store import Store
 
 RootOption = typer.Option(None, "--root", help=ROOT_HELP, show_default=False)
@@ -30,3 +32,39 @@ def open_store(
     if ride_out_outage:
         return resolved, OutageRider().call(lambda: Store.open(resolved, store))
     return resolved, Store.open(resolved, store)
+
+
+def _run_id(value: str | None) -> str | None:
+    """typer callback: a run id given on the command line is a plain name (layout's rule)."""
+    if value is None:
+        return None
+    try:
+        return validate_run_id(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+def run_id_argument(help: str, default: Any = ...) -> Any:
+    """A positional run id (or unique prefix), refused before any store lookup or path is built
+    from it unless it is a plain name (`layout.validate_run_id`)."""
+    return typer.Argument(default, help=help, callback=_run_id)
+
+
+def bounded_text(what: str, max_chars: int) -> Callable[[str | None], str | None]:
+    """typer callback for a free-text option stored with a run: non-empty, at most `max_chars`,
+    no NUL (which PostgreSQL text refuses)."""
+
+    def check(value: str | None) -> str | None:
+        if value is None:
+            return None
+        if not value.strip():
+            raise typer.BadParameter(f"{what} cannot be empty")
+        if len(value) > max_chars:
+            raise typer.BadParameter(
+                f"{what} is at most {max_chars:,} characters, got {len(value):,}"
+            )
+        if "\x00" in value:
+            raise typer.BadParameter(f"{what} cannot contain a NUL character")
+        return value
+
+    return check

@@ -4,8 +4,9 @@ from pathlib import Path
 
 import typer
 
-from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store
+from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store, run_id_argument
 from runwright.cli.render import console, guarded, print_json
+from runwright.errors import RunwrightError
 from runwright.govern.report import build_report
 from runwright.layout import run_paths
 
@@ -15,7 +16,7 @@ app = typer.Typer()
 @app.command()
 @guarded
 def report(
-    run_id: str = typer.Argument(..., help="Run id (or a unique prefix of it)."),
+    run_id: str = run_id_argument("Run id (or a unique prefix of it)."),
     out: Path | None = typer.Option(
         None,
         "--out",
@@ -30,7 +31,11 @@ def report(
     on one time axis."""
     resolved, st = open_store(root, store)
     run = st.get_run(run_id)
-    paths = build_report(st, run.run_id, out or run_paths(resolved, run.run_id).report)
+    folder = out or run_paths(resolved, run.run_id).report
+    try:
+        paths = build_report(st, run.run_id, folder)
+    except OSError as exc:  # --out is a file, unwritable, or on a full volume
+        raise RunwrightError(f"cannot write the report to {folder}: {exc}") from None
     if json_out:
         print_json({"run_id": run.run_id, **paths.model_dump(mode="json")})
         return

@@ -1,5 +1,6 @@
 """`runwright submit|status|events|list|controller`: start runs and look at them."""
 
+import difflib
 import subprocess
 import sys
 import time
@@ -8,7 +9,14 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store
+from runwright.cli.options import (
+    JsonOption,
+    RootOption,
+    StoreOption,
+    bounded_text,
+    open_store,
+    run_id_argument,
+)
 from runwright.cli.render import console, guarded, print_json
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
@@ -21,6 +29,27 @@ from runwright.spec import load_spec
 from runwright.store import EventRecord
 
 app = typer.Typer()
+
+RUN_HELP = "Run id or a unique prefix of it."
+MAX_LIST_RUNS = 100_000
+"""Most runs one `runwright list` prints."""
+MAX_KEY_CHARS = 200
+"""Longest idempotency key."""
+MAX_REASON_CHARS = 2000
+"""Longest cancel reason recorded with a run."""
+EVENT_TYPES = [str(t) for t in EventType]
+
+
+def _event_types(values: list[str]) -> list[str]:
+    """typer callback: every `--type` is an event type, so a typo is not an empty listing."""
+    for value in values:
+        if value not in EVENT_TYPES:
+            close = difflib.get_close_matches(value.upper(), EVENT_TYPES, n=1)
+            hint = f"did you mean {close[0]}? " if close else ""
+            raise typer.BadParameter(
+                f"{value!r} is not an event type; {hint}valid: {', '.join(EVENT_TYPES)}"
+            )
+    return values
 
 
 def _printer(json_out: bool):
@@ -37,6 +66,7 @@ def submit(
         None,
         "--idempotency-key",
         help="Submitting the same key again returns the existing run and starts nothing.",
+        callback=bounded_text("--idempotency-key", MAX_KEY_CHARS),
     ),
     detach: bool = typer.Option(False, "--detach", help="Run the controller in the background."),
     root: Path | None = RootOption,
@@ -105,8 +135,13 @@ def submit(
 @app.command()
 @guarded
 def cancel(
-    run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
-    reason: str = typer.Option("cancelled by the user", "--reason", help="Recorded with the run."),
+    run_id: str = run_id_argument(RUN_HELP),
+    reason: str = typer.Option(
+        "cancelled by the user",
+        "--reason",
+        help="Recorded with the run.",
+        callback=bounded_text("--reason", MAX_REASON_CHARS),
+    ),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -138,8 +173,8 @@ def cancel(
 @app.command("controller")
 @guarded
 def controller_cmd(
-    run_id: str | None = typer.Argument(
-        None, help="Drive this run only; without it, every unfinished run in the store."
+    run_id: str | None = run_id_argument(
+        "Drive this run only; without it, every unfinished run in the store.", None
     ),
     daemon: bool = typer.Option(False, "--daemon", help="Keep watching for new runs."),
     root: Path | None = RootOption,
@@ -166,7 +201,7 @@ def controller_cmd(
 @app.command()
 @guarded
 def status(
-    run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
+    run_id: str = run_id_argument(RUN_HELP),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -183,11 +218,13 @@ def status(
 @app.command()
 @guarded
 def events(
-    run_id: str = typer.Argument(..., help="Run id or a unique prefix of it."),
+    run_id: str = run_id_argument(RUN_HELP),
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Keep printing new events until the run ends."
     ),
-    event_type: list[str] = typer.Option([], "--type", help="Only events of this type."),
+    event_type: list[str] = typer.Option(
+        [], "--type", help="Only events of this type (repeatable).", callback=_event_types
+    ),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -228,7 +265,9 @@ def events(
 @app.command("list")
 @guarded
 def list_runs(
-    limit: int = typer.Option(20, help="How many of the newest runs."),
+    limit: int = typer.Option(
+        20, "--limit", min=1, max=MAX_LIST_RUNS, help="How many of the newest runs."
+    ),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -258,8 +297,8 @@ def list_runs(
 @app.command()
 @guarded
 def compare(
-    run_a: str = typer.Argument(..., help="A run (e.g. one that failed and recovered)."),
-    run_b: str = typer.Argument(..., help="The run to compare it with (e.g. a fault-free one)."),
+    run_a: str = run_id_argument("A run (e.g. one that failed and recovered)."),
+    run_b: str = run_id_argument("The run to compare it with (e.g. a fault-free one)."),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,

@@ -165,7 +165,10 @@ ASSUMPTIONS = (
 
 
 def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
+    """Divisors of n, ascending, in O(sqrt(n)) steps: a world size from a spec may be 2**26
+    (spec/limits.py), and the search calls this once per tp."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in reversed(small) if k * k != n]
 
 
 def _link(span_ranks: int, cluster: Cluster) -> Link:

@@ -1,10 +1,14 @@
 """Where and how wide a run executes: parallel layout and the resources it asks for."""
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveInt, model_validator
 
+from runwright.spec import limits
 from runwright.spec.base import Section
+
+Degree = Annotated[int, Field(gt=0, le=limits.MAX_WORLD_SIZE)]
+"""A parallel degree: at least 1, at most the largest world size."""
 
 
 class MembershipSpec(Section):
@@ -13,9 +17,9 @@ class MembershipSpec(Section):
     mode: Literal["fixed", "elastic"] = "fixed"
     """`fixed`: any lost member fails the whole group, which restarts at the same size.
     `elastic`: the group may restart anywhere in [min_nodes, max_nodes]."""
-    min_nodes: PositiveInt | None = None
+    min_nodes: PositiveInt | None = Field(default=None, le=limits.MAX_NODES)
     """Smallest node count an elastic run may continue with."""
-    max_nodes: PositiveInt | None = None
+    max_nodes: PositiveInt | None = Field(default=None, le=limits.MAX_NODES)
     """Largest node count an elastic run may grow to."""
 
     @model_validator(mode="after")
@@ -33,13 +37,13 @@ class MembershipSpec(Section):
 class ParallelismSpec(Section):
     """Parallel degrees; their product is the world size."""
 
-    dp: PositiveInt | Literal["auto"] = "auto"
+    dp: Degree | Literal["auto"] = "auto"
     """Data-parallel degree; `auto` = world size / (tp x pp x ep)."""
-    tp: PositiveInt = 1
+    tp: Degree = 1
     """Tensor-parallel degree."""
-    pp: PositiveInt = 1
+    pp: Degree = 1
     """Pipeline-parallel degree."""
-    ep: PositiveInt = 1
+    ep: Degree = 1
     """Expert-parallel degree."""
     membership: MembershipSpec = Field(default_factory=MembershipSpec)
     """Membership contract."""
@@ -48,25 +52,25 @@ class ParallelismSpec(Section):
 class ResourcesSpec(Section):
     """What the scheduler must admit as one gang."""
 
-    nodes: PositiveInt = 1
+    nodes: PositiveInt = Field(default=1, le=limits.MAX_NODES)
     """Nodes (hosts) in the gang."""
-    devices_per_node: PositiveInt = 1
+    devices_per_node: PositiveInt = Field(default=1, le=limits.MAX_DEVICES_PER_NODE)
     """Worker processes per node (one per accelerator; CPU processes on a CPU machine)."""
     device_type: Literal["cpu", "cuda"] = "cpu"
     """Accelerator kind; `cpu` runs gloo, `cuda` runs NCCL."""
-    device_memory_bytes: PositiveInt | None = None
+    device_memory_bytes: PositiveInt | None = Field(default=None, le=limits.MAX_DEVICE_MEMORY_BYTES)
     """Memory per device, for preflight and the memory ledger."""
-    peak_flops_per_device: float | None = Field(default=None, gt=0)
+    peak_flops_per_device: float | None = Field(default=None, gt=0, le=limits.MAX_FLOPS_PER_DEVICE)
     """Declared peak FLOP/s per device (datasheet), the MFU denominator."""
     pool: str = "default"
     """Resource pool the run draws from."""
-    priority: int = 0
+    priority: int = Field(default=0, ge=-limits.MAX_PRIORITY, le=limits.MAX_PRIORITY)
     """Higher runs first within a pool."""
     preemptible: bool = False
     """Whether the scheduler may preempt the run for a higher priority one."""
     same_node_tp: bool = True
     """Keep each tensor-parallel group inside one node's fast interconnect domain."""
-    device_hour_price: float = Field(default=0.0, ge=0.0)
+    device_hour_price: float = Field(default=0.0, ge=0.0, le=limits.MAX_PRICE)
     """Price of one device-hour, for cost accounting."""
 
     @property

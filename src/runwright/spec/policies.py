@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, model_validator
 
+from runwright.spec import limits
 from runwright.spec.base import Section
 
 
@@ -15,11 +16,11 @@ class CheckpointIntervalSpec(Section):
     policy: Literal["steps", "seconds", "auto"] = "steps"
     """`steps`/`seconds` fixed; `auto` = Young/Daly optimum from the measured save stall and the
     mean time between failures."""
-    every_steps: PositiveInt | None = 50
+    every_steps: PositiveInt | None = Field(default=50, le=limits.MAX_STEPS)
     """Checkpoint every N optimizer steps (policy: steps)."""
-    every_seconds: PositiveFloat | None = None
+    every_seconds: PositiveFloat | None = Field(default=None, le=limits.MAX_SECONDS)
     """Checkpoint every N seconds of training (policy: seconds)."""
-    mtbf_seconds: PositiveFloat | None = None
+    mtbf_seconds: PositiveFloat | None = Field(default=None, le=limits.MAX_SECONDS)
     """Declared mean time between failures for policy: auto, until one is observed."""
 
     @model_validator(mode="after")
@@ -44,13 +45,13 @@ class CheckpointSpec(Section):
     """When to save."""
     mode: Literal["sync", "async"] = "sync"
     """`async` returns to training once the snapshot is staged in host memory."""
-    max_inflight: PositiveInt = 1
+    max_inflight: PositiveInt = Field(default=1, le=limits.MAX_BACKLOG)
     """Async backlog bound: staged snapshots not yet committed."""
     when_full: Literal["block", "skip", "sync"] = "block"
     """What an async save does when the backlog is full."""
-    keep_last: PositiveInt = 3
+    keep_last: PositiveInt = Field(default=3, le=limits.MAX_KEEP)
     """Retention: keep the newest N committed checkpoints."""
-    keep_every_steps: PositiveInt | None = None
+    keep_every_steps: PositiveInt | None = Field(default=None, le=limits.MAX_STEPS)
     """Retention: also keep every checkpoint whose step is a multiple of K."""
     verify_on_restore: Literal["full", "sampled", "none"] = "full"
     """How restore checks shard checksums."""
@@ -82,11 +83,11 @@ class FailureClass(StrEnum):
 class ClassPolicy(Section):
     """Retry policy for one failure class."""
 
-    max_retries: int = Field(default=2, ge=0)
+    max_retries: int = Field(default=2, ge=0, le=limits.MAX_RETRIES)
     """Restarts allowed for this class before the run fails."""
-    backoff_seconds: float = Field(default=1.0, ge=0.0)
+    backoff_seconds: float = Field(default=1.0, ge=0.0, le=limits.MAX_SECONDS)
     """First restart delay; doubles each retry."""
-    backoff_max_seconds: float = Field(default=60.0, ge=0.0)
+    backoff_max_seconds: float = Field(default=60.0, ge=0.0, le=limits.MAX_SECONDS)
     """Cap on the restart delay."""
     consumes_error_budget: bool = True
     """Whether a failure of this class counts against max_total_restarts."""
@@ -117,23 +118,23 @@ def _default_class_policies() -> dict[FailureClass, ClassPolicy]:
 class RecoverySpec(Section):
     """Failure detection and per-class recovery."""
 
-    heartbeat_interval_seconds: PositiveFloat = 2.0
+    heartbeat_interval_seconds: PositiveFloat = Field(default=2.0, le=limits.MAX_SECONDS)
     """How often each rank reports it is alive."""
-    heartbeat_timeout_seconds: PositiveFloat = 30.0
+    heartbeat_timeout_seconds: PositiveFloat = Field(default=30.0, le=limits.MAX_SECONDS)
     """Silence after which a rank counts as hung."""
-    progress_timeout_seconds: PositiveFloat = 120.0
+    progress_timeout_seconds: PositiveFloat = Field(default=120.0, le=limits.MAX_SECONDS)
     """Time without a step advance (after warm-up) that counts as no progress."""
-    warmup_steps: int = Field(default=1, ge=0)
+    warmup_steps: int = Field(default=1, ge=0, le=limits.MAX_STEPS)
     """Steps excluded from the progress timeout (compilation, first data reads)."""
-    max_total_restarts: int = Field(default=5, ge=0)
+    max_total_restarts: int = Field(default=5, ge=0, le=limits.MAX_RETRIES)
     """Restarts across all budget-consuming classes."""
-    max_restarts_without_progress: PositiveInt = 2
+    max_restarts_without_progress: PositiveInt = Field(default=2, le=limits.MAX_RETRIES)
     """Consecutive restarts with no step past the restored one before the run stops."""
     policies: dict[FailureClass, ClassPolicy] = Field(default_factory=_default_class_policies)
     """Per-class policy; classes left out keep their defaults."""
     on_nan: Literal["rollback_skip", "fail"] = "rollback_skip"
     """After a NaN/Inf: roll back and skip the offending batch range, or fail."""
-    stop_grace_seconds: PositiveFloat = 30.0
+    stop_grace_seconds: PositiveFloat = Field(default=30.0, le=limits.MAX_SECONDS)
     """Time a worker group gets to stop at a step boundary before it is killed."""
 
     @model_validator(mode="after")
@@ -159,11 +160,11 @@ class RecoverySpec(Section):
 class BudgetSpec(Section):
     """Hard limits; at a limit the run stops at a step boundary with a checkpoint."""
 
-    device_hours: PositiveFloat | None = None
+    device_hours: PositiveFloat | None = Field(default=None, le=limits.MAX_DEVICE_HOURS)
     """Device-hours (processes x hours allocated)."""
-    tokens: PositiveInt | None = None
+    tokens: PositiveInt | None = Field(default=None, le=limits.MAX_TOKENS)
     """Training tokens consumed."""
-    wall_seconds: PositiveFloat | None = None
+    wall_seconds: PositiveFloat | None = Field(default=None, le=limits.MAX_SECONDS)
     """Wall-clock seconds from first start."""
     warn_fraction: float = Field(default=0.9, gt=0.0, lt=1.0)
     """Share of a limit at which the controller warns."""

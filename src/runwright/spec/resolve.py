@@ -6,11 +6,13 @@ cannot be resolved raises ValueError naming the field and the nearest valid valu
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from pydantic import Field
 
 from runwright.records import Record
+from runwright.spec import limits
 
 if TYPE_CHECKING:
     from runwright.spec.job import JobSpec
@@ -59,7 +61,15 @@ def nearest_multiples(value: int, unit: int, count: int = 2) -> list[int]:
 
 
 def divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n >= 1, ascending, in O(sqrt(n)) steps: each d <= sqrt(n) pairs with n / d
+    (n <= limits.MAX_BATCH_SAMPLES = 2**24 takes at most 4,096 steps)."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
+
+
+def nearest_divisors(n: int, target: int, count: int = 6) -> list[int]:
+    """The `count` divisors of n closest to `target`, ascending: a hint that stays short."""
+    return sorted(sorted(divisors(n), key=lambda d: (abs(d - target), d))[:count])
 
 
 def resolve_dp(world_size: int, tp: int, pp: int, ep: int, dp: int | str) -> tuple[int, str]:
@@ -94,8 +104,7 @@ def resolve_batch(
         )
     per_rank = global_batch_samples // dp
     if micro_batch is None:
-        fitting = [d for d in divisors(per_rank) if d <= DEFAULT_MICRO_BATCH_CAP]
-        micro = max(fitting)
+        micro = next(d for d in range(DEFAULT_MICRO_BATCH_CAP, 0, -1) if per_rank % d == 0)
         micro_reason = (
             f"largest divisor of the per-rank batch {global_batch_samples}/{dp} = {per_rank} "
             f"that is <= {DEFAULT_MICRO_BATCH_CAP}"
@@ -108,7 +117,7 @@ def resolve_batch(
                 f"micro_batch_size x dp = {micro_batch} x {dp} = {step}; nearest valid "
                 f"global batches: {nearest_multiples(global_batch_samples, step)}"
                 + (
-                    f"; or micro_batch_size in {divisors(per_rank)}"
+                    f"; or micro_batch_size in {nearest_divisors(per_rank, micro_batch)}"
                     if global_batch_samples % dp == 0
                     else ""
                 )
@@ -135,6 +144,12 @@ def resolve_plan(spec: JobSpec) -> ResolvedPlan:
                 f"{nearest_multiples(train.global_batch_tokens, seq)}"
             )
         gbs = train.global_batch_tokens // seq
+        if gbs > limits.MAX_BATCH_SAMPLES:
+            raise ValueError(
+                f"training.global_batch_tokens={train.global_batch_tokens} / "
+                f"data.sequence_length={seq} = {gbs} samples per step, more than the "
+                f"{limits.MAX_BATCH_SAMPLES} a step may hold; lower global_batch_tokens"
+            )
         gbs_reason = f"{train.global_batch_tokens} tokens / sequence length {seq} = {gbs}"
     else:
         gbs = train.global_batch_samples or 0
@@ -146,6 +161,11 @@ def resolve_plan(spec: JobSpec) -> ResolvedPlan:
     else:
         budget = train.token_budget or 0
         steps = -(-budget // tokens_per_step)
+        if steps > limits.MAX_STEPS:
+            raise ValueError(
+                f"training.token_budget={budget} / {tokens_per_step} tokens per step = {steps} "
+                f"steps, more than {limits.MAX_STEPS}; lower token_budget or raise the batch"
+            )
         steps_reason = f"ceil(token budget {budget} / {tokens_per_step} tokens per step)"
     notes: list[str] = []
     interval = spec.checkpoint.interval

@@ -1,12 +1,17 @@
 """What is trained and on what: code, environment, model, tokenizer, data, training."""
 
+import re
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
+from runwright.spec import limits
 from runwright.spec.base import Section
+from runwright.spec.resolve import divisors
 
 ALGORITHM_PATTERN = r"^[a-z][a-z0-9-]*-v[0-9]+$"
+ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+"""A POSIX environment variable name; `=` or an empty name cannot be set at launch."""
 
 
 class CodeSpec(Section):
@@ -31,21 +36,32 @@ class EnvironmentSpec(Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment variables set for every worker."""
 
+    @field_validator("env")
+    @classmethod
+    def _names_are_settable(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = sorted(name for name in env if not re.fullmatch(ENV_NAME_PATTERN, name))
+        if bad:
+            raise ValueError(
+                f"environment variable names {bad} cannot be set: use letters, digits and `_`, "
+                "not starting with a digit"
+            )
+        return env
+
 
 class ModelSpec(Section):
     """A decoder-only transformer; the reference trainer builds it, the planner sizes it."""
 
     architecture: Literal["gpt"] = "gpt"
     """Model family; only the reference decoder-only GPT for now."""
-    n_layers: PositiveInt = 2
+    n_layers: PositiveInt = Field(default=2, le=limits.MAX_LAYERS)
     """Number of transformer blocks (L)."""
-    d_model: PositiveInt = 64
+    d_model: PositiveInt = Field(default=64, le=limits.MAX_WIDTH)
     """Hidden size (H)."""
-    n_heads: PositiveInt = 4
+    n_heads: PositiveInt = Field(default=4, le=limits.MAX_HEADS)
     """Attention heads; must divide d_model."""
-    d_ff: PositiveInt | None = None
+    d_ff: PositiveInt | None = Field(default=None, le=limits.MAX_WIDTH)
     """Feed-forward inner size; defaults to 4 x d_model."""
-    vocab_size: PositiveInt = 512
+    vocab_size: PositiveInt = Field(default=512, le=limits.MAX_VOCAB)
     """Vocabulary size (V); must cover the tokenizer's ids."""
     dropout: float = Field(default=0.0, ge=0.0, lt=1.0)
     """Dropout probability; 0 keeps runs bitwise reproducible without extra RNG care."""
@@ -53,8 +69,7 @@ class ModelSpec(Section):
     @model_validator(mode="after")
     def _heads_divide_width(self) -> "ModelSpec":
         if self.d_model % self.n_heads:
-            divisors = [h for h in range(1, self.d_model + 1) if self.d_model % h == 0]
-            near = sorted(divisors, key=lambda h: abs(h - self.n_heads))[:3]
+            near = sorted(divisors(self.d_model), key=lambda h: abs(h - self.n_heads))[:3]
             raise ValueError(
                 f"n_heads={self.n_heads} must divide d_model={self.d_model}; "
                 f"nearest valid n_heads: {sorted(near)}"
@@ -81,7 +96,7 @@ class TokenizerSpec(Section):
     """A HF `tokenizers` tokenizer.json; None means the dataset's own recorded tokenizer."""
     hash: str | None = None
     """Expected sha256 of the tokenizer file; a mismatch refuses the run."""
-    eod_token_id: int | None = Field(default=None, ge=0)
+    eod_token_id: int | None = Field(default=None, ge=0, lt=limits.MAX_VOCAB)
     """End-of-document token id used by packing; None takes it from the dataset manifest."""
 
 
@@ -122,9 +137,9 @@ class DataSpec(Section):
     """Dataset folder or fsspec URL holding manifest.json; None for synthetic data."""
     manifest_id: str | None = None
     """Expected dataset id (sha256 of the canonical manifest); a mismatch refuses the run."""
-    sequence_length: PositiveInt = 128
+    sequence_length: PositiveInt = Field(default=128, le=limits.MAX_SEQUENCE_LENGTH)
     """Tokens per training sequence (T)."""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=limits.MAX_SEED)
     """Seed of the shuffle and mixture algorithms."""
     shuffle: str = Field(default="permute-v1", pattern=ALGORITHM_PATTERN)
     """Versioned shuffle algorithm."""
@@ -132,9 +147,9 @@ class DataSpec(Section):
     """Source mixture."""
     packing: str = Field(default="concat-v1", pattern=ALGORITHM_PATTERN)
     """Versioned packing algorithm (`concat-v1` with EOD and reset positions, `pad-v1`)."""
-    prefetch_batches: PositiveInt = 4
+    prefetch_batches: PositiveInt = Field(default=4, le=limits.MAX_BACKLOG)
     """Bound of the loader's prefetch queue (back-pressure)."""
-    read_workers: PositiveInt = 2
+    read_workers: PositiveInt = Field(default=2, le=limits.MAX_BACKLOG)
     """Parallel shard readers feeding the reorder buffer, besides the caller's thread; the
     loader starts at most one fewer than the cores the process may use."""
 
@@ -153,11 +168,18 @@ class OptimizerSpec(Section):
     grad_clip_norm: PositiveFloat | None = 1.0
     """Global gradient-norm clip; None disables clipping."""
 
+    @field_validator("betas")
+    @classmethod
+    def _betas_are_decay_rates(cls, betas: tuple[float, float]) -> tuple[float, float]:
+        if not all(0.0 <= beta < 1.0 for beta in betas):
+            raise ValueError(f"each Adam beta must be in [0, 1), e.g. [0.9, 0.95]; got {betas}")
+        return betas
+
 
 class ScheduleSpec(Section):
     """Learning-rate schedule: linear warm-up then decay."""
 
-    warmup_steps: int = Field(default=0, ge=0)
+    warmup_steps: int = Field(default=0, ge=0, le=limits.MAX_STEPS)
     """Steps of linear warm-up from 0 to the peak rate."""
     decay: Literal["cosine", "linear", "constant"] = "cosine"
     """Shape after warm-up."""
@@ -168,15 +190,15 @@ class ScheduleSpec(Section):
 class TrainingSpec(Section):
     """The optimisation contract: batch, length, optimizer, schedule, precision."""
 
-    global_batch_samples: PositiveInt | None = None
+    global_batch_samples: PositiveInt | None = Field(default=None, le=limits.MAX_BATCH_SAMPLES)
     """Sequences per optimizer step across all data-parallel ranks."""
-    global_batch_tokens: PositiveInt | None = None
+    global_batch_tokens: PositiveInt | None = Field(default=None, le=limits.MAX_BATCH_TOKENS)
     """Tokens per optimizer step; converted to samples by the sequence length."""
-    micro_batch_size: PositiveInt | None = None
+    micro_batch_size: PositiveInt | None = Field(default=None, le=limits.MAX_BATCH_SAMPLES)
     """Sequences per rank per forward pass; derived when omitted."""
-    steps: PositiveInt | None = None
+    steps: PositiveInt | None = Field(default=None, le=limits.MAX_STEPS)
     """Optimizer steps to run."""
-    token_budget: PositiveInt | None = None
+    token_budget: PositiveInt | None = Field(default=None, le=limits.MAX_TOKENS)
     """Training tokens to consume; converted to steps."""
     optimizer: OptimizerSpec = Field(default_factory=OptimizerSpec)
     """Optimizer settings."""
@@ -184,9 +206,9 @@ class TrainingSpec(Section):
     """Learning-rate schedule."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     """Compute precision; fp16 adds a gradient scaler."""
-    seed: int = Field(default=0, ge=0)
+    seed: int = Field(default=0, ge=0, le=limits.MAX_SEED)
     """Seed of model initialisation and dropout."""
-    log_every_steps: PositiveInt = 1
+    log_every_steps: PositiveInt = Field(default=1, le=limits.MAX_STEPS)
     """How often ranks report step metrics."""
 
     @model_validator(mode="after")

@@ -572,14 +572,14 @@ CASES = [
         "list-run-id-too-long",
         nothing,
         2,
-        "longerthan255",
+        "atmost200characters",
         ("ckpt", "list", "r" * 300, "--root", "{tmp}"),
     ),
     Case(
         "inspect-run-id-absolute",
         nothing,
         2,
-        "pathseparator",
+        "isnotarunid",
         ("ckpt", "inspect", "/etc", "--root", "{tmp}"),
     ),
     Case(

@@ -15,11 +15,11 @@ from runwright.ckpt.errors import CheckpointError, CheckpointRootError
 from runwright.ckpt.export import ReleaseManifest, export_model
 from runwright.ckpt.fence import GENERATION_FILE, LATEST_FILE, LocalFence
 from runwright.ckpt.gc import FENCE_FILES, GcReport, Residue, collect_residue, find_residue
-from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict, LatestPointer, plain_name
+from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict, LatestPointer
 from runwright.ckpt.storage import STAGING, CheckpointStorage, parse_folder
 from runwright.ckpt.verify import VerifyMode, VerifyReport, verify_checkpoint
 from runwright.errors import NotFoundError
-from runwright.layout import resolve_root, run_paths
+from runwright.layout import resolve_root, run_paths, validate_run_id
 from runwright.records import Record
 
 
@@ -33,11 +33,10 @@ def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> 
     if root is None and ("/" in target or "://" in target or os.path.isdir(target)):
         return target
     try:
-        plain_name(target)
+        validate_run_id(target)
     except ValueError as exc:
         raise CheckpointError(
-            f"run id {target!r} is not a run id: {exc}. A run id is one name as `runwright runs` "
-            "lists it; to name a checkpoint folder by its path, leave out --root."
+            f"run id {target!r}: {exc}; to name a checkpoint folder by its path, leave out --root"
         ) from None
     return str(run_paths(resolve_root(root), target).checkpoints)
 

@@ -22,14 +22,13 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint as dcp
 from safetensors.torch import save_file
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
 from runwright.ckpt.catalog import CommittedCheckpoint
 from runwright.ckpt.compat import MODEL_PREFIX
 from runwright.ckpt.errors import CheckpointCorruptError, CheckpointError
 from runwright.ckpt.manifest import RECORD_MAX_BYTES
+from runwright.ckpt.metadata import SafeFileSystemReader, SafeFsspecReader
 from runwright.ckpt.storage import CheckpointStorage, read_local_record
 from runwright.ckpt.verify import verify_checkpoint
 from runwright.records import Record
@@ -138,7 +137,9 @@ def export_model(
             f"not exporting {checkpoint.folder}: {report.summary()}. Export an older checkpoint."
         )
     reader = (
-        FileSystemReader(checkpoint.path) if storage.is_local else FsspecReader(checkpoint.path)
+        SafeFileSystemReader(checkpoint.path)
+        if storage.is_local
+        else SafeFsspecReader(checkpoint.path)
     )
     metadata = reader.read_metadata()
     weights: dict[str, torch.Tensor] = {}

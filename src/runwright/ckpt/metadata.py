@@ -7,6 +7,9 @@ DCP writes `.metadata` with `pickle.dump` and reads it back with `pickle.load`
 `torch.distributed.checkpoint.metadata`, DCP's `_StorageInfo`, torch dtypes, layouts, memory
 formats and `torch.Size`, `torch.serialization._get_layout` and `pathlib` paths, which is every
 global a DCP 2.x metadata file holds. Anything else is refused before it is looked up.
+`SafeFileSystemReader` and `SafeFsspecReader` are DCP's readers with their `read_metadata`
+(a plain `pickle.load`) replaced by the same allow-list, so `dcp.load` during restore never
+unpickles `.metadata` freely either, whatever the verify mode.
 
 `metadata_problems` is what lets verification see a manifest that was edited and re-committed:
 the logical keys and the files DCP's own metadata lists must be exactly the manifest's.
@@ -22,12 +25,16 @@ from typing import Any
 import torch
 import torch.distributed.checkpoint.filesystem as dcp_filesystem
 import torch.distributed.checkpoint.metadata as dcp_metadata
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
 from torch.distributed.checkpoint.metadata import (
     BytesStorageMetadata,
     Metadata,
+    StorageMeta,
     TensorStorageMetadata,
 )
 
+from runwright.ckpt.errors import CheckpointCorruptError
 from runwright.ckpt.manifest import (
     RECORD_MAX_BYTES,
     CheckpointManifest,
@@ -79,7 +86,12 @@ class _Unpickler(pickle.Unpickler):
 def read_metadata(storage: CheckpointStorage, path: str) -> Metadata:
     """DCP's metadata at `path`, unpickled with the allow-list; raises `MetadataError` (or
     OSError when it cannot be read within `RECORD_MAX_BYTES`)."""
-    raw = storage.read_record(path, RECORD_MAX_BYTES)
+    return parse_metadata(storage.read_record(path, RECORD_MAX_BYTES))
+
+
+def parse_metadata(raw: bytes) -> Metadata:
+    """DCP metadata from the bytes of a `.metadata` file, unpickled with the allow-list; raises
+    `MetadataError`."""
     try:
         loaded = _Unpickler(io.BytesIO(raw)).load()
     except MetadataError:
@@ -89,6 +101,40 @@ def read_metadata(storage: CheckpointStorage, path: str) -> Metadata:
     if not isinstance(loaded, Metadata):
         raise MetadataError(f"it holds a {type(loaded).__name__}, not DCP Metadata")
     return loaded
+
+
+class _SafeMetadata:
+    """`read_metadata` for DCP's file system readers, through `parse_metadata`."""
+
+    def read_metadata(self: Any, *args: Any, **kwargs: Any) -> Metadata:
+        path = self._get_metadata_path(kwargs.get("rank"))
+        with self.fs.create_stream(path, "rb") as stream:
+            raw = stream.read(RECORD_MAX_BYTES + 1)
+        if len(raw) > RECORD_MAX_BYTES:
+            raise CheckpointCorruptError(
+                f"{path} is over {RECORD_MAX_BYTES} bytes, larger than any DCP metadata; the "
+                "checkpoint is damaged or crafted. Restore from an older checkpoint."
+            )
+        try:
+            metadata = parse_metadata(raw)
+        except MetadataError as exc:
+            raise CheckpointCorruptError(
+                f"{path} was not loaded: {exc}. The checkpoint is damaged or crafted; restore "
+                "from an older checkpoint or move this one aside."
+            ) from None
+        # What FileSystemReader.read_metadata does after its pickle.load.
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class SafeFileSystemReader(_SafeMetadata, FileSystemReader):
+    """DCP's local reader, reading `.metadata` with the allow-list."""
+
+
+class SafeFsspecReader(_SafeMetadata, FsspecReader):
+    """DCP's fsspec reader, reading `.metadata` with the allow-list."""
 
 
 def logical_keys(metadata: Metadata) -> dict[str, LogicalKey]:

@@ -3,7 +3,11 @@
 Only committed checkpoints count (catalog.py). Candidates are tried newest first; one that fails
 verification (or the optional smoke check) is skipped with a recorded reason and the next older
 one is tried. The compatibility check (compat.py) decides exact load, DCP resharding, or refusal.
-Loading is plain `torch.distributed.checkpoint.load` into a state dict shaped like the live one.
+Loading is `torch.distributed.checkpoint.load` into a state dict shaped like the live one, with
+nothing unpickled freely: DCP's `.metadata` is read with metadata.py's allow-list, object entries
+with torch's weights-only unpickler, and runwright's own values with values.py's allow-list. A
+checkpoint refused on load (it holds code, or a value does not decode) is skipped like one that
+fails verification, and the next older one is tried.
 """
 
 import math
@@ -14,18 +18,23 @@ from collections.abc import Callable
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from pydantic import Field
-from torch.distributed.checkpoint import FileSystemReader
-from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
 from runwright.ckpt.catalog import CommittedCheckpoint, restore_candidates
 from runwright.ckpt.compat import CurrentRun, RestoreMode, decide
-from runwright.ckpt.errors import IncompatibleCheckpointError, NoUsableCheckpointError
+from runwright.ckpt.errors import (
+    CheckpointCorruptError,
+    IncompatibleCheckpointError,
+    NoUsableCheckpointError,
+)
 from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import CheckpointManifest
+from runwright.ckpt.metadata import SafeFileSystemReader, SafeFsspecReader
 from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.state import TrainState, apply, apply_rng, capture_rng, skeleton
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.ckpt.values import SafeLoadPlanner
 from runwright.ckpt.verify import VerifyMode, verify_checkpoint
 from runwright.records import Record
 
@@ -151,15 +160,27 @@ def load_into(
     rank: int,
     process_group: dist.ProcessGroup | None,
 ) -> tuple[dict[str, object], bool]:
-    """DCP-load `path` into the live state; returns (progress record, rng_restored)."""
+    """DCP-load `path` into the live state; returns (progress record, rng_restored). Raises
+    CheckpointCorruptError when a value holds code or does not load (nothing of it is run)."""
     source_rank = rank if mode == RestoreMode.EXACT else None
     sd = skeleton(state, rank, source_rank)
-    reader = FileSystemReader(path) if storage.is_local else FsspecReader(path)
+    reader = SafeFileSystemReader(path) if storage.is_local else SafeFsspecReader(path)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
-        dcp.load(
-            sd, storage_reader=reader, process_group=process_group, no_dist=process_group is None
-        )
+        try:
+            dcp.load(
+                sd,
+                storage_reader=reader,
+                planner=SafeLoadPlanner(),
+                process_group=process_group,
+                no_dist=process_group is None,
+            )
+        except CheckpointException as exc:
+            # DCP collects each rank's failure; a refusal on any rank refuses the checkpoint.
+            for failure, _ in exc.failures.values():
+                if isinstance(failure, CheckpointCorruptError):
+                    raise failure from None
+            raise
     progress = apply(state, sd, source_rank)
     if source_rank is None and state.data_loader is not None and manifest.data_cursor is not None:
         state.data_loader.load_state_dict(manifest.data_cursor)
@@ -226,16 +247,21 @@ def restore_newest(
             if fallback.checkpoint_id not in reported:
                 reported.add(fallback.checkpoint_id)
                 on_fallback(fallback)
-        progress, rng_restored = load_into(
-            state,
-            storage,
-            candidate.path,
-            candidate.manifest,
-            mode,
-            ranks.rank,
-            ranks.persist_group,
-        )
         manifest = candidate.manifest
+        refused = None
+        try:
+            progress, rng_restored = load_into(
+                state, storage, candidate.path, manifest, mode, ranks.rank, ranks.persist_group
+            )
+        except CheckpointCorruptError as exc:
+            refused = str(exc)
+        if ranks.any(refused is not None):
+            excluded[manifest.checkpoint_id] = Fallback(
+                checkpoint_id=manifest.checkpoint_id,
+                step=manifest.step,
+                reason="refused on load: " + (refused or "another rank refused a value"),
+            )
+            continue
         checked = None
         if smoke_check is not None and manifest.loss_at_save is not None:
             checked = smoke(smoke_check, manifest.loss_at_save, smoke_relative_tolerance)

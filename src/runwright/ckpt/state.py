@@ -7,7 +7,7 @@ Layout of the state dict handed to DCP (flattened by DCP into dotted logical key
     optim.*             optimizer state keyed by parameter name (same function)
     scheduler, scaler   LR scheduler / grad scaler state, pickled as one object each
     extra.<name>        user `Stateful` objects replicated on every rank
-    progress            {"step", "counters"} pickled as one object
+    progress            {"step", "counters"} as one JSON object
     ranks.r<k>.*        everything that differs by rank, under keys that contain the rank: RNG
                         streams (Python, NumPy, torch CPU, every CUDA device), the data loader's
                         state, and user `Stateful` objects in `TrainState.per_rank`
@@ -15,11 +15,14 @@ Layout of the state dict handed to DCP (flattened by DCP into dotted logical key
 Why the per-rank keys: DCP treats a plain (non-DTensor) tensor or object saved under the same key
 on every rank as replicated and keeps one copy (`_dedup_save_plans`), so per-rank RNG state saved
 under a shared key silently comes back as rank 0's on every rank.
+
+Non-tensor values are bytes in the forms values.py describes (JSON, or a pickle restore reads
+with an allow-list); `apply` decodes every one of them before it sets anything, so a checkpoint
+refused for holding code leaves the scheduler, scaler, counters and RNG streams as they were (DCP
+has already loaded tensors in place; the next candidate restore tries overwrites them).
 """
 
 import hashlib
-import json
-import pickle
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +39,7 @@ from torch.distributed.checkpoint.state_dict import (
 from torch.distributed.checkpoint.stateful import Stateful
 
 from runwright.ckpt.errors import CheckpointError
+from runwright.ckpt.values import decode, encode_json, encode_pickle
 
 
 @dataclass
@@ -73,14 +77,6 @@ class TrainState:
         return digests
 
 
-def _blob(value: Any) -> bytes:
-    return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _unblob(value: Any) -> Any:
-    return pickle.loads(value) if isinstance(value, bytes | bytearray) else value
-
-
 def rank_key(rank: int) -> str:
     return f"r{rank}"
 
@@ -88,8 +84,8 @@ def rank_key(rank: int) -> str:
 def capture_rng() -> dict[str, Any]:
     """Every RNG stream of this process: Python, NumPy, torch CPU, and each CUDA device."""
     streams: dict[str, Any] = {
-        "python": _blob(random.getstate()),
-        "numpy": _blob(np.random.get_state()),
+        "python": encode_pickle("rng.python", random.getstate()),
+        "numpy": encode_pickle("rng.numpy", np.random.get_state()),
         "torch_cpu": torch.get_rng_state(),
     }
     if torch.cuda.is_available():
@@ -99,8 +95,9 @@ def capture_rng() -> dict[str, Any]:
 
 
 def apply_rng(streams: dict[str, Any]) -> None:
-    random.setstate(_unblob(streams["python"]))
-    np.random.set_state(_unblob(streams["numpy"]))
+    """Put back streams `capture_rng` (or `apply`'s decoding) produced."""
+    random.setstate(decode("rng.python", streams["python"]))
+    np.random.set_state(decode("rng.numpy", streams["numpy"]))
     torch.set_rng_state(streams["torch_cpu"])
     for key, value in streams.items():
         if key.startswith("cuda") and torch.cuda.is_available():
@@ -117,11 +114,11 @@ def _has_tensor(value: Any) -> bool:
     return False
 
 
-def _stateful_value(obj: Stateful) -> Any:
+def _stateful_value(key: str, obj: Stateful) -> Any:
     """Tensor-free state is pickled as one object so its key structure may change between saves;
     state with tensors stays a nested dict so DCP stores (and reshards) the tensors."""
     value = obj.state_dict()
-    return value if _has_tensor(value) else _blob(value)
+    return value if _has_tensor(value) else encode_pickle(key, value)
 
 
 def _model_and_optim(state: TrainState) -> dict[str, Any]:
@@ -136,24 +133,28 @@ def capture(state: TrainState, step: int, rank: int) -> dict[str, Any]:
     immutable copy async saves need)."""
     sd = _model_and_optim(state)
     if state.scheduler is not None:
-        sd["scheduler"] = _blob(state.scheduler.state_dict())
+        sd["scheduler"] = encode_pickle("scheduler", state.scheduler.state_dict())
     if state.scaler is not None:
-        sd["scaler"] = _blob(state.scaler.state_dict())
+        sd["scaler"] = encode_pickle("scaler", state.scaler.state_dict())
     if state.extra:
-        sd["extra"] = {name: _stateful_value(obj) for name, obj in state.extra.items()}
-    sd["progress"] = _blob({"step": step, "counters": dict(state.counters)})
+        sd["extra"] = {
+            name: _stateful_value(f"extra.{name}", obj) for name, obj in state.extra.items()
+        }
+    sd["progress"] = encode_json({"step": step, "counters": dict(state.counters)})
     own: dict[str, Any] = {"rng": capture_rng()}
     if state.data_loader is not None:
-        own["data_loader"] = json.dumps(state.data_loader.state_dict(), sort_keys=True).encode()
+        own["data_loader"] = encode_json(state.data_loader.state_dict())
     if state.per_rank:
-        own["local"] = {name: _stateful_value(obj) for name, obj in state.per_rank.items()}
+        own["local"] = {
+            name: _stateful_value(f"local.{name}", obj) for name, obj in state.per_rank.items()
+        }
     sd["ranks"] = {rank_key(rank): own}
     return sd
 
 
 def data_cursor_of(sd: dict[str, Any], rank: int) -> dict[str, Any] | None:
     raw = sd["ranks"][rank_key(rank)].get("data_loader")
-    return None if raw is None else json.loads(raw)
+    return None if raw is None else decode("data_loader", raw)
 
 
 def skeleton(state: TrainState, rank: int, source_rank: int | None) -> dict[str, Any]:
@@ -166,8 +167,39 @@ def skeleton(state: TrainState, rank: int, source_rank: int | None) -> dict[str,
     return sd
 
 
+def _decoded(state: TrainState, sd: dict[str, Any], source_rank: int | None) -> dict[str, Any]:
+    """Every non-tensor value `apply` needs, decoded (raises CheckpointCorruptError naming the
+    first one that holds code or is damaged)."""
+    values: dict[str, Any] = {}
+    for key in ("scheduler", "scaler"):
+        if getattr(state, key) is not None:
+            values[key] = decode(key, sd[key])
+    for name in state.extra:
+        values[f"extra.{name}"] = decode(f"extra.{name}", sd["extra"][name])
+    values["progress"] = decode("progress", sd["progress"])
+    if source_rank is None:
+        return values
+    prefix = f"ranks.{rank_key(source_rank)}"
+    own = sd["ranks"][rank_key(source_rank)]
+    rng = dict(own["rng"])
+    for stream in ("python", "numpy"):
+        rng[stream] = decode(f"{prefix}.rng.{stream}", rng[stream])
+    values["rng"] = rng
+    if state.data_loader is not None and "data_loader" in own:
+        values["data_loader"] = decode(f"{prefix}.data_loader", own["data_loader"])
+    for name in state.per_rank:
+        if name not in own.get("local", {}):
+            raise CheckpointError(
+                f"per-rank object {name!r} is not in the checkpoint; it was added after the "
+                "save. Remove it from TrainState.per_rank for this restore."
+            )
+        values[f"local.{name}"] = decode(f"{prefix}.local.{name}", own["local"][name])
+    return values
+
+
 def apply(state: TrainState, sd: dict[str, Any], source_rank: int | None) -> dict[str, Any]:
     """Put a loaded state dict back into the live objects; returns the progress record."""
+    values = _decoded(state, sd, source_rank)
     if "optim" in sd and state.optimizer is not None:
         set_state_dict(
             state.model,
@@ -179,24 +211,18 @@ def apply(state: TrainState, sd: dict[str, Any], source_rank: int | None) -> dic
     else:
         set_model_state_dict(state.model, sd["model"], options=StateDictOptions(strict=True))
     if state.scheduler is not None:
-        state.scheduler.load_state_dict(_unblob(sd["scheduler"]))
+        state.scheduler.load_state_dict(values["scheduler"])
     if state.scaler is not None:
-        state.scaler.load_state_dict(_unblob(sd["scaler"]))
+        state.scaler.load_state_dict(values["scaler"])
     for name, obj in state.extra.items():
-        obj.load_state_dict(_unblob(sd["extra"][name]))
-    progress = _unblob(sd["progress"])
+        obj.load_state_dict(values[f"extra.{name}"])
+    progress = values["progress"]
     state.counters.clear()
     state.counters.update(progress["counters"])
     if source_rank is not None:
-        own = sd["ranks"][rank_key(source_rank)]
-        apply_rng(own["rng"])
-        if state.data_loader is not None and "data_loader" in own:
-            state.data_loader.load_state_dict(json.loads(own["data_loader"]))
+        apply_rng(values["rng"])
+        if "data_loader" in values:
+            state.data_loader.load_state_dict(values["data_loader"])
         for name, obj in state.per_rank.items():
-            if name not in own.get("local", {}):
-                raise CheckpointError(
-                    f"per-rank object {name!r} is not in the checkpoint; it was added after the "
-                    "save. Remove it from TrainState.per_rank for this restore."
-                )
-            obj.load_state_dict(_unblob(own["local"][name]))
+            obj.load_state_dict(values[f"local.{name}"])
     return progress

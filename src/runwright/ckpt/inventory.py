@@ -6,6 +6,7 @@ Each function takes a checkpoint root, does one thing, and returns a record the 
 import math
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from pydantic import Field
@@ -15,7 +16,7 @@ from runwright.ckpt.errors import CheckpointError, CheckpointRootError
 from runwright.ckpt.export import ReleaseManifest, export_model
 from runwright.ckpt.fence import GENERATION_FILE, LATEST_FILE, LocalFence
 from runwright.ckpt.gc import FENCE_FILES, GcReport, Residue, collect_residue, find_residue
-from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict, LatestPointer
+from runwright.ckpt.manifest import COMMIT_FILE, MANIFEST_FILE, HealthVerdict, LatestPointer
 from runwright.ckpt.storage import STAGING, CheckpointStorage, parse_folder
 from runwright.ckpt.verify import VerifyMode, VerifyReport, verify_checkpoint
 from runwright.errors import NotFoundError
@@ -39,6 +40,24 @@ def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> 
             f"run id {target!r}: {exc}; to name a checkpoint folder by its path, leave out --root"
         ) from None
     return str(run_paths(resolve_root(root), target).checkpoints)
+
+
+def checkpoint_target(
+    target: str, root: str | os.PathLike[str] | None = None
+) -> tuple[str, str | None]:
+    """The checkpoint root `target` names and, when `target` is one checkpoint's own folder (it
+    holds a manifest or a commit record and no fence files), that folder's name within its root:
+    `ckpt verify|inspect FOLDER` then checks that checkpoint in its root, as their help says,
+    instead of reading the folder as an empty root."""
+    folder = checkpoint_root(target, root)
+    if root is not None or "://" in folder:
+        return folder, None
+    path = Path(folder)
+    own = any((path / name).is_file() for name in (MANIFEST_FILE, COMMIT_FILE))
+    fence = any((path / name).exists() for name in (GENERATION_FILE, LATEST_FILE))
+    if path.is_dir() and own and not fence:
+        return str(path.resolve().parent), path.resolve().name
+    return folder, None
 
 
 def _open_root(root: str) -> CheckpointStorage:

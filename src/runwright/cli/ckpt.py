@@ -71,8 +71,9 @@ def inspect(
     root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
-    """Show a committed checkpoint's manifest."""
-    _, found = inv.find(inv.checkpoint_root(target, root), checkpoint)
+    """Show a committed checkpoint's manifest (TARGET may be the checkpoint's own folder)."""
+    folder, own = inv.checkpoint_target(target, root)
+    _, found = inv.find(folder, own or checkpoint)
     manifest = found.manifest
     if json_out:
         print_json({"record": found.record.model_dump(), "manifest": manifest.model_dump()})
@@ -102,8 +103,10 @@ def verify(
 ) -> None:
     """Check the root as restore opens it (pointer, generation, commit records), list residue,
     and check every checkpoint against its manifest and DCP's metadata; exit status 1 if
-    anything is damaged, could not be inspected, or there was nothing to verify."""
-    folder = inv.checkpoint_root(target, root)
+    anything is damaged, could not be inspected, or there was nothing to verify. TARGET may be
+    one checkpoint's own folder: that checkpoint is verified in its root."""
+    folder, own = inv.checkpoint_target(target, root)
+    checkpoint = checkpoint or own
     verify_mode = mode.value
     if json_out:
         report = inv.verify(folder, checkpoint, verify_mode)

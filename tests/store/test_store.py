@@ -132,7 +132,8 @@ def test_a_batch_appends_in_one_call_with_an_outcome_per_event(store, tmp_path):
         event(event_id="stored-before", generation=1),
         event(event_id="old", generation=0, step=7),
         event(event_id="b2", generation=1, step=2),
-        event(event_id="b1", generation=1, step=1),  # a second copy in the same batch
+        event(event_id="b1", generation=1, step=1),  # second copies in the same batch
+        event(event_id="old", generation=0, step=7),
     ]
     assert store.append_events(batch) == [
         Outcome.APPLIED,
@@ -140,6 +141,7 @@ def test_a_batch_appends_in_one_call_with_an_outcome_per_event(store, tmp_path):
         Outcome.STALE_GENERATION,
         Outcome.APPLIED,
         Outcome.ALREADY_APPLIED,
+        Outcome.STALE_GENERATION,
     ]
     # The same batch again: everything stored is a no-op, the stale one is rejected once.
     assert store.append_events(batch) == [
@@ -148,6 +150,7 @@ def test_a_batch_appends_in_one_call_with_an_outcome_per_event(store, tmp_path):
         Outcome.STALE_GENERATION,
         Outcome.ALREADY_APPLIED,
         Outcome.ALREADY_APPLIED,
+        Outcome.STALE_GENERATION,
     ]
     stored = store.events("run-a")
     assert [e.event_id for e in stored] == ["stored-before", "b1", "b2", "stale:old"]

@@ -363,23 +363,36 @@ class Store:
             missing = [r for r in run_ids if r not in generations]
             if missing:
                 raise NotFoundError(f"no run {missing[0]!r} for a batch of {len(batch)} events")
-            stored = _stored_event_ids(conn, [e.event_id for e in batch])
+
+            def is_stale(event: NewEvent) -> bool:
+                return fenced and event.generation != generations[event.run_id]
+
+            # Only a stale event needs a look-up (stored earlier: a no-op; never stored: a
+            # rejection); the others are inserted unless their id is there, and RETURNING says
+            # which went in.
+            stale_stored = _stored_event_ids(conn, [e.event_id for e in batch if is_stale(e)])
             outcomes: list[Outcome] = []
+            first: dict[str, Outcome] = {}  # event id -> the outcome of its first copy here
             fresh: list[NewEvent] = []
             rejected: list[NewEvent] = []
             for event in batch:
-                if event.event_id in stored:
-                    outcomes.append(Outcome.ALREADY_APPLIED)
-                elif fenced and event.generation != generations[event.run_id]:
-                    outcomes.append(Outcome.STALE_GENERATION)
+                if event.event_id in first:  # a second copy in the same batch
+                    outcome = first[event.event_id]
+                    if outcome is not Outcome.STALE_GENERATION:
+                        outcome = Outcome.ALREADY_APPLIED
+                elif event.event_id in stale_stored:
+                    outcome = Outcome.ALREADY_APPLIED
+                elif is_stale(event):
+                    outcome = Outcome.STALE_GENERATION
                     rejected.append(_rejection(event, generations[event.run_id]))
                 else:
-                    outcomes.append(Outcome.APPLIED)
+                    outcome = Outcome.APPLIED
                     fresh.append(event)
-                stored.add(event.event_id)  # a second copy in the same batch is a duplicate
+                first.setdefault(event.event_id, outcome)
+                outcomes.append(outcome)
             inserted = _insert_new(conn, fresh)
             _insert_new(conn, rejected)
-        # An id another writer stored between our read and our insert did not go in: a no-op.
+        # An id already stored (or stored by another writer meanwhile) did not go in: a no-op.
         return [
             Outcome.ALREADY_APPLIED
             if outcome is Outcome.APPLIED and event.event_id not in inserted
@@ -431,7 +444,7 @@ def _stored_event_ids(conn: sa.Connection, ids: list[str]) -> set[str]:
 
 
 def _insert_new(conn: sa.Connection, batch: list[NewEvent]) -> set[str]:
-    """Insert `batch` in order, skipping any id already stored (INSERT ... ON CONFLICT (event_id)
+    """Insert `batch`, skipping any id already stored (INSERT ... ON CONFLICT (event_id)
     DO NOTHING, which SQLite and PostgreSQL both speak); the ids it inserted."""
     if not batch:
         return set()
@@ -439,7 +452,7 @@ def _insert_new(conn: sa.Connection, batch: list[NewEvent]) -> set[str]:
     statement = (
         dialect_insert(events)
         .on_conflict_do_nothing(index_elements=[events.c.event_id])
-        .returning(events.c.event_id, sort_by_parameter_order=True)
+        .returning(events.c.event_id)
     )
     return set(conn.execute(statement, [e.model_dump() for e in batch]).scalars())
 

@@ -7,9 +7,9 @@ Each measurement gets a fresh store and a fresh run (generation 1). `--ranks` ch
 written beforehand by `runwright.runtime.ChannelWriter` (untimed), `--events-per-rank`
 STEP_HEALTHY messages each, so 8 x 5,000 = 40,000 events by default. Timed, per backend:
 
-  ingest        one `Ingestor.poll` over all of them: the real path, `BATCH_MESSAGES` (500) events
-                per store transaction, with its fence check, duplicate check, outcomes and the
-                coalesced last-step writes
+  ingest        one `Ingestor.poll` over all of them: the real path, `--batch` messages (default
+                `BATCH_MESSAGES`, 500) per store transaction, with its fence check, duplicate
+                check, outcomes and the coalesced last-step writes
   per_event     the same path with one message per batch (`--per-event-events` of them, 2,000 by
                 default: at a few hundred a second the full set would take minutes); one
                 transaction per event, what ingest cost before batching
@@ -18,10 +18,12 @@ STEP_HEALTHY messages each, so 8 x 5,000 = 40,000 events by default. Timed, per 
                 executemany in one transaction, on an engine configured as the store's (SQLite:
                 WAL, synchronous=FULL); no fence, no duplicate check, no channel reading
 
-`ratio_of_raw` is ingest's rate over raw_batched's; the issue's targets are >= 0.5 of it and
->= 20,000 events/s. SQLite always; PostgreSQL too when its server binaries are installed (the
-tests' throw-away server, tests/conftest.py: initdb into a temporary folder, fsync=off, so its
-figures are an upper bound for a durable server). Results: benchmarks/results/control_plane.json.
+Ingest and raw_batched are each the best of `--repeat` (3) runs on fresh stores, with every run's
+rate kept beside it (the machine is shared). `ratio_of_raw` is ingest's rate over raw_batched's;
+the issue's targets are >= 0.5 of it and >= 20,000 events/s. SQLite always; PostgreSQL too when
+its server binaries are installed (the tests' throw-away server, tests/conftest.py: initdb into a
+temporary folder, fsync=off, so its figures are an upper bound for a durable server).
+Results: benchmarks/results/control_plane.json.
 """
 
 import argparse
@@ -110,16 +112,24 @@ def timed_raw(url: str, root: Path) -> dict:
     }
 
 
+def best_of(repeat: int, measure: Callable[[], dict]) -> dict:
+    """The fastest of `repeat` measurements, each on a fresh store, with every rate seen: the
+    machine is shared, so the best is the closest to what the code itself costs."""
+    runs = [measure() for _ in range(repeat)]
+    best = max(runs, key=lambda r: r["events_per_second"])
+    return {**best, "events_per_second_each": [round(r["events_per_second"]) for r in runs]}
+
+
 def measure_backend(fresh_url: Callable[[], str], args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="runwright-bench-") as tmp:
         full, sample = Path(tmp) / "full", Path(tmp) / "sample"
         write_channel(full, args.ranks, args.events_per_rank)
         write_channel(sample, 1, args.per_event_events)
-        raw = timed_raw(fresh_url(), full)
-        batched = timed_ingest(fresh_url(), full, ingest.BATCH_MESSAGES)
+        raw = best_of(args.repeat, lambda: timed_raw(fresh_url(), full))
+        batched = best_of(args.repeat, lambda: timed_ingest(fresh_url(), full, args.batch))
         per_event = timed_ingest(fresh_url(), sample, 1)
     return {
-        "ingest": {**batched, "batch_messages": ingest.BATCH_MESSAGES},
+        "ingest": {**batched, "batch_messages": args.batch},
         "per_event": per_event,
         "raw_batched": raw,
         "ratio_of_raw": batched["events_per_second"] / raw["events_per_second"],
@@ -163,10 +173,17 @@ def main() -> None:
     parser.add_argument(
         "--per-event-events", type=int, default=2000, help="events timed on the per-event path"
     )
+    parser.add_argument(
+        "--batch",
+        type=int,
+        default=ingest.BATCH_MESSAGES,
+        help="messages per store transaction on the ingest path (1 is the per-event path)",
+    )
+    parser.add_argument("--repeat", type=int, default=3, help="ingest and raw: best of this many")
     parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
     args = parser.parse_args()
     results: dict = {
-        "config": {**vars(args), "batch_messages": ingest.BATCH_MESSAGES},
+        "config": vars(args),
         "machine": {
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,

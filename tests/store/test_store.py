@@ -153,7 +153,7 @@ def test_a_batch_appends_in_one_call_with_an_outcome_per_event(store, tmp_path):
         Outcome.STALE_GENERATION,
     ]
     stored = store.events("run-a")
-    assert [e.event_id for e in stored] == ["stored-before", "b1", "b2", "stale:old"]
+    assert [e.event_id for e in stored] == ["stored-before", "b1", "stale:old", "b2"]
     (rejection,) = store.events("run-a", types=["STALE_WRITE_REJECTED"])
     assert rejection.attributes["rejected_event_id"] == "old"
     assert (rejection.attributes["writer_generation"], rejection.generation) == (0, 1)

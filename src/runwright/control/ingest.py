@@ -183,6 +183,7 @@ class Ingestor:
                 self.last_step = step
 
     def _committed(self, message: ChannelMessage) -> None:
+        """A stored CHECKPOINT_COMMITTED: its catalog row and the data cursor it carries."""
         folder = self.paths.checkpoints / str(message.attributes.get("folder") or "")
         self.store.checkpoints.record_committed(
             run_id=self.run_id,

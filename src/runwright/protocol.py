@@ -91,6 +91,19 @@ def decode_message(line: bytes) -> ChannelMessage | None:
     if not line.strip():
         return None
     try:
+        # The common case in one pass of pydantic's own JSON parser (about half the cost of
+        # json.loads and a validation of the dict, which the controller pays per message).
+        message = ChannelMessage.model_validate_json(line)
+    except ValueError:
+        return _decode_odd_line(line)
+    check_version(message.v, "a channel message")
+    return message
+
+
+def _decode_odd_line(line: bytes) -> ChannelMessage | None:
+    """A line that is not a valid message: a newer protocol's (its version is checked before its
+    fields, which may be new) or a torn or foreign one (None)."""
+    try:
         raw = json.loads(line)
     except ValueError:
         return None

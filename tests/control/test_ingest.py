@@ -1,8 +1,11 @@
 """Ingesting the workers' channel while the store fails part-way: nothing is lost, nothing is
 stored twice, and the follow-up writes of an event cut short are finished on the next poll."""
 
+from collections import Counter
+
 import pytest
 
+from runwright.control import ingest
 from runwright.control.ingest import Ingestor
 from runwright.errors import StoreUnavailableError
 from runwright.layout import run_paths
@@ -58,7 +61,7 @@ def test_an_append_cut_short_is_retried_once_stored(setup, after_write):
     store, ingestor, writer = setup
     for step in (1, 2, 3):
         writer.send("STEP_HEALTHY", step=step)
-    flaky = Flaky(store, "append_event", after_write=after_write)
+    flaky = Flaky(store, "append_events", after_write=after_write)
     ingestor.poll()
     writer.send("STEP_HEALTHY", step=4)
     flaky.armed = True
@@ -121,3 +124,102 @@ def test_a_commit_the_fence_names_but_no_event_reported_is_recorded(setup, tmp_p
     (row,) = store.checkpoints.list("run-a", status="COMMITTED")
     assert row.checkpoint_id == saved.checkpoint_id and row.manifest_sha256
     assert store.get_run("run-a").data_cursor is None  # this state had no loader
+
+
+class Counting:
+    """Counts the calls of one store method, passing them through."""
+
+    def __init__(self, store, name):
+        self.real, self.calls = getattr(store, name), []
+        setattr(store, name, self)
+
+    def __call__(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self.real(*args, **kwargs)
+
+
+def test_a_poll_stores_batches_and_coalesces_the_follow_ups(setup, tmp_path, monkeypatch):
+    store, ingestor, writer = setup
+    monkeypatch.setattr(ingest, "BATCH_MESSAGES", 4)
+    other = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=1, rank=1)
+    for step in range(1, 6):
+        writer.send("STEP_HEALTHY", step=step)
+        other.send("STEP_HEALTHY", step=step)
+        writer.send("HEARTBEAT")
+    other.close()
+    appends = Counting(store, "append_events")
+    updates = Counting(store, "fenced_update")
+    seen = []
+    assert ingestor.poll(lambda m, outcome: seen.append((m.type, outcome))) == 15
+    # Rank 0's file (step, beat) x 5, then rank 1's 5 steps, in batches of 4 messages:
+    # [s1 b s2 b] [s3 b s4 b] [s5 b | s1 s2] [s3 s4 s5]: appends of 2, 2, 3 and 3 events.
+    assert [len(args[0]) for args, _ in appends.calls] == [2, 2, 3, 3]
+    assert Counter(seen) == {("STEP_HEALTHY", Outcome.APPLIED): 10, ("HEARTBEAT", None): 5}
+    assert sorted(steps_stored(store)) == sorted([*range(1, 6)] * 2)
+    # One last-step write per batch that moved it (the last batch's 5 does not), one heartbeat
+    # write per poll.
+    assert [kw for _, kw in updates.calls if "last_step" in kw] == [
+        {"last_step": 2},
+        {"last_step": 4},
+        {"last_step": 5},
+    ]
+    assert sum("last_heartbeat_unix_s" in kw for _, kw in updates.calls) == 1
+    assert store.get_run("run-a").last_step == 5
+    assert ingestor.poll() == 0
+
+
+@pytest.mark.parametrize("after_write", [False, True], ids=["before-commit", "after-commit"])
+def test_a_batch_the_store_broke_off_is_read_again_whole(setup, monkeypatch, after_write):
+    store, ingestor, writer = setup
+    monkeypatch.setattr(ingest, "BATCH_MESSAGES", 3)
+    for step in range(1, 8):
+        writer.send("STEP_HEALTHY", step=step)
+    flaky = Flaky(store, "append_events", after_write=after_write)
+    batches = Counting(store, "append_events")  # wraps the flaky one
+
+    def arm_on_the_second_batch(*args, **kwargs):
+        flaky.armed = len(batches.calls) == 1
+        return batches(*args, **kwargs)
+
+    store.append_events = arm_on_the_second_batch
+    seen = []
+    with pytest.raises(StoreUnavailableError):
+        ingestor.poll(lambda m, outcome: seen.append((m.step, outcome)))
+    assert seen == [(1, Outcome.APPLIED), (2, Outcome.APPLIED), (3, Outcome.APPLIED)]
+    assert sorted(steps_stored(store)) == ([1, 2, 3, 4, 5, 6] if after_write else [1, 2, 3])
+    # The first batch's last step was written; the broken batch's follow-up was not.
+    assert store.get_run("run-a").last_step == 3
+    seen.clear()
+    assert ingestor.poll(lambda m, outcome: seen.append((m.step, outcome))) == 4
+    retried = Outcome.ALREADY_APPLIED if after_write else Outcome.APPLIED
+    assert seen == [(4, retried), (5, retried), (6, retried), (7, Outcome.APPLIED)]
+    assert [[e.step for e in args[0]] for args, _ in batches.calls] == [
+        [1, 2, 3],
+        [4, 5, 6],
+        [4, 5, 6],
+        [7],
+    ]
+    assert steps_stored(store) == [1, 2, 3, 4, 5, 6, 7]
+    assert store.get_run("run-a").last_step == 7
+
+
+def test_stale_messages_in_a_batch_are_rejected_without_follow_ups(setup, tmp_path):
+    store, ingestor, writer = setup
+    old = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=0, rank=0)
+    old.send("STEP_HEALTHY", step=50)
+    old.send("HEARTBEAT")
+    old.close()
+    writer.send("STEP_HEALTHY", step=2)
+    seen = []
+    assert ingestor.poll(lambda m, outcome: seen.append((m.generation, m.type, outcome))) == 3
+    assert seen == [
+        (0, "STEP_HEALTHY", Outcome.STALE_GENERATION),
+        (0, "HEARTBEAT", None),
+        (1, "STEP_HEALTHY", Outcome.APPLIED),
+    ]
+    run = store.get_run("run-a")
+    assert run.last_step == 2 and run.last_heartbeat_unix_s is None
+    (rejection,) = store.events("run-a", types=["STALE_WRITE_REJECTED"])
+    assert rejection.attributes["writer_generation"] == 0 and rejection.step == 50
+    Ingestor(store, run).poll()  # a new controller re-reads the channel: nothing twice
+    assert len(store.events("run-a")) == 2

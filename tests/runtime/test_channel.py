@@ -34,6 +34,32 @@ def test_rereading_from_scratch_repeats_event_ids(tmp_path):
     assert ids[0] == ids[1] == ["ck-4"]
 
 
+def test_batches_pass_the_cursor_only_when_the_next_is_asked_for(tmp_path):
+    """A consumer that fails while storing a batch (the generator is dropped at its yield) gets
+    the whole batch again, across files too; one that asks for the next has passed it."""
+    for rank in (0, 1):
+        writer = ChannelWriter(tmp_path, generation=1, rank=rank)
+        for step in (1, 2, 3):
+            writer.send("STEP_HEALTHY", step=step)
+        writer.close()
+    with open(sorted(tmp_path.iterdir())[0], "a") as f:  # rank 0's file
+        f.write("not json\n")  # skipped, as `poll` skips it
+    reader = ChannelReader(tmp_path)
+
+    def steps(batch):
+        return [(m.rank, m.step) for m in batch]
+
+    batches = reader.poll_batches(4)
+    assert steps(next(batches)) == [(0, 1), (0, 2), (0, 3), (1, 1)]
+    batches.close()  # broken off: nothing passed
+    batches = reader.poll_batches(4)
+    assert steps(next(batches)) == [(0, 1), (0, 2), (0, 3), (1, 1)]
+    assert steps(next(batches)) == [(1, 2), (1, 3)]  # the first one passed
+    batches.close()
+    assert [steps(b) for b in reader.poll_batches(4)] == [[(1, 2), (1, 3)]]
+    assert list(reader.poll_batches(4)) == []
+
+
 def test_rank_manifest_keeps_tp_inside_a_node():
     entries = build_rank_manifest(
         nodes=2, devices_per_node=4, dp=2, tp=2, pp=2, device_type="cuda", hosts=["a", "b"]

@@ -123,6 +123,62 @@ def test_stale_event_rejected_and_recorded(store, tmp_path):
     assert store.append_event(event(event_id="old", generation=0), fenced=False) is Outcome.APPLIED
 
 
+def test_a_batch_appends_in_one_call_with_an_outcome_per_event(store, tmp_path):
+    make_run(store, root=tmp_path)
+    store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
+    assert store.append_event(event(event_id="stored-before", generation=1)) is Outcome.APPLIED
+    batch = [
+        event(event_id="b1", generation=1, step=1),
+        event(event_id="stored-before", generation=1),
+        event(event_id="old", generation=0, step=7),
+        event(event_id="b2", generation=1, step=2),
+        event(event_id="b1", generation=1, step=1),  # second copies in the same batch
+        event(event_id="old", generation=0, step=7),
+    ]
+    assert store.append_events(batch) == [
+        Outcome.APPLIED,
+        Outcome.ALREADY_APPLIED,
+        Outcome.STALE_GENERATION,
+        Outcome.APPLIED,
+        Outcome.ALREADY_APPLIED,
+        Outcome.STALE_GENERATION,
+    ]
+    # The same batch again: everything stored is a no-op, the stale one is rejected once.
+    assert store.append_events(batch) == [
+        Outcome.ALREADY_APPLIED,
+        Outcome.ALREADY_APPLIED,
+        Outcome.STALE_GENERATION,
+        Outcome.ALREADY_APPLIED,
+        Outcome.ALREADY_APPLIED,
+        Outcome.STALE_GENERATION,
+    ]
+    stored = store.events("run-a")
+    assert [e.event_id for e in stored] == ["stored-before", "b1", "stale:old", "b2"]
+    (rejection,) = store.events("run-a", types=["STALE_WRITE_REJECTED"])
+    assert rejection.attributes["rejected_event_id"] == "old"
+    assert (rejection.attributes["writer_generation"], rejection.generation) == (0, 1)
+    assert stored[1].attributes == {"loss": 2.5, "nested": [1, "x"]}
+    # Unfenced, a stale generation goes in as written; an empty batch is no transaction at all.
+    assert store.append_events([event(event_id="old", generation=0)], fenced=False) == [
+        Outcome.APPLIED
+    ]
+    assert store.append_events([]) == []
+
+
+def test_a_batch_for_an_unknown_run_stores_nothing(store):
+    make_run(store)
+    with pytest.raises(NotFoundError, match="nope"):
+        store.append_events([event(event_id="x"), event(run_id="nope", event_id="y")])
+    assert store.events("run-a") == []
+
+
+def test_a_large_batch_is_stored_whole(store):
+    make_run(store)
+    batch = [event(event_id=f"e{i}", step=i) for i in range(1200)]
+    assert set(store.append_events(batch)) == {Outcome.APPLIED}
+    assert [e.step for e in store.events("run-a")] == list(range(1200))
+
+
 def test_an_attempt_is_claimed_once_per_generation(store):
     make_run(store)
     assert store.start_attempt("run-a", 1, world_size=2) is Outcome.APPLIED

@@ -28,6 +28,33 @@ class ChannelReader:
         """Files stopped at a line of a newer protocol, with the error that names the versions."""
 
     def poll(self) -> Iterator[ChannelMessage]:
+        """Every new message, one at a time; the cursor passes each when the next is asked for."""
+        for path, message, next_offset in self._lines():
+            if message is not None:
+                yield message
+            self._offsets[path] = next_offset
+
+    def poll_batches(self, max_messages: int) -> Iterator[list[ChannelMessage]]:
+        """Every new message, in lists of at most `max_messages`, in the order `poll` yields them.
+        The cursor passes a whole list when the next one is asked for (or the generator ends),
+        so a consumer that raises while storing a list gets all of it again next poll."""
+        batch: list[ChannelMessage] = []
+        pending: dict[Path, int] = {}
+        for path, message, next_offset in self._lines():
+            if message is not None:
+                batch.append(message)
+            pending[path] = next_offset
+            if len(batch) >= max_messages:
+                yield batch
+                self._offsets.update(pending)
+                batch, pending = [], {}
+        if batch:
+            yield batch
+        self._offsets.update(pending)
+
+    def _lines(self) -> Iterator[tuple[Path, ChannelMessage | None, int]]:
+        """(file, decoded message or None for a line to skip, offset just past the line) for
+        every complete new line; the caller moves the cursor."""
         if not self.channel_dir.is_dir():
             return
         for path in sorted(self.channel_dir.glob(RANK_FILE_GLOB)):
@@ -43,7 +70,5 @@ class ChannelReader:
                 except ProtocolVersionError as error:
                     self.unreadable[path] = error
                     break
-                if message is not None:
-                    yield message
                 start = end + 1
-                self._offsets[path] = offset + start
+                yield path, message, offset + start

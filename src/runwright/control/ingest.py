@@ -5,10 +5,14 @@ event (fenced: a stale generation is rejected and recorded). A CHECKPOINT_COMMIT
 recorded in the checkpoint catalog and its data cursor written into the run record (fenced), and
 STEP_HEALTHY moves the run's last healthy step.
 
-The channel is the buffer while the store is away: the reader's cursor passes a message only after
+Messages are read and stored in batches (`BATCH_MESSAGES`): one store transaction appends a batch's
+events, with the generation fence checked once for it (`Store.append_events`), and the follow-ups
+are coalesced over the events it stored.
+
+The channel is the buffer while the store is away: the reader's cursor passes a batch only after
 every store write it causes has succeeded, so a poll the store breaks off (StoreUnavailableError)
-leaves that message for the next poll. Nothing a worker reported is lost, and the event id keeps
-the second attempt from storing it twice.
+leaves that batch for the next poll. Nothing a worker reported is lost, and the event ids keep the
+second attempt from storing any of it twice.
 """
 
 import time
@@ -23,6 +27,11 @@ from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.protocol import HEARTBEAT, ChannelMessage
 from runwright.store import NewEvent, Outcome, RunRecord, Store
+
+BATCH_MESSAGES = 500
+"""Channel messages per store transaction. One commit (an fsync on SQLite) costs milliseconds
+whatever it holds, so a batch amortises it; 500 keeps one transaction's lock hold short (tens
+of milliseconds) for the CLI and other controllers sharing the store."""
 
 
 class Ingestor:
@@ -45,21 +54,16 @@ class Ingestor:
         self,
         on_message: Callable[[ChannelMessage, Outcome | None], None] | None = None,
     ) -> int:
-        """Ingest new messages; returns how many there were."""
+        """Ingest new messages, `BATCH_MESSAGES` per store transaction; returns how many there
+        were. `on_message(message, outcome)` sees every message once its batch is stored, with
+        the event's outcome (None for a heartbeat)."""
         count = 0
-        for message in self.reader.poll():
-            count += 1
-            outcome = None
-            if message.type == HEARTBEAT:
-                # One liveness write per generation and poll, however many beats were read; a
-                # beat the store did not take stays here for the next poll.
-                self._beats[message.generation] = max(
-                    self._beats.get(message.generation, 0.0), message.time_unix_s
-                )
-            else:
-                outcome = self._event(message)
+        for batch in self.reader.poll_batches(BATCH_MESSAGES):
+            outcomes = self._ingest(batch)
+            count += len(batch)
             if on_message is not None:
-                on_message(message, outcome)
+                for message, outcome in zip(batch, outcomes, strict=True):
+                    on_message(message, outcome)
         for generation, beat in sorted(self._beats.items()):
             self.store.fenced_update(self.run_id, generation, last_heartbeat_unix_s=beat)
             del self._beats[generation]
@@ -68,6 +72,35 @@ class Ingestor:
                 self._unreadable(path, error)
                 self._reported_unreadable.add(path)
         return count
+
+    def _ingest(self, batch: list[ChannelMessage]) -> list[Outcome | None]:
+        """Store one batch's events in one append and do the follow-ups of those it stored."""
+        reported = [m for m in batch if m.type != HEARTBEAT]
+        for message in batch:
+            if message.type == HEARTBEAT:
+                # One liveness write per generation and poll, however many beats were read; a
+                # beat the store did not take stays here for the next poll.
+                self._beats[message.generation] = max(
+                    self._beats.get(message.generation, 0.0), message.time_unix_s
+                )
+        events = [self._as_event(m) for m in reported]
+        ids = [e.event_id for e in events]
+        # Marked before the append: if the store fails at its commit, whether the batch was
+        # stored is unknown, and an ALREADY_APPLIED on the retry must still do the follow-ups.
+        resumed = self._unfinished.intersection(ids)
+        self._unfinished.update(ids)
+        outcomes = self.store.append_events(events, fenced=True)
+        self._follow_up(
+            [
+                message
+                for message, event, outcome in zip(reported, events, outcomes, strict=True)
+                if outcome is Outcome.APPLIED
+                or (event.event_id in resumed and outcome is Outcome.ALREADY_APPLIED)
+            ]
+        )
+        self._unfinished.difference_update(ids)
+        stored = iter(outcomes)
+        return [None if m.type == HEARTBEAT else next(stored) for m in batch]
 
     def settle_with_fence(self) -> None:
         """After a group ended: the fence's pointer is the authority on the latest checkpoint, so
@@ -101,7 +134,7 @@ class Ingestor:
         )
         event = self._as_event(message)
         self.store.append_event(event, fenced=False)
-        self._follow_up(message)
+        self._follow_up([message])
 
     def _unreadable(self, path: Path, error: Exception) -> None:
         """CHANNEL_UNREADABLE, once per file: a newer worker is visible, not silently dropped."""
@@ -118,18 +151,6 @@ class Ingestor:
             fenced=False,
         )
 
-    def _event(self, message: ChannelMessage) -> Outcome:
-        event = self._as_event(message)
-        # Marked before the append: if the store fails at its commit, whether the event was
-        # stored is unknown, and an ALREADY_APPLIED on the retry must still do the follow-ups.
-        resumed = event.event_id in self._unfinished
-        self._unfinished.add(event.event_id)
-        outcome = self.store.append_event(event, fenced=True)
-        if outcome is Outcome.APPLIED or (resumed and outcome is Outcome.ALREADY_APPLIED):
-            self._follow_up(message)
-        self._unfinished.discard(event.event_id)
-        return outcome
-
     def _as_event(self, message: ChannelMessage) -> NewEvent:
         return NewEvent(
             event_id=f"{self.run_id}:{message.event_id}",
@@ -143,35 +164,45 @@ class Ingestor:
             attributes={**message.attributes, "rank": message.rank},
         )
 
-    def _follow_up(self, message: ChannelMessage) -> None:
-        """The run-record writes a stored event implies; each is idempotent."""
-        if message.type == EventType.STEP_HEALTHY and message.step is not None:
-            if message.step > self.last_step:
-                self.store.fenced_update(self.run_id, message.generation, last_step=message.step)
-                self.last_step = message.step
-        elif message.type == EventType.CHECKPOINT_COMMITTED and message.checkpoint_id:
-            folder = self.paths.checkpoints / str(message.attributes.get("folder") or "")
-            self.store.checkpoints.record_committed(
-                run_id=self.run_id,
-                checkpoint_id=message.checkpoint_id,
-                step=int(message.step or 0),
-                generation=message.generation,
-                path=str(folder),
-                manifest_sha256=_manifest_sha256(folder),
-                attributes={
-                    k: v
-                    for k, v in message.attributes.items()
-                    if isinstance(v, int | float | str | bool)
-                },
-            )
-            # The run record alone says where the run can resume (ARCHITECTURE.md): the
-            # committed data cursor travels with every commit, fenced like the step.
-            cursor = _data_cursor(folder)
-            if cursor is not None:
-                self.store.fenced_update(self.run_id, message.generation, data_cursor=cursor)
-        elif message.type == EventType.CHECKPOINT_DELETED and message.attributes.get("folder"):
-            folder = self.paths.checkpoints / str(message.attributes["folder"])
-            self.store.checkpoints.mark_deleted(self.run_id, str(folder))
+    def _follow_up(self, stored: list[ChannelMessage]) -> None:
+        """The run-record writes stored events imply, coalesced; each is idempotent. The last
+        step is written once per generation (its highest step), the checkpoint catalog once
+        per commit or deletion, in the channel's order."""
+        highest: dict[int, int] = {}
+        for message in stored:
+            if message.type == EventType.STEP_HEALTHY and message.step is not None:
+                highest[message.generation] = max(highest.get(message.generation, 0), message.step)
+            elif message.type == EventType.CHECKPOINT_COMMITTED and message.checkpoint_id:
+                self._committed(message)
+            elif message.type == EventType.CHECKPOINT_DELETED and message.attributes.get("folder"):
+                folder = self.paths.checkpoints / str(message.attributes["folder"])
+                self.store.checkpoints.mark_deleted(self.run_id, str(folder))
+        for generation, step in sorted(highest.items()):
+            if step > self.last_step:
+                self.store.fenced_update(self.run_id, generation, last_step=step)
+                self.last_step = step
+
+    def _committed(self, message: ChannelMessage) -> None:
+        """A stored CHECKPOINT_COMMITTED: its catalog row and the data cursor it carries."""
+        folder = self.paths.checkpoints / str(message.attributes.get("folder") or "")
+        self.store.checkpoints.record_committed(
+            run_id=self.run_id,
+            checkpoint_id=str(message.checkpoint_id),
+            step=int(message.step or 0),
+            generation=message.generation,
+            path=str(folder),
+            manifest_sha256=_manifest_sha256(folder),
+            attributes={
+                k: v
+                for k, v in message.attributes.items()
+                if isinstance(v, int | float | str | bool)
+            },
+        )
+        # The run record alone says where the run can resume (ARCHITECTURE.md): the committed
+        # data cursor travels with every commit, fenced like the step.
+        cursor = _data_cursor(folder)
+        if cursor is not None:
+            self.store.fenced_update(self.run_id, message.generation, data_cursor=cursor)
 
 
 def _data_cursor(folder: Path) -> dict[str, Any] | None:

@@ -11,6 +11,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -123,3 +124,47 @@ def pg_server():
     require_postgres()
     with postgres_server() as server:
         yield server
+
+
+@contextlib.contextmanager
+def _time_bound(seconds: int) -> Iterator[None]:
+    """Raise TimeoutError in the block once it has run `seconds` (a hang fails the test instead
+    of blocking the suite); SIGALRM, so the main thread only."""
+
+    def expire(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s: a hang")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.fixture(scope="session")
+def time_bound():
+    """`with time_bound(seconds): ...` (session-scoped, so hypothesis tests may use it)."""
+    return _time_bound
+
+
+@pytest.fixture
+def running_run(tmp_path):
+    """A SQLite store under tmp_path holding run `run-a`, RUNNING at generation 1."""
+    from runwright.store import Store
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    store.create_run(
+        run_id="run-a",
+        name="t",
+        spec={"name": "t"},
+        spec_hash="h" * 64,
+        plan={},
+        workdir=str(tmp_path),
+        root=str(tmp_path),
+        state="RUNNING",
+    )
+    store.transition("run-a", "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
+    yield store
+    store.close()

@@ -26,7 +26,6 @@ from runwright.protocol import (
     write_stop_request,
 )
 from runwright.runtime import ChannelWriter, init
-from runwright.store import Store
 
 
 def _message(**fields):
@@ -62,19 +61,8 @@ def test_a_newer_message_is_refused_with_both_versions():
         decode_message(json.dumps(_message(v=PROTOCOL_VERSION + 1)).encode())
 
 
-def test_the_reader_stops_at_a_newer_line_and_the_ingestor_says_so(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    store.create_run(
-        run_id="run-a",
-        name="t",
-        spec={"name": "t"},
-        spec_hash="h" * 64,
-        plan={},
-        workdir=str(tmp_path),
-        root=str(tmp_path),
-        state="RUNNING",
-    )
-    store.transition("run-a", "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
+def test_the_reader_stops_at_a_newer_line_and_the_ingestor_says_so(tmp_path, running_run):
+    store = running_run
     channel = run_paths(tmp_path, "run-a").channel
     writer = ChannelWriter(channel, generation=1, rank=0)
     writer.send("STEP_HEALTHY", step=1)
@@ -90,7 +78,6 @@ def test_the_reader_stops_at_a_newer_line_and_the_ingestor_says_so(tmp_path):
     (unreadable,) = store.events("run-a", types=["CHANNEL_UNREADABLE"])
     assert unreadable.attributes["path"] == str(writer.path)
     assert f"v{PROTOCOL_VERSION + 1}" in unreadable.attributes["error"]
-    store.close()
 
 
 def test_the_reader_yields_only_complete_lines(tmp_path):

@@ -5,11 +5,9 @@ never a hang (each row runs under a 20 s alarm), never a silent pass."""
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,22 +22,6 @@ EXAMPLES = Path(__file__).parents[2] / "examples"
 SKELETON = yaml.safe_load((EXAMPLES / "skeleton.yaml").read_text())
 ROW_SECONDS = 20
 runner = CliRunner()
-
-
-@contextmanager
-def time_bound(seconds: int) -> Iterator[None]:
-    """Fail a row that runs past `seconds` (a hang) instead of blocking the suite."""
-
-    def expire(signum, frame):
-        raise TimeoutError(f"still running after {seconds} s: a hang")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def flat(text: str) -> str:
@@ -309,7 +291,7 @@ def _assert_clear_refusal(result, expected: list[str]) -> None:
 
 
 @pytest.mark.parametrize("case", list(SPEC_ROWS), ids=list(SPEC_ROWS))
-def test_bad_spec_is_refused_clearly_and_quickly(tmp_path, case):
+def test_bad_spec_is_refused_clearly_and_quickly(tmp_path, case, time_bound):
     make, expected = SPEC_ROWS[case]
     path = make(tmp_path)
     with time_bound(ROW_SECONDS):
@@ -323,7 +305,7 @@ WORST = ["yaml nested 5000 deep", "json nested 100000 deep", "global batch 2**70
 
 @pytest.mark.parametrize("command", ["hash", "explain", "submit"])
 @pytest.mark.parametrize("case", WORST)
-def test_every_spec_command_refuses_the_worst(tmp_path, case, command):
+def test_every_spec_command_refuses_the_worst(tmp_path, case, command, time_bound):
     make, expected = SPEC_ROWS[case]
     path = make(tmp_path)
     argv = ["spec", command, str(path)]
@@ -350,7 +332,7 @@ def test_the_hang_case_returns_in_a_real_process(tmp_path):
     assert "Traceback" not in proc.stderr + proc.stdout
 
 
-def test_the_largest_accepted_batch_resolves_at_once():
+def test_the_largest_accepted_batch_resolves_at_once(time_bound):
     """At the bounds, every derivation still finishes (divisors are O(sqrt(n)))."""
     data = json.loads(SKELETON_JSON)
     data["training"].update(global_batch_samples=limits.MAX_BATCH_SAMPLES, steps=limits.MAX_STEPS)
@@ -429,7 +411,7 @@ RUN_ROWS: dict[str, tuple[list[str], list[str]]] = {
 
 
 @pytest.mark.parametrize("case", list(RUN_ROWS), ids=list(RUN_ROWS))
-def test_bad_run_option_or_id_is_refused(tmp_path, case):
+def test_bad_run_option_or_id_is_refused(tmp_path, case, time_bound):
     argv, expected = RUN_ROWS[case]
     with_run(tmp_path)
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]

@@ -15,12 +15,12 @@ SCRIPT = Path(__file__).parent / "scripts" / "small_train.py"
 
 def test_a_save_in_flight_is_checkpointing_and_its_commit_returns_to_running(tmp_path):
     store = Store.open(tmp_path)
-    # Saves at steps 3 and 6, each held 2 s before its shards are written: far longer than the
-    # controller's 0.1 s poll, so the save is seen in flight.
+    # Saves at steps 3 and 6, each held 5 s before its shards are written: fifty of the
+    # controller's 0.1 s polls, so even a pass slowed by a busy machine sees a save in flight.
     spec = spec_from_mapping(
         {
             "name": "checkpointing-state",
-            "code": {"entrypoint": str(SCRIPT), "args": ["--save-seconds", "2"]},
+            "code": {"entrypoint": str(SCRIPT), "args": ["--save-seconds", "5"]},
             "training": {"global_batch_samples": 8, "steps": 6, "optimizer": {"lr": 0.01}},
             "resources": {"devices_per_node": 2},
             "checkpoint": {"interval": {"policy": "steps", "every_steps": 3}},

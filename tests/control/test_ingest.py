@@ -10,7 +10,7 @@ from runwright.control.ingest import Ingestor
 from runwright.errors import StoreUnavailableError
 from runwright.layout import run_paths
 from runwright.runtime import ChannelWriter
-from runwright.store import Outcome, Store
+from runwright.store import Outcome
 
 
 class Flaky:
@@ -33,23 +33,11 @@ class Flaky:
 
 
 @pytest.fixture
-def setup(tmp_path):
-    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    store.create_run(
-        run_id="run-a",
-        name="t",
-        spec={"name": "t"},
-        spec_hash="h" * 64,
-        plan={},
-        workdir=str(tmp_path),
-        root=str(tmp_path),
-        state="RUNNING",
-    )
-    store.transition("run-a", "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
+def setup(tmp_path, running_run):
+    store = running_run
     writer = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=1, rank=0)
     yield store, Ingestor(store, store.get_run("run-a")), writer
     writer.close()
-    store.close()
 
 
 def steps_stored(store):

@@ -35,6 +35,7 @@ from runwright.control.executors.protocol import (
     GroupHandle,
     LostSupervisor,
 )
+from runwright.control.executors.torchrun import torchrun_argv
 from runwright.control.failures import exception_line
 from runwright.control.processes import (
     boot_time_unix_s,
@@ -60,23 +61,6 @@ from runwright.protocol import (
     encode_rank_manifest,
 )
 from runwright.spec import JobSpec
-
-
-def entrypoint_argv(spec: JobSpec, workdir: Path) -> list[str]:
-    """`module:NAME` runs `python -m NAME`; a path resolves against the submit folder."""
-    entry = spec.code.entrypoint
-    if entry.startswith("module:"):
-        return ["-m", entry.removeprefix("module:"), *spec.code.args]
-    script = Path(entry)
-    if not script.is_absolute():
-        script = workdir / script
-    if not script.is_file():
-        raise LaunchError(
-            f"code.entrypoint {entry!r} does not exist (looked for {script}); give a path "
-            "relative to the spec's folder or `module:package.module`"
-        )
-    return [str(script), *spec.code.args]
-
 
 KILLED_EXIT_SECONDS = 10.0
 """How long SIGKILLed processes get to leave the kernel before the executor reports them as
@@ -408,21 +392,7 @@ class LocalExecutor:
             "runwright.control.supervise",
             str(attempt.exit_status_file),
             "--",
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            str(spec.resources.devices_per_node),
-            "--max-restarts",
-            "0",
-            "--log-dir",
-            str(attempt.rank_logs),
-            "--redirects",
-            "3",
-            *entrypoint_argv(spec, workdir),
+            *torchrun_argv(spec, workdir, log_dir=attempt.rank_logs),
         ]
         # The supervisor alone gets no parent-death signal: the group must outlive a controller
         # restart, and the next controller adopts it by its pid file.

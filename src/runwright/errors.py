@@ -42,3 +42,8 @@ class NotFoundError(RunwrightError):
 
 class LaunchError(RunwrightError):
     """The executor could not start the worker group."""
+
+
+class PlacementError(RunwrightError):
+    """No executor can ever place the spec (more nodes than the pool has, a device kind it
+    lacks); the message names the field and the fix. Raised at submit, before a run exists."""

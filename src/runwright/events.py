@@ -32,8 +32,25 @@ class EventType(StrEnum):
     # -- the controller: submit, placement, launch ----------------------------------------------
     JOB_SUBMITTED = "JOB_SUBMITTED"
     """A spec was accepted into a new run (spec_hash, idempotency_key)."""
+    ALLOCATION_REQUESTED = "ALLOCATION_REQUESTED"
+    """The run asked its executor for its gang (request: the how-manieth time the run entered
+    ALLOCATING, executor, pool, engine_id such as the Slurm job id, exclude_hosts)."""
+    ALLOCATION_PENDING = "ALLOCATION_PENDING"
+    """The request waits, for a reason that changed since the last such event (request, reason
+    in words, code: the engine's own such as Slurm's `Resources`, engine_id)."""
     ALLOCATION_READY = "ALLOCATION_READY"
-    """Resources were placed (nodes, hosts, devices_per_node)."""
+    """Resources were placed (executor, request, engine_id, hosts in node order, world_size,
+    device_type, pool)."""
+    ALLOCATION_FAILED = "ALLOCATION_FAILED"
+    """The request ended without (or lost) its nodes (request, reason, code, engine_id,
+    permanent: the run fails instead of queueing again, lost_hosts)."""
+    ALLOCATION_RELEASED = "ALLOCATION_RELEASED"
+    """The run gave its allocation back: it ended, was cancelled, or requeues (request,
+    engine_id, reason)."""
+    RANKS_PLACED = "RANKS_PLACED"
+    """Every rank of a multi-node generation started; where the rendezvous placed them
+    (placements: one `{rank, node, node_rank, local_rank}` per rank). The run's rank manifest
+    is updated to match."""
     WORKER_GROUP_LAUNCHED = "WORKER_GROUP_LAUNCHED"
     """An executor started a generation's worker group (world_size, pid)."""
     WORKER_GROUP_ADOPTED = "WORKER_GROUP_ADOPTED"

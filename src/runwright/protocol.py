@@ -35,6 +35,9 @@ ENV_RUN_DIR = "RUNWRIGHT_RUN_DIR"
 ENV_SPEC_FILE = "RUNWRIGHT_SPEC_FILE"
 ENV_RANK_MANIFEST = "RUNWRIGHT_RANK_MANIFEST"
 ENV_PROTOCOL_VERSION = "RUNWRIGHT_PROTOCOL_VERSION"
+# The cluster executor's name for the node a rank runs on (Slurm's SLURMD_NODENAME): several nodes
+# may share one host name (a one-host test cluster), so the host name alone cannot say which node.
+ENV_NODE_NAME = "RUNWRIGHT_NODE_NAME"
 # JSON list of [first, last] step ranges whose batches a restarted group must skip (after a
 # non-finite loss, recovery.on_nan: rollback_skip).
 ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"

@@ -20,6 +20,7 @@ from runwright.cli.options import (
 from runwright.cli.render import console, guarded, print_json
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
+from runwright.control.pools import POOLS_HELP
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
 from runwright.events import EventType
@@ -69,14 +70,16 @@ def submit(
         callback=bounded_text("--idempotency-key", MAX_KEY_CHARS),
     ),
     detach: bool = typer.Option(False, "--detach", help="Run the controller in the background."),
+    pools: Path | None = typer.Option(None, "--pools", help=POOLS_HELP, show_default=False),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
 ) -> None:
-    """Submit a run and drive it to a terminal state (Ctrl-C cancels it)."""
+    """Submit a run and drive it to a terminal state (Ctrl-C cancels it). A spec its pool can
+    never place (more nodes than the partition has, say) is refused with exit 2 and no run."""
     spec = load_spec(spec_file)
     resolved, st = open_store(root, store)
-    controller = Controller(st, resolved, on_event=_printer(json_out))
+    controller = Controller(st, resolved, on_event=_printer(json_out), pools_file=pools)
     run, created = controller.submit(spec, spec_file.resolve().parent, idempotency_key)
     if not created:
         if json_out:
@@ -102,6 +105,8 @@ def submit(
             ]
             if store:
                 argv += ["--store", store]
+            if controller.pools_source is not None:
+                argv += ["--pools", str(controller.pools_source)]
             subprocess.Popen(
                 argv,
                 stdout=out,
@@ -177,13 +182,15 @@ def controller_cmd(
         "Drive this run only; without it, every unfinished run in the store.", None
     ),
     daemon: bool = typer.Option(False, "--daemon", help="Keep watching for new runs."),
+    pools: Path | None = typer.Option(None, "--pools", help=POOLS_HELP, show_default=False),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
 ) -> None:
     """Run the controller: reconcile runs from the store (what `submit --detach` starts). A
-    restarted controller adopts live worker groups and kills orphans of older generations."""
+    restarted controller adopts live worker groups and kills orphans of older generations; a
+    run placed through a pool keeps that pool's executor whatever --pools says now."""
     resolved, st = open_store(root, store, ride_out_outage=True)
-    controller = Controller(st, resolved, on_event=_printer(False))
+    controller = Controller(st, resolved, on_event=_printer(False), pools_file=pools)
     if run_id is not None:
         controller.drive(run_id)
         return

@@ -19,10 +19,21 @@ SpecFile = typer.Argument(..., help="Job spec file (.yaml, .yml, .toml or .json)
 @guarded
 def validate(
     file: Path = SpecFile,
+    pools: Path | None = typer.Option(
+        None,
+        "--pools",
+        help="Also check that the spec's pool in this pools file can place it (exit 2 with the "
+        "reason if it never can).",
+        show_default=False,
+    ),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Check a spec; exit 2 with one line per problem if it is invalid."""
     spec = load_spec(file)
+    if pools is not None:
+        from runwright.control.pools import check_placement
+
+        check_placement(spec, pools)
     if json_out:
         print_json(
             {

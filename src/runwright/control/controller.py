@@ -12,31 +12,43 @@ busy, unreachable) is simply abandoned and retried after a backoff (outage.py): 
 reporting into their channel, which is read from where the last pass stopped.
 """
 
+import socket
 import time
 import uuid
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
+from runwright.control.allocation import AllocationStep, placed_manifest
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
-from runwright.control.executors.local import LocalExecutor
 from runwright.control.executors.protocol import Executor
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.outage import Outage, OutageRider
+from runwright.control.pools import (
+    DEFAULT_POOL,
+    Pool,
+    PoolsError,
+    load_pools,
+    make_executor,
+    pool_named,
+    pool_of_record,
+    pool_record,
+    pools_path,
+)
 from runwright.control.recovery import RecoverySequence, skip_ranges
 from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
+from runwright.errors import PlacementError
 from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.protocol import (
     ENV_SKIP_STEPS,
     ChannelMessage,
     RankEntry,
-    build_rank_manifest,
     encode_skip_steps,
     write_stop_request,
 )
@@ -62,8 +74,10 @@ def new_run_id(spec: JobSpec) -> str:
 
 
 class Controller:
-    """Drives runs on one executor (any `Executor`; the local torchrun one by default); the store
-    is the only state that outlives it."""
+    """Drives runs, each on the executor of its pool (control/pools.py); the store is the only
+    state that outlives it. `executor`, when given, drives every run (tests); otherwise a run's
+    executor comes from the pool its allocation recorded, else from the pools file
+    (`pools_file`, else $RUNWRIGHT_POOLS, else `<root>/pools.yaml`, else one local pool)."""
 
     def __init__(
         self,
@@ -72,15 +86,27 @@ class Controller:
         executor: Executor | None = None,
         poll_seconds: float = 0.2,
         on_event: Callable[[EventRecord], None] | None = None,
+        pools_file: Path | None = None,
     ) -> None:
         self.store = store
         self.root = root
-        self.executor: Executor = executor or LocalExecutor()
+        self.pools_source = pools_path(root, pools_file)
+        self.pools = load_pools(self.pools_source)
+        self._fixed_executor = executor
+        self._executors: dict[str, Executor] = {}
+        self.executor: Executor = executor or self._pool_executor(
+            DEFAULT_POOL, self.pools.pools.get(DEFAULT_POOL, Pool())
+        )
+        """The executor of runs that name no pool of their own (the `default` pool's)."""
         self.poll_seconds = poll_seconds
         self.on_event = on_event
         self.journal = Journal(store)
         self.logs = RunLogs(store)
-        self.recovery = RecoverySequence(store, self.journal, self.executor, self.logs)
+        self.allocations = AllocationStep(store, self.journal)
+        self.journal.before_finished = lambda run: self.allocations.release(
+            run, self.executor_of(run), f"the run is {run.state}"
+        )
+        self.recovery = RecoverySequence(store, self.journal, self.executor_of, self.logs)
         self.outage = OutageRider(reset=store.reset_connections)
         self._sup: dict[str, Supervision] = {}
         self._ingest: dict[str, Ingestor] = {}
@@ -88,6 +114,7 @@ class Controller:
         self._orphans_checked: set[str] = set()
         self._specs: dict[str, tuple[str, JobSpec]] = {}
         """run id -> (spec hash, its validated spec): a spec never changes, so it is parsed once."""
+        self._hostname = socket.gethostname()
         self._claims: dict[str, tuple[int, float]] = {}
         """run id -> (generation, monotonic deadline) while another controller's claimed launch
         of that generation is expected."""
@@ -97,7 +124,13 @@ class Controller:
     def submit(
         self, spec: JobSpec, workdir: Path, idempotency_key: str | None = None
     ) -> tuple[RunRecord, bool]:
-        """Record a run; the same idempotency key returns the existing run and starts nothing."""
+        """Record a run; the same idempotency key returns the existing run and starts nothing.
+        PlacementError (no run recorded) when the spec's pool can never place it."""
+        pool = pool_named(self.pools, spec.resources.pool, self.pools_source)
+        executor = self._fixed_executor or self._pool_executor(spec.resources.pool, pool)
+        refusal = executor.refusal(spec)
+        if refusal is not None:
+            raise PlacementError(f"no run was recorded: {refusal}")
         run, created = self.store.create_run(
             run_id=new_run_id(spec),
             name=spec.name,
@@ -191,28 +224,41 @@ class Controller:
     # -- placement and launch -------------------------------------------------------------------
 
     def _allocate(self, run: RunRecord, spec: JobSpec) -> None:
-        res = spec.resources
-        hosts = self.executor.hosts(res.nodes)
-        manifest = build_rank_manifest(
-            nodes=res.nodes,
-            devices_per_node=res.devices_per_node,
-            dp=int(spec.plan.dp.value or 1),
-            tp=spec.parallelism.tp,
-            pp=spec.parallelism.pp,
-            device_type=res.device_type,
-            hosts=hosts,
-        )
-        allocation = {
-            "executor": self.executor.name,
-            "hosts": hosts,
-            "world_size": res.world_size,
-            "device_type": res.device_type,
-        }
-        self.store.update_run(
-            run.run_id, allocation=allocation, rank_manifest=[e.model_dump() for e in manifest]
-        )
-        self.journal.record(run, EventType.ALLOCATION_READY, **allocation)
-        self.journal.move(run, RunState.STARTING)
+        """ALLOCATING: one non-blocking step of the run's allocation request (allocation.py)."""
+        try:
+            executor = self.executor_of(run)
+            pool = self._pool_of(run, spec)
+        except PoolsError as exc:
+            self.journal.finish(run, RunState.FAILED, TerminalReason.FAILED_PERMANENT, str(exc))
+            return
+        self.allocations.advance(run, spec, executor, self.logs.of(run.run_id).events, pool)
+
+    def _pool_of(self, run: RunRecord, spec: JobSpec) -> dict[str, Any]:
+        """The pool the run is placed through, as its allocation records it."""
+        recorded = pool_of_record(run.allocation)
+        if recorded is not None:
+            return pool_record(*recorded)
+        name = spec.resources.pool
+        return pool_record(name, pool_named(self.pools, name, self.pools_source))
+
+    def _pool_executor(self, name: str, pool: Pool) -> Executor:
+        """One executor per pool and settings, kept (the Slurm one caches job states)."""
+        key = f"{name}:{pool.model_dump_json()}"
+        if key not in self._executors:
+            self._executors[key] = make_executor(name, pool)
+        return self._executors[key]
+
+    def executor_of(self, run: RunRecord) -> Executor:
+        """The executor that drives `run`: the one given to the constructor, else its recorded
+        pool's (so a Slurm run stays on Slurm whatever this controller's pools file says), else
+        its spec's pool's."""
+        if self._fixed_executor is not None:
+            return self._fixed_executor
+        recorded = pool_of_record(run.allocation)
+        if recorded is not None:
+            return self._pool_executor(*recorded)
+        name = self._spec_of(run).resources.pool
+        return self._pool_executor(name, pool_named(self.pools, name, self.pools_source))
 
     def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision | None:
         """Start the current generation's group once (its pid file marks the launch), or adopt
@@ -223,7 +269,8 @@ class Controller:
         awaited = claim[1] if claim is not None and claim[0] == run.generation else None
         if awaited is None:
             self._kill_orphans(run, below=run.generation)
-        group = self.executor.adopt(Path(run.root), run.run_id, run.generation)
+        executor = self.executor_of(run)
+        group = executor.adopt(Path(run.root), run.run_id, run.generation)
         world = spec.resources.world_size
         if group is None and awaited is not None:
             if time.monotonic() < awaited:
@@ -239,12 +286,13 @@ class Controller:
             self._claims[run.run_id] = (run.generation, time.monotonic() + LAUNCH_CLAIM_SECONDS)
             return None
         self._claims.pop(run.run_id, None)
+        engine = {"executor": executor.name, "engine_id": (run.allocation or {}).get("engine_id")}
         if group is not None:
-            self.journal.record(run, EventType.WORKER_GROUP_ADOPTED, pid=group.pid)
+            self.journal.record(run, EventType.WORKER_GROUP_ADOPTED, pid=group.pid, **engine)
         else:
             events = self.logs.of(run.run_id).events
             try:
-                group = self.executor.launch(
+                group = executor.launch(
                     spec=spec,
                     run_id=run.run_id,
                     generation=run.generation,
@@ -264,6 +312,7 @@ class Controller:
                 pid=group.pid,
                 world_size=spec.resources.world_size,
                 log=group.log_ref,
+                **engine,
             )
         sup = Supervision(
             group=group,
@@ -277,6 +326,28 @@ class Controller:
         self._ingest.pop(run.run_id, None)
         return sup
 
+    def _record_placements(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
+        """The rank manifest as the ranks found themselves placed: under c10d the rendezvous,
+        not the launch order, gives each node its rank (executors/torchrun.py)."""
+        placed = placed_manifest(run.rank_manifest or [], sup.placements)
+        if placed != run.rank_manifest:
+            self.store.update_run(run.run_id, rank_manifest=placed)
+        if spec.resources.nodes > 1:
+            self.journal.record(
+                run,
+                EventType.RANKS_PLACED,
+                per_step=False,
+                placements=[
+                    {
+                        "rank": e["rank"],
+                        "node": e["host"],
+                        "node_rank": e["node"],
+                        "local_rank": e["local_rank"],
+                    }
+                    for e in placed
+                ],
+            )
+
     def _kill_orphans(self, run: RunRecord, below: int | None = None) -> None:
         """No two generations of one run ever run at once: SIGKILL every live process of a
         generation older than `below`, and return once they are gone (LaunchError if some
@@ -285,12 +356,13 @@ class Controller:
         _wind_down() look after. The executor finds the processes by their generation tag, so
         ranks whose supervisor and torchrun are gone are found too; pids reported earlier are not
         trusted, since they may name another process by now."""
+        executor = self.executor_of(run)
         if below is None:
-            launched = self.executor.launched_generations(Path(run.root), run.run_id)
+            launched = executor.launched_generations(Path(run.root), run.run_id)
             if not launched:
                 return
             below = launched[-1]
-        killed = self.executor.kill_generations_below(Path(run.root), run.run_id, below)
+        killed = executor.kill_generations_below(Path(run.root), run.run_id, below)
         for generation, pids in sorted(killed.items()):
             self.journal.record(
                 run,
@@ -322,7 +394,10 @@ class Controller:
                 sup.saves_in_flight.discard(message.checkpoint_id)
             elif message.type == EventType.WORKER_STARTED:
                 sup.started_ranks.add(message.rank)
-                if isinstance(message.attributes.get("pid"), int):
+                sup.placements[message.rank] = message.attributes
+                # A pid names a process on the rank's own host only (a Slurm node elsewhere).
+                here = message.attributes.get("host", self._hostname) == self._hostname
+                if isinstance(message.attributes.get("pid"), int) and here:
                     sup.worker_pids.add(message.attributes["pid"])
                     sup.rank_pids[message.rank] = message.attributes["pid"]
 
@@ -340,9 +415,10 @@ class Controller:
             sup = launched
             self._ingest_and_watch(run, spec)
         if run.state == RunState.STARTING and len(sup.started_ranks) >= spec.resources.world_size:
+            self._record_placements(run, spec, sup)
             self.journal.move(run, RunState.RUNNING)
             run = self.store.get_run(run.run_id)
-        exit_code = self.executor.poll(sup.group)
+        exit_code = self.executor_of(run).poll(sup.group)
         if exit_code is None:
             run = self._track_saves(run, sup)
             self._watch_live_group(run, spec, sup)
@@ -394,7 +470,7 @@ class Controller:
     def _watch_live_group(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
         if sup.stop_deadline is not None:
             if time.monotonic() > sup.stop_deadline:
-                self.executor.stop(sup.group, 0.0, sorted(sup.worker_pids))
+                self.executor_of(run).stop(sup.group, 0.0, sorted(sup.worker_pids))
             return
         verdict = sup.watch()
         if verdict is not None:
@@ -424,12 +500,17 @@ class Controller:
 
     def _wind_down(self, run: RunRecord, spec: JobSpec) -> bool:
         """A terminal run (e.g. cancelled from another process) whose group may still be saving:
-        give it the grace period, then kill it. True once nothing of the run is left."""
+        give it the grace period, then kill it, then give its allocation back (a cancel while
+        the request is still queued releases it at once). True once nothing of the run is
+        left."""
+        executor = self.executor_of(run)
         sup = self._sup.get(run.run_id)
         if sup is None:
-            gens = self.executor.launched_generations(Path(run.root), run.run_id)
-            group = self.executor.adopt(Path(run.root), run.run_id, gens[-1]) if gens else None
-            if group is None or self.executor.poll(group) is not None:
+            gens = executor.launched_generations(Path(run.root), run.run_id)
+            group = executor.adopt(Path(run.root), run.run_id, gens[-1]) if gens else None
+            if group is None or executor.poll(group) is not None:
+                if not self.allocations.release(run, executor, f"the run is {run.state}"):
+                    return False
                 self.journal.finished(run)
                 return True
             sup = Supervision(
@@ -438,15 +519,17 @@ class Controller:
             self._sup[run.run_id] = sup
         if sup.stop_deadline is None:
             sup.stop_by(spec.recovery.stop_grace_seconds)
-        code = self.executor.poll(sup.group)
+        code = executor.poll(sup.group)
         if code is None and time.monotonic() > (sup.stop_deadline or 0):
             pids = sup.worker_pids | self._rank_pids(run.run_id, sup.group.generation)
-            code = self.executor.stop(sup.group, 0.0, sorted(pids))
+            code = executor.stop(sup.group, 0.0, sorted(pids))
         if code is None:
             return False
         self._ingest_and_watch(run, spec)
         sup.end_attempt(self.store, run.run_id, code, None)
         self._sup.pop(run.run_id, None)
+        if not self.allocations.release(run, executor, f"the run is {run.state}"):
+            return False
         self.journal.finished(run, exit_code=code)
         return True
 

@@ -239,6 +239,16 @@ def classify(
             evidence=evidence,
         )
 
+    # A node the engine reports lost (down, not responding) that left no exit status is the
+    # cause; its peers' errors ("connection closed") and their silence are symptoms of it.
+    if evidence.lost_hosts:
+        hosts = ", ".join(evidence.lost_hosts)
+        return verdict(
+            FailureClass.NODE_LOST,
+            None,
+            f"node {hosts} was lost",
+            f"executor: node {hosts} left no exit status and its engine reports it down",
+        )
     # A rank that stopped on a non-finite loss falls silent and its peers block in the next
     # collective: on a busy machine the watchdog can call that a hang before torchrun reports
     # the exit. The rank's own NAN_DETECTED is the cause; the silence is its symptom.

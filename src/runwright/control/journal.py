@@ -5,6 +5,7 @@ again by a restarted (or a second) controller is one event, not two.
 """
 
 import time
+from collections.abc import Callable
 
 from runwright.control.outage import Outage
 from runwright.control.states import RunState, TerminalReason, advance
@@ -15,6 +16,9 @@ from runwright.store import NewEvent, Outcome, RunRecord, Store
 class Journal:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self.before_finished: Callable[[RunRecord], object] | None = None
+        """Called with the final run before its RUN_FINISHED is written (the controller gives
+        the run's allocation back there, so RUN_FINISHED stays the last event)."""
 
     def record(
         self, run: RunRecord, type_: str, op: str = "", per_step: bool = True, **attributes: object
@@ -70,6 +74,9 @@ class Journal:
     def finished(self, run: RunRecord, **attributes: object) -> None:
         """RUN_FINISHED, once per run: the last event of its log."""
         final = self.store.get_run(run.run_id)
+        if self.before_finished is not None:
+            self.before_finished(final)
+            final = self.store.get_run(run.run_id)
         self.record(
             final,
             EventType.RUN_FINISHED,

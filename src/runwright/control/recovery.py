@@ -4,11 +4,14 @@ ranges to skip."""
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runwright.control.allocation import AllocationStep
 from runwright.control.executors.protocol import (
     EXIT_LOST,
+    AllocationState,
     Executor,
     FailureEvidence,
     LostSupervisor,
@@ -111,13 +114,19 @@ class RecoverySequence:
     progress past the restored step (ARCHITECTURE.md, "Recovery")."""
 
     def __init__(
-        self, store: Store, journal: "Journal", executor: Executor, logs: "RunLogs"
+        self,
+        store: Store,
+        journal: "Journal",
+        executor_of: Callable[[RunRecord], Executor],
+        logs: "RunLogs",
     ) -> None:
         self.store = store
         self.journal = journal
-        self.executor = executor
+        self.executor_of = executor_of
+        """The executor that drives a run (its pool's)."""
         self.logs = logs
         """The runs' event-log views: the checks made every pass read new events only."""
+        self.allocations = AllocationStep(store, journal)
 
     def recover(
         self,
@@ -143,19 +152,20 @@ class RecoverySequence:
             for e in current
         )
         lost: LostSupervisor | None = None
+        executor = self.executor_of(run)
         if exit_code is None:
             # A live but broken group (hang, no progress): fence first, so no worker of this
             # generation can publish once we act on it, then stop it; it has nothing to save.
             self.store.revoke_generation(run.run_id, run.generation)
-            exit_code = self.executor.stop(
+            exit_code = executor.stop(
                 sup.group, FAILED_GROUP_GRACE_SECONDS, sorted(sup.worker_pids)
             )
         elif exit_code == EXIT_LOST:
             # The supervisor is gone: fence, then kill whatever of the group still runs without
             # it (executors/local.py's WorkerGroup.repair_lost says why it is not adopted).
             self.store.revoke_generation(run.run_id, run.generation)
-            lost = self.executor.repair_lost(sup.group)
-        evidence = self.executor.evidence(sup.group, lost)
+            lost = executor.repair_lost(sup.group)
+        evidence = executor.evidence(sup.group, lost)
         failure = classify(
             exit_code=exit_code,
             watchdog_class=verdict.failure_class if verdict else None,
@@ -180,6 +190,7 @@ class RecoverySequence:
             exit_code=exit_code,
             last_step=run.last_step,
             restored_step=restored,
+            lost_hosts=list(evidence.lost_hosts) or None,
         )
         self.journal.move(
             run, RunState.RECOVERING, detail=f"{failure.failure_class}: {failure.message}"
@@ -206,19 +217,30 @@ class RecoverySequence:
         )
 
     def restart_if_due(self, run: RunRecord) -> bool:
-        """After the backoff: RECOVERING -> STARTING (new generation), or -> QUEUED to requeue.
-        Returns True when it moved the run."""
+        """After the backoff: RECOVERING -> STARTING (new generation) in the allocation the run
+        holds, or -> QUEUED to requeue: asked for (a preemption), or because the allocation is
+        gone (a lost node, a time limit). Requeueing gives the old allocation back first; the
+        next request avoids the nodes the run lost (allocation.py). Returns True when it moved
+        the run."""
         pending = open_recovery(self.logs.of(run.run_id).events)
         if pending is None or pending.generation != run.generation:
             return False  # the decision is not recorded yet (a crash between the two): wait
         if time.time() < float(pending.attributes.get("not_before_unix_s") or 0):
             return False
-        target = (
-            RunState.QUEUED
-            if pending.attributes.get("action") == "requeue"
-            else (RunState.STARTING)
-        )
-        return self.journal.move(run, target, detail=str(pending.attributes.get("reason")))
+        reason = str(pending.attributes.get("reason"))
+        executor = self.executor_of(run)
+        requeue = pending.attributes.get("action") == "requeue"
+        request = (run.allocation or {}).get("request")
+        if not requeue and request is not None:
+            held = executor.allocation_status(Path(run.root), run.run_id, int(request))
+            if held.state is not AllocationState.GRANTED:
+                requeue = True
+                reason = f"{reason}; the allocation is gone ({held.reason}): requeue"
+        if not requeue:
+            return self.journal.move(run, RunState.STARTING, detail=reason)
+        if not self.allocations.release(run, executor, f"requeue: {reason}"):
+            return False  # the engine cannot be reached now: try again next pass
+        return self.journal.move(run, RunState.QUEUED, detail=reason)
 
     def note_progress(
         self, run: RunRecord, spec: JobSpec, generation: int, step: int, time_unix_s: float

@@ -23,6 +23,10 @@ from runwright.events import EventType
 from runwright.store import EventRecord, Store
 
 KEPT = (
+    EventType.ALLOCATION_REQUESTED,
+    EventType.ALLOCATION_PENDING,
+    EventType.ALLOCATION_FAILED,
+    EventType.ALLOCATION_RELEASED,
     EventType.STOP_ACKNOWLEDGED,
     EventType.WORKER_STARTED,
     EventType.RESTORED,

@@ -11,7 +11,8 @@ from runwright.store import EventRecord, Store
 NEXT_ACTION = {
     RunState.CREATED: "accept the job into the queue",
     RunState.QUEUED: "ask the executor for an allocation of the whole gang",
-    RunState.ALLOCATING: "write the rank manifest and launch the worker group",
+    RunState.ALLOCATING: "wait until the executor grants the whole gang, then write the rank "
+    "manifest and launch the worker group",
     RunState.STARTING: "wait until every rank has reported WORKER_STARTED",
     RunState.RUNNING: "watch heartbeats, progress and the worker group's exit",
     RunState.CHECKPOINTING: "wait for the checkpoint to commit, then continue",
@@ -20,6 +21,7 @@ NEXT_ACTION = {
 
 
 INCIDENT_TYPES = (
+    EventType.ALLOCATION_FAILED,
     EventType.FAILURE_CLASSIFIED,
     EventType.RECOVERY_STARTED,
     EventType.RECOVERY_SUCCEEDED,
@@ -47,6 +49,9 @@ INCIDENT_KEYS = (
     "outage_seconds",
     "attempts",
     "error",
+    "code",
+    "engine_id",
+    "lost_hosts",
 )
 
 
@@ -95,6 +100,8 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
         "last_step": run.last_step,
         "last_heartbeat_unix_s": run.last_heartbeat_unix_s,
         "latest_checkpoint_id": latest.checkpoint_id if latest else None,
+        "allocation": run.allocation,
+        "rank_manifest": run.rank_manifest,
         "created_unix_s": run.created_unix_s,
         "updated_unix_s": run.updated_unix_s,
         "state_history": ["CREATED", *[h["state"] for h in history]],
@@ -122,6 +129,14 @@ def describe_run(summary: dict[str, Any]) -> str:
         f"generation {summary['generation']}, last healthy step "
         f"{summary['last_step'] if summary['last_step'] is not None else '-'}"
     )
+    if summary.get("allocation"):
+        lines.append(_allocation_line(summary["allocation"]))
+    manifest = summary.get("rank_manifest") or []
+    if len({e["host"] for e in manifest}) > 1:
+        lines.append(
+            "ranks: "
+            + ", ".join(f"{e['rank']} on {e['host']} (node {e['node']})" for e in manifest)
+        )
     if summary["last_heartbeat_unix_s"]:
         age = time.time() - summary["last_heartbeat_unix_s"]
         lines.append(f"last heartbeat {age:.1f} s ago")
@@ -150,6 +165,21 @@ def describe_run(summary: dict[str, Any]) -> str:
     else:
         lines.append(f"next: {NEXT_ACTION[state]}")
     return "\n".join(lines)
+
+
+def _allocation_line(allocation: dict[str, Any]) -> str:
+    """`allocation: slurm (pool debug) request 2, granted: Slurm job 14 on n1, n3`."""
+    text = f"allocation: {allocation.get('executor')}"
+    if allocation.get("pool"):
+        text += f" (pool {allocation['pool']})"
+    if allocation.get("request"):
+        text += f" request {allocation['request']}"
+    text += f", {allocation.get('state', 'granted')}"
+    if allocation.get("engine_id"):
+        text += f": {allocation['executor']} id {allocation['engine_id']}"
+    if allocation.get("hosts"):
+        text += f" on {', '.join(allocation['hosts'])}"
+    return text
 
 
 def event_line(event: EventRecord) -> str:
@@ -182,6 +212,8 @@ def _incident_line(incident: dict[str, Any]) -> str:
         )
     if kind == EventType.RECOVERY_STARTED:
         return f"gen {incident['generation']}: {incident.get('action')} - {incident.get('reason')}"
+    if kind == EventType.ALLOCATION_FAILED:
+        return f"gen {incident['generation']}: allocation failed - {incident.get('reason')}"
     if kind == EventType.RECOVERY_SUCCEEDED:
         return (
             f"gen {incident['generation']}: recovered from step "

@@ -26,6 +26,7 @@ from runwright.layout import RunPaths, local_run_paths, resolve_root
 from runwright.lifetime import die_with_parent, has_tags
 from runwright.protocol import (
     ENV_GENERATION,
+    ENV_NODE_NAME,
     ENV_PROTOCOL_VERSION,
     ENV_RANK_MANIFEST,
     ENV_RUN_DIR,
@@ -300,6 +301,10 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         pid=os.getpid(),
         local_rank=local_rank,
         host=socket.gethostname(),
+        # Where the rendezvous placed this rank: the executor's node name (several nodes may
+        # share a host name) and torchrun's node rank, which c10d assigns at rendezvous.
+        node=os.environ.get(ENV_NODE_NAME) or socket.gethostname(),
+        group_rank=_env_int("GROUP_RANK", 0),
         # The environment this rank actually runs in, for the run report's evidence chain.
         python_version=platform.python_version(),
         torch_version=_torch_version(),

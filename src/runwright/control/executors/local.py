@@ -30,6 +30,8 @@ from pathlib import Path
 
 from runwright.control.executors.protocol import (
     EXIT_LOST,
+    Allocation,
+    AllocationState,
     ErrorRecord,
     FailureEvidence,
     GroupHandle,
@@ -418,3 +420,68 @@ class LocalExecutor:
             launched_unix_s=launched,
             process=process,
         )
+
+    # -- the allocation step: this machine is the whole pool, so there is nothing to wait for --
+
+    def refusal(self, spec: JobSpec) -> str | None:
+        """CUDA ranks on a machine with fewer NVIDIA GPUs than a node's ranks. CPU ranks are
+        never refused: more ranks than cores is slow, not impossible (tests run that way)."""
+        res = spec.resources
+        if res.device_type != "cuda":
+            return None
+        gpus = nvidia_gpu_count()
+        if res.devices_per_node <= gpus:
+            return None
+        return (
+            f"resources.device_type=cuda with devices_per_node={res.devices_per_node}, but this "
+            f"machine ({socket.gethostname()}) has {gpus} NVIDIA GPU(s): set device_type: cpu, "
+            "lower devices_per_node, or submit to a pool whose executor has GPUs (--pools)"
+        )
+
+    def request_allocation(
+        self,
+        *,
+        spec: JobSpec,
+        run_id: str,
+        root: Path,
+        request: int,
+        exclude_hosts: tuple[str, ...] = (),
+    ) -> Allocation:
+        """Granted at once with this machine's hosts; a node count it cannot run fails for good
+        with `hosts`'s reason (never a run waiting for nothing)."""
+        try:
+            hosts = self.hosts(spec.resources.nodes)
+        except LaunchError as exc:
+            return Allocation(
+                executor=self.name,
+                request=request,
+                state=AllocationState.FAILED,
+                reason=str(exc),
+                code="unplaceable",
+                permanent=True,
+            )
+        return Allocation(
+            executor=self.name,
+            request=request,
+            state=AllocationState.GRANTED,
+            hosts=tuple(hosts),
+            reason=f"this machine: {', '.join(dict.fromkeys(hosts))}",
+        )
+
+    def allocation_status(self, root: Path, run_id: str, request: int) -> Allocation:
+        """Nothing is queued locally: a request is granted from the moment it is made."""
+        return Allocation(
+            executor=self.name,
+            request=request,
+            state=AllocationState.GRANTED,
+            reason="this machine",
+        )
+
+    def release_allocation(self, root: Path, run_id: str, request: int) -> Allocation:
+        return Allocation(executor=self.name, request=request, state=AllocationState.RELEASED)
+
+
+def nvidia_gpu_count() -> int:
+    """NVIDIA GPUs the driver lists (/proc/driver/nvidia/gpus/), without importing torch."""
+    folder = Path("/proc/driver/nvidia/gpus")
+    return len(list(folder.iterdir())) if folder.is_dir() else 0

@@ -9,8 +9,16 @@ and call the `Executor` with it.
 
 The records here are the executor-neutral form of that evidence; `failures.classify` decides on
 a `FailureEvidence` alone.
+
+Before a generation runs, the engine must place the whole gang: the allocation step. It never
+blocks the controller: `request_allocation` asks once per (run, request number) and returns, and
+`allocation_status` is polled by later passes, so an engine's queue (Slurm's PENDING with its
+reason, a Kubernetes pod group waiting for nodes) maps onto ALLOCATING with the engine's reason in
+words. `refusal` is asked before a run is even recorded: a spec this engine can never place is
+refused at submit, never left waiting without a reason.
 """
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -46,10 +54,19 @@ class LostSupervisor(Record):
     killed_pids: tuple[int, ...] = Field(
         description="Processes of the generation still alive that the executor killed."
     )
+    supervisor: str = Field(
+        default="",
+        description="How the engine names what supervised the group (`Slurm job 12`); empty "
+        "for a local supervisor process, named by its pid.",
+    )
+    lost_hosts: tuple[str, ...] = Field(
+        default=(), description="Nodes the engine reports lost with the group, if any."
+    )
 
     @property
     def message(self) -> str:
-        return f"the worker group's supervisor (pid {self.supervisor_pid}) {self.cause}"
+        who = self.supervisor or f"pid {self.supervisor_pid}"
+        return f"the worker group's supervisor ({who}) {self.cause}"
 
     @property
     def evidence(self) -> str:
@@ -87,6 +104,58 @@ class FailureEvidence(Record):
         default_factory=dict,
         description="log name -> its last 4,000 bytes, for the diagnostics bundle.",
     )
+    lost_hosts: tuple[str, ...] = Field(
+        default=(),
+        description="Nodes of the group the engine reports lost (down, not responding, failed) "
+        "that left no exit status of their own: the failure's cause, whatever the survivors "
+        "logged about their vanished peers.",
+    )
+
+
+class AllocationState(StrEnum):
+    """Where one allocation request stands on its engine."""
+
+    PENDING = "pending"
+    """Asked for, not yet placed (queued, nodes booting, the engine's agent not yet ready)."""
+    GRANTED = "granted"
+    """Every node of the gang is the run's, and the engine is ready to launch generations on it."""
+    FAILED = "failed"
+    """The request ended without (or lost) its nodes: refused, cancelled, timed out, a node
+    failed. `permanent` says whether asking again can help."""
+    RELEASED = "released"
+    """The run gave it back (`release_allocation`)."""
+
+
+class Allocation(Record):
+    """One allocation request of a run, as its engine reports it; stored in the run's
+    `allocation` field and its ALLOCATION_* events."""
+
+    executor: str
+    """The engine's executor name (`local`, `slurm`)."""
+    request: int
+    """Which request of the run this is (1 for the first; one more each time the run enters
+    ALLOCATING), so every controller names the same request the same way."""
+    state: AllocationState
+    """pending, granted, failed or released."""
+    hosts: tuple[str, ...] = ()
+    """The granted nodes' names, in the engine's node order (node 0 first); empty until granted."""
+    reason: str = ""
+    """Why it is where it is, in words a user can act on (e.g. `waiting in Slurm partition debug:
+    Resources (the nodes are busy), 2 nodes requested`)."""
+    code: str = ""
+    """The engine's own code for that reason (Slurm's `Resources`, `Priority`, `NODE_FAIL`)."""
+    engine_id: str | None = None
+    """The engine's id of the allocation (the Slurm job id); None before the engine has one."""
+    permanent: bool = False
+    """For a failed request: asking again cannot help (the spec does not fit, the run folder is
+    not shared with the nodes); the run fails instead of going back to the queue."""
+    lost_hosts: tuple[str, ...] = ()
+    """Nodes the engine reports failed while the allocation held them (Slurm's NODE_FAIL)."""
+
+    @property
+    def held(self) -> bool:
+        """The engine may still hold nodes or a queue entry for it: release it when done."""
+        return self.state in (AllocationState.PENDING, AllocationState.GRANTED)
 
 
 class GroupHandle(Protocol):
@@ -166,4 +235,35 @@ class Executor(Protocol):
 
     def evidence(self, group: GroupHandle, lost: LostSupervisor | None = None) -> FailureEvidence:
         """What the ended group left behind; `lost` is repair_lost's record, if it ran."""
+        ...
+
+    # -- the allocation step ---------------------------------------------------------------------
+
+    def refusal(self, spec: JobSpec) -> str | None:
+        """Why this engine can never run `spec` (more nodes than it has, a device kind it lacks),
+        in words naming the field and the fix; None when it can, perhaps after a wait."""
+        ...
+
+    def request_allocation(
+        self,
+        *,
+        spec: JobSpec,
+        run_id: str,
+        root: Path,
+        request: int,
+        exclude_hosts: tuple[str, ...] = (),
+    ) -> Allocation:
+        """Ask the engine for the gang of request number `request`, without waiting for it.
+        Idempotent per (run, request), across controller restarts and hosts: asking again
+        returns the same request's status and never queues a second one. `exclude_hosts` are
+        nodes the run lost before; the engine avoids them when it has enough others."""
+        ...
+
+    def allocation_status(self, root: Path, run_id: str, request: int) -> Allocation:
+        """Where request `request` stands now (cheap: a controller polls it every pass)."""
+        ...
+
+    def release_allocation(self, root: Path, run_id: str, request: int) -> Allocation:
+        """Give request `request` back (dequeue it, or free its nodes); idempotent, and safe for
+        a request that never reached the engine."""
         ...

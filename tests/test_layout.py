@@ -57,6 +57,17 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         attempt.rank_manifest_file: "rank_manifest.json",
         attempt.torchrun_log: "torchrun.log",
         attempt.rank_logs: "ranks/",
+        attempt.launch_file: "launch.json",
+        attempt.launcher_log: "srun.log",
+        attempt.node("n7").folder: "nodes/<node>/",
+        run.allocation(2).folder: "allocations/req<N>/",
+        run.allocation(2).job_file: "job.json",
+        run.allocation(2).claim_file: "claim",
+        run.allocation(2).token_file: "token",
+        run.allocation(2).agent_file: "agent.json",
+        run.allocation(2).agent_log: "agent.log",
+        run.allocation(2).probe_answer("n7"): "probe/<node>.json",
+        run.allocation(2).release_file: "release",
         run.diagnostics_bundle(3): "diagnostics/gen<G>/bundle.json",
         run.report: "report/",
     }
@@ -65,6 +76,7 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         spelled = entry.replace("<root>", str(tmp_path)).replace("<run_id>", "r1")
         spelled = spelled.replace("<dataset_id>", "abc").replace("<recipe_key>", "k")
         spelled = spelled.replace("<G>", "00003").replace("<R>", "00001").rstrip("/")
+        spelled = spelled.replace("<N>", "00002").replace("<node>", "n7")
         assert str(path).endswith(spelled), (path, entry)
     assert attempt.folder.parent == run.attempts and attempt.generation == 3
 
@@ -84,6 +96,7 @@ LAYOUT_NAMES = {
     "runs", "local", "datasets", "recipes", ".work", "state.db", "spec.json", "controller.log",
     "checkpoints", "channel", "control", "timeline", "attempts", "diagnostics", "report",
     "pid", "exit_status", "rank_manifest.json", "torchrun.log", "ranks", "bundle.json",
+    "launch.json", "srun.log", "node.json", "allocations", "job.json", "agent.json", "agent.log",
 }  # fmt: skip
 
 

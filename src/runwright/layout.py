@@ -25,6 +25,17 @@ learns the other's file names. It imports nothing of runwright, so every layer m
     rank_manifest.json                   the rank manifest the group was launched with
     torchrun.log                         torchrun's own output
     ranks/                               torchrun --log-dir: each rank's stdout, stderr, error file
+    launch.json                          a cluster launch request: generation G in allocation N
+    srun.log                             the cluster launcher's output (Slurm's srun)
+    nodes/<node>/                        one node's part: node.json, torchrun.log, ranks/
+  allocations/req<N>/                    the run's N-th allocation request (AllocationPaths)
+    job.json                             the engine's id for it (Slurm job id) and how it was asked
+    claim                                taken (O_EXCL) before the request reaches the engine
+    token                                a nonce every node must read back: the folder is shared
+    agent.json                           the in-allocation agent's state (ready, hosts, failure)
+    agent.log                            the agent's output (Slurm's --output)
+    probe/<node>.json                    each node's answer to the shared-folder check
+    release                              the controller's request that the agent end
   diagnostics/gen<G>/bundle.json         failure evidence of generation G
   report/                                report.json and report.html (runwright report)
 ```
@@ -129,6 +140,91 @@ class AttemptPaths:
         """torchrun's `--log-dir`: `<run id>/attempt_0/<rank>/std{out,err}.log`, error files."""
         return self.folder / "ranks"
 
+    @property
+    def launch_file(self) -> Path:
+        """A cluster executor's launch request (which allocation runs generation G, with what);
+        its presence marks the generation launched, as `pid` does for a local group."""
+        return self.folder / "launch.json"
+
+    @property
+    def launcher_log(self) -> Path:
+        """The cluster launcher's own output (Slurm's `srun`)."""
+        return self.folder / "srun.log"
+
+    @property
+    def nodes(self) -> Path:
+        return self.folder / "nodes"
+
+    def node(self, name: str) -> "NodePaths":
+        """One node's part of a multi-host generation, by the engine's node name."""
+        return NodePaths(self.nodes / name)
+
+
+@dataclass(frozen=True)
+class NodePaths:
+    """One node's files within a generation, `attempts/gen<G>/nodes/<node>/`."""
+
+    folder: Path
+
+    @property
+    def record(self) -> Path:
+        """The node agent's own record: node index, host, pids, and torchrun's exit status."""
+        return self.folder / "node.json"
+
+    @property
+    def torchrun_log(self) -> Path:
+        return self.folder / "torchrun.log"
+
+    @property
+    def rank_logs(self) -> Path:
+        """This node's torchrun `--log-dir`."""
+        return self.folder / "ranks"
+
+
+@dataclass(frozen=True)
+class AllocationPaths:
+    """The files of one allocation request, `<run>/allocations/req<N>/`."""
+
+    folder: Path
+    request: int
+
+    @property
+    def job_file(self) -> Path:
+        """The engine's id for the request (a Slurm job id) and the command that asked."""
+        return self.folder / "job.json"
+
+    @property
+    def claim_file(self) -> Path:
+        """Created exclusively before the request reaches the engine: one request, one job."""
+        return self.folder / "claim"
+
+    @property
+    def token_file(self) -> Path:
+        """A nonce each node reads back, proving it sees this folder, not a local copy."""
+        return self.folder / "token"
+
+    @property
+    def agent_file(self) -> Path:
+        """The in-allocation agent's state: ready with its hosts, or why it failed."""
+        return self.folder / "agent.json"
+
+    @property
+    def agent_log(self) -> Path:
+        return self.folder / "agent.log"
+
+    @property
+    def probe(self) -> Path:
+        return self.folder / "probe"
+
+    def probe_answer(self, node: str) -> Path:
+        """Node `node`'s answer to the shared-folder check, holding the token it read."""
+        return self.probe / f"{node}.json"
+
+    @property
+    def release_file(self) -> Path:
+        """The controller asks the agent to end (the engine is told too)."""
+        return self.folder / "release"
+
 
 @dataclass(frozen=True)
 class RunPaths:
@@ -178,6 +274,13 @@ class RunPaths:
 
     def attempt(self, generation: int) -> AttemptPaths:
         return AttemptPaths(self.attempts / generation_name(generation), generation)
+
+    @property
+    def allocations(self) -> Path:
+        return self.folder / "allocations"
+
+    def allocation(self, request: int) -> AllocationPaths:
+        return AllocationPaths(self.allocations / f"req{request:05d}", request)
 
     @property
     def diagnostics(self) -> Path:

@@ -1,0 +1,176 @@
+"""One node's part of a Slurm allocation: `python -m runwright.control.executors.slurm_node`.
+
+The allocation's agent (slurm_job.py) starts this on every node with `srun`, one task per node:
+
+- `probe ALLOCATION_FOLDER`: prove this node sees the run folder itself, not a local copy at the
+  same path: read the allocation's token (a nonce the controller wrote) and write it back under
+  `probe/<node>.json`, which the agent on the first node must then see. Prints one JSON line.
+- `run ATTEMPT_FOLDER ENDPOINT`: run this node's torchrun agent of the generation whose launch
+  request is in ATTEMPT_FOLDER, joining the c10d rendezvous at ENDPOINT (hosted by node 0), and
+  record in `nodes/<node>/node.json` which node rank the rendezvous gave it, its ranks' global
+  ranks and pids (read from this node's /proc), and torchrun's exit status.
+
+Signals: Slurm sends SIGTERM to every process of the step before a time limit (`--signal`), on a
+preemption or `scancel --signal=TERM`. The ranks must see it and stop at a step boundary; torchrun
+must not, since its own handler would tear the ranks down 30 s later whatever they are doing. So
+torchrun starts with SIGTERM ignored and left out of TORCHELASTIC_SIGNALS_TO_HANDLE, the ranks
+install their own handler (runtime/stop.py), and this process forwards a SIGTERM it gets to its
+node's ranks (found by their tags), which covers process trackers that signal only the task.
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from runwright.control.executors.torchrun import Rendezvous, torchrun_argv
+from runwright.control.processes import processes_tagged, signal_all
+from runwright.layout import AllocationPaths, AttemptPaths, NodePaths, parse_generation
+from runwright.lifetime import die_with_pid, environ_of
+from runwright.protocol import ENV_GENERATION, ENV_NODE_NAME, ENV_RUN_DIR, ENV_SPEC_FILE
+from runwright.spec import spec_from_mapping
+
+RANK_DISCOVERY_SECONDS = 0.5
+"""How often the node agent looks in /proc for its ranks until it has found them all."""
+TORCHRUN_SIGNALS = "SIGINT,SIGHUP,SIGQUIT"
+"""The signals torchrun handles itself under Slurm: not SIGTERM (see the module docstring)."""
+
+
+def write_json(path: Path, value: dict[str, Any]) -> None:
+    """Atomically, and synced: another node reads it over the shared filesystem."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(value, indent=1))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def node_identity() -> tuple[str, int]:
+    """(Slurm's name for this node, its index in the step)."""
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname(), int(
+        os.environ.get("SLURM_NODEID", "0")
+    )
+
+
+def probe(folder: Path) -> int:
+    """Answer the agent's shared-folder check; the exit status says whether this node passed."""
+    node, node_id = node_identity()
+    answer: dict[str, Any] = {"node": node, "node_id": node_id, "host": socket.gethostname()}
+    paths = AllocationPaths(folder, 0)
+    try:
+        answer["token"] = paths.token_file.read_text().strip()
+        paths.probe.mkdir(exist_ok=True)
+        write_json(paths.probe_answer(node), answer)
+    except OSError as exc:
+        answer["error"] = f"{type(exc).__name__}: {exc}"
+    print(json.dumps(answer), flush=True)
+    return 0 if "error" not in answer else 3
+
+
+def rank_map(tags: dict[str, str]) -> dict[int, dict[str, int]]:
+    """local rank -> {rank, group_rank, pid} of this node's live ranks, from their environment."""
+    found: dict[int, dict[str, int]] = {}
+    for pid in processes_tagged(tags):
+        env = environ_of(pid) or {}
+        if env.get("LOCAL_RANK", "").isdigit() and env.get("RANK", "").isdigit():
+            found[int(env["LOCAL_RANK"])] = {
+                "rank": int(env["RANK"]),
+                "group_rank": int(env.get("GROUP_RANK", "0") or 0),
+                "pid": pid,
+            }
+    return found
+
+
+def run(attempt_folder: Path, endpoint: str) -> int:
+    """This node's torchrun for the generation; returns (and records) its exit status."""
+    generation = parse_generation(attempt_folder.name)
+    assert generation is not None, attempt_folder
+    attempt = AttemptPaths(attempt_folder, generation)
+    launch = json.loads(attempt.launch_file.read_text())
+    node, node_id = node_identity()
+    paths: NodePaths = attempt.node(node)
+    paths.folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **launch["env"], ENV_NODE_NAME: node}
+    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = TORCHRUN_SIGNALS
+    spec = spec_from_mapping(json.loads(Path(env[ENV_SPEC_FILE]).read_text()), "the run's spec")
+    nodes = int(launch["nodes"])
+    rendezvous = Rendezvous(endpoint, launch["run_id"], generation, nodes) if nodes > 1 else None
+    argv = torchrun_argv(
+        spec,
+        Path(launch["workdir"]),
+        log_dir=paths.rank_logs,
+        rendezvous=rendezvous,
+        hosts_rendezvous=node_id == 0,
+        python=sys.executable,
+    )
+    record: dict[str, Any] = {
+        "node": node,
+        "node_id": node_id,
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "step_id": f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}",
+        "endpoint": endpoint,
+        "started_unix_s": time.time(),
+        "ranks": {},
+        "exit_status": None,
+    }
+    write_json(paths.record, record)
+    tags = {ENV_RUN_DIR: env[ENV_RUN_DIR], ENV_GENERATION: str(generation), ENV_NODE_NAME: node}
+
+    def forward(signum: int, _frame: object) -> None:
+        signal_all([entry["pid"] for entry in rank_map(tags).values()], signum)
+
+    me = os.getpid()
+
+    def child_setup() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun ignores it; see the docstring
+        die_with_pid(me)
+
+    with open(paths.torchrun_log, "ab") as log:
+        child = subprocess.Popen(
+            argv,
+            cwd=launch["workdir"],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=child_setup,
+        )
+    signal.signal(signal.SIGTERM, forward)
+    expected = spec.resources.devices_per_node
+    while True:
+        try:
+            code = child.wait(timeout=RANK_DISCOVERY_SECONDS)
+            break
+        except subprocess.TimeoutExpired:
+            if len(record["ranks"]) < expected:
+                found = rank_map(tags)
+                if len(found) > len(record["ranks"]):
+                    record["ranks"] = {str(k): v for k, v in sorted(found.items())}
+                    write_json(paths.record, record)
+    record.update(exit_status=code, ended_unix_s=time.time())
+    write_json(paths.record, record)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 2 and argv[0] == "probe":
+        return probe(Path(argv[1]))
+    if len(argv) == 3 and argv[0] == "run":
+        return run(Path(argv[1]), argv[2])
+    print(
+        "usage: python -m runwright.control.executors.slurm_node probe ALLOCATION_FOLDER | "
+        "run ATTEMPT_FOLDER ENDPOINT",
+        file=sys.stderr,
+    )
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

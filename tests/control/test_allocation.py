@@ -236,3 +236,18 @@ def test_a_run_keeps_its_recorded_pool_whatever_the_pools_file_says(tmp_path):
     later = Controller(store, tmp_path)  # no pools file now: only a local `default`
     assert later.executor.name == "local"
     assert later.executor_of(store.get_run(run.run_id)).name == "slurm"
+
+
+def test_a_stored_run_whose_pool_is_gone_fails_with_the_pools_it_could_use(tmp_path):
+    pools = tmp_path / "site.yaml"
+    pools.write_text("pools: {gpu: {executor: local}}\n")
+    store = Store.open(tmp_path)
+    data = yaml.safe_load(SKELETON.read_text())
+    data["resources"]["pool"] = "gpu"
+    run, _ = Controller(store, tmp_path, pools_file=pools).submit(spec_from_mapping(data), tmp_path)
+    later = Controller(store, tmp_path)  # the built-in pools: only `default`
+    passes(later, run.run_id, 3)
+    failed = store.get_run(run.run_id)
+    assert failed.state == "FAILED" and failed.terminal_reason == "FAILED_PERMANENT"
+    assert "resources.pool='gpu' is not in the built-in pools" in failed.state_detail
+    assert later.reconcile(run.run_id)  # winds down: nothing was allocated, nothing to release

@@ -226,8 +226,8 @@ class Controller:
     def _allocate(self, run: RunRecord, spec: JobSpec) -> None:
         """ALLOCATING: one non-blocking step of the run's allocation request (allocation.py)."""
         try:
-            executor = self.executor_of(run)
             pool = self._pool_of(run, spec)
+            executor = self.executor_of(run)
         except PoolsError as exc:
             self.journal.finish(run, RunState.FAILED, TerminalReason.FAILED_PERMANENT, str(exc))
             return
@@ -258,7 +258,10 @@ class Controller:
         if recorded is not None:
             return self._pool_executor(*recorded)
         name = self._spec_of(run).resources.pool
-        return self._pool_executor(name, pool_named(self.pools, name, self.pools_source))
+        pool = self.pools.pools.get(name)
+        # A pool missing from the file fails the run in ALLOCATING (_allocate says why); until
+        # then, and for winding such a run down, nothing of it runs anywhere but here.
+        return self.executor if pool is None else self._pool_executor(name, pool)
 
     def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision | None:
         """Start the current generation's group once (its pid file marks the launch), or adopt

@@ -105,8 +105,8 @@ def submit(
             ]
             if store:
                 argv += ["--store", store]
-            if controller.pools_source is not None:
-                argv += ["--pools", str(controller.pools_source)]
+            if controller.executors.source is not None:
+                argv += ["--pools", str(controller.executors.source)]
             subprocess.Popen(
                 argv,
                 stdout=out,

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from runwright.control.allocation import AllocationStep, placed_manifest
 from runwright.control.budget import check as check_budget
@@ -26,17 +26,7 @@ from runwright.control.executors.protocol import Executor
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.outage import Outage, OutageRider
-from runwright.control.pools import (
-    DEFAULT_POOL,
-    Pool,
-    PoolsError,
-    load_pools,
-    make_executor,
-    pool_named,
-    pool_of_record,
-    pool_record,
-    pools_path,
-)
+from runwright.control.pools import PoolExecutors, PoolsError
 from runwright.control.recovery import RecoverySequence, skip_ranges
 from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
@@ -90,13 +80,8 @@ class Controller:
     ) -> None:
         self.store = store
         self.root = root
-        self.pools_source = pools_path(root, pools_file)
-        self.pools = load_pools(self.pools_source)
-        self._fixed_executor = executor
-        self._executors: dict[str, Executor] = {}
-        self.executor: Executor = executor or self._pool_executor(
-            DEFAULT_POOL, self.pools.pools.get(DEFAULT_POOL, Pool())
-        )
+        self.executors = PoolExecutors(root, pools_file, executor)
+        self.executor: Executor = self.executors.default
         """The executor of runs that name no pool of their own (the `default` pool's)."""
         self.poll_seconds = poll_seconds
         self.on_event = on_event
@@ -126,9 +111,7 @@ class Controller:
     ) -> tuple[RunRecord, bool]:
         """Record a run; the same idempotency key returns the existing run and starts nothing.
         PlacementError (no run recorded) when the spec's pool can never place it."""
-        pool = pool_named(self.pools, spec.resources.pool, self.pools_source)
-        executor = self._fixed_executor or self._pool_executor(spec.resources.pool, pool)
-        refusal = executor.refusal(spec)
+        refusal = self.executors.for_spec(spec).refusal(spec)
         if refusal is not None:
             raise PlacementError(f"no run was recorded: {refusal}")
         run, created = self.store.create_run(
@@ -226,42 +209,17 @@ class Controller:
     def _allocate(self, run: RunRecord, spec: JobSpec) -> None:
         """ALLOCATING: one non-blocking step of the run's allocation request (allocation.py)."""
         try:
-            pool = self._pool_of(run, spec)
+            pool = self.executors.record(run.allocation, spec)
             executor = self.executor_of(run)
         except PoolsError as exc:
             self.journal.finish(run, RunState.FAILED, TerminalReason.FAILED_PERMANENT, str(exc))
             return
         self.allocations.advance(run, spec, executor, self.logs.of(run.run_id).events, pool)
 
-    def _pool_of(self, run: RunRecord, spec: JobSpec) -> dict[str, Any]:
-        """The pool the run is placed through, as its allocation records it."""
-        recorded = pool_of_record(run.allocation)
-        if recorded is not None:
-            return pool_record(*recorded)
-        name = spec.resources.pool
-        return pool_record(name, pool_named(self.pools, name, self.pools_source))
-
-    def _pool_executor(self, name: str, pool: Pool) -> Executor:
-        """One executor per pool and settings, kept (the Slurm one caches job states)."""
-        key = f"{name}:{pool.model_dump_json()}"
-        if key not in self._executors:
-            self._executors[key] = make_executor(name, pool)
-        return self._executors[key]
-
     def executor_of(self, run: RunRecord) -> Executor:
-        """The executor that drives `run`: the one given to the constructor, else its recorded
-        pool's (so a Slurm run stays on Slurm whatever this controller's pools file says), else
-        its spec's pool's."""
-        if self._fixed_executor is not None:
-            return self._fixed_executor
-        recorded = pool_of_record(run.allocation)
-        if recorded is not None:
-            return self._pool_executor(*recorded)
-        name = self._spec_of(run).resources.pool
-        pool = self.pools.pools.get(name)
-        # A pool missing from the file fails the run in ALLOCATING (_allocate says why); until
-        # then, and for winding such a run down, nothing of it runs anywhere but here.
-        return self.executor if pool is None else self._pool_executor(name, pool)
+        """The executor that drives `run` (pools.PoolExecutors): a Slurm run stays on Slurm
+        whatever this controller's pools file says."""
+        return self.executors.of_run(run.allocation, self._spec_of(run))
 
     def _launch(self, run: RunRecord, spec: JobSpec) -> Supervision | None:
         """Start the current generation's group once (its pid file marks the launch), or adopt

@@ -183,6 +183,58 @@ def pool_of_record(allocation: dict[str, Any] | None) -> tuple[str, Pool] | None
     )
 
 
+class PoolExecutors:
+    """Which executor drives each run: `fixed` when given (tests), else the pool the run's
+    allocation recorded, else its spec's pool in the pools file. One executor per pool and
+    settings, kept (an executor may cache what its engine said: the Slurm one, job states)."""
+
+    def __init__(
+        self, root: Path, pools_file: Path | None = None, fixed: Executor | None = None
+    ) -> None:
+        self.source = pools_path(root, pools_file)
+        """The pools file in use (None: the built-in pools)."""
+        self.pools = load_pools(self.source)
+        self.fixed = fixed
+        self._made: dict[str, Executor] = {}
+        self.default = fixed or self.of_pool(
+            DEFAULT_POOL, self.pools.pools.get(DEFAULT_POOL, Pool())
+        )
+        """The `default` pool's executor."""
+
+    def of_pool(self, name: str, pool: Pool) -> Executor:
+        key = f"{name}:{pool.model_dump_json()}"
+        if key not in self._made:
+            self._made[key] = make_executor(name, pool)
+        return self._made[key]
+
+    def for_spec(self, spec: JobSpec) -> Executor:
+        """The executor a new run of `spec` would get; PoolsError for a pool not in the file."""
+        name = spec.resources.pool
+        return self.fixed or self.of_pool(name, pool_named(self.pools, name, self.source))
+
+    def record(self, allocation: dict[str, Any] | None, spec: JobSpec) -> dict[str, Any]:
+        """What the run's allocation keeps of its pool (`pool_record`): the one it recorded,
+        else its spec's from the file (PoolsError when the file lacks it)."""
+        recorded = pool_of_record(allocation)
+        if recorded is not None:
+            return pool_record(*recorded)
+        name = spec.resources.pool
+        return pool_record(name, pool_named(self.pools, name, self.source))
+
+    def of_run(self, allocation: dict[str, Any] | None, spec: JobSpec) -> Executor:
+        """The executor that drives a run with this allocation record and spec. A pool missing
+        from the file falls back to the default executor: the allocation step fails such a run
+        (`record` raises), and winding it down finds nothing anywhere else."""
+        if self.fixed is not None:
+            return self.fixed
+        recorded = pool_of_record(allocation)
+        if recorded is not None:
+            return self.of_pool(*recorded)
+        name = spec.resources.pool
+        pool = self.pools.pools.get(name)
+        return self.default if pool is None else self.of_pool(name, pool)
+
+
 def check_placement(spec: JobSpec, pools_file: Path) -> None:
     """PlacementError with the reason when the pool `spec` names can never place it."""
     pools = load_pools(pools_file)

@@ -251,3 +251,24 @@ def test_a_stored_run_whose_pool_is_gone_fails_with_the_pools_it_could_use(tmp_p
     assert failed.state == "FAILED" and failed.terminal_reason == "FAILED_PERMANENT"
     assert "resources.pool='gpu' is not in the built-in pools" in failed.state_detail
     assert later.reconcile(run.run_id)  # winds down: nothing was allocated, nothing to release
+
+
+def test_a_gang_that_lost_a_node_requeues_even_while_the_engine_still_grants_it(tmp_path):
+    """Slurm may not have ended the job yet when the failure is classified: restarting in place
+    would run the next generation on a gang without the node."""
+    engine = ScriptedEngine(script=[answer("granted", hosts=("a", "b"), engine_id="4")])
+    store, controller, run_id = controller_with(tmp_path, engine)
+    passes(controller, run_id, 3)  # STARTING, allocation granted on a, b
+    run = store.get_run(run_id)
+    store.transition(run_id, "RECOVERING", allowed_from=["STARTING"], revoke_generation=True)
+    run = store.get_run(run_id)
+    controller.journal.record(run, "FAILURE_CLASSIFIED", per_step=False, failure_class="node_lost",
+                              lost_hosts=["b"])  # fmt: skip
+    controller.journal.record(run, "RECOVERY_STARTED", per_step=False, action="restart",
+                              reason="node_lost retry 1/3", not_before_unix_s=0)  # fmt: skip
+    assert controller.recovery.restart_if_due(store.get_run(run_id))
+    run = store.get_run(run_id)
+    assert run.state == "QUEUED" and "the allocation lost b: requeue" in run.state_detail
+    assert engine.released == [1]
+    passes(controller, run_id, 2)
+    assert engine.requests[-1] == (2, ("b",))

@@ -70,6 +70,16 @@ def open_recovery(events: list[EventRecord]) -> EventRecord | None:
     return pending
 
 
+def lost_hosts_of(events: list[EventRecord], generation: int) -> list[str]:
+    """The nodes generation `generation`'s classified failure names lost (its evidence's)."""
+    return [
+        str(host)
+        for e in events
+        if e.type == EventType.FAILURE_CLASSIFIED and e.generation == generation
+        for host in e.attributes.get("lost_hosts") or ()
+    ]
+
+
 def skip_ranges(events: list[EventRecord]) -> list[list[int]]:
     ranges = [
         e.attributes["skip_steps"]
@@ -230,9 +240,17 @@ class RecoverySequence:
         reason = str(pending.attributes.get("reason"))
         executor = self.executor_of(run)
         requeue = pending.attributes.get("action") == "requeue"
-        request = (run.allocation or {}).get("request")
-        if not requeue and request is not None:
-            held = executor.allocation_status(Path(run.root), run.run_id, int(request))
+        allocation = run.allocation or {}
+        lost = set(lost_hosts_of(self.logs.of(run.run_id).events, run.generation))
+        if not requeue and lost & set(allocation.get("hosts") or ()):
+            # The engine may not have ended the allocation yet, but a gang missing a node
+            # cannot run this generation again: ask for a new one without it.
+            requeue = True
+            reason = f"{reason}; the allocation lost {', '.join(sorted(lost))}: requeue"
+        elif not requeue and allocation.get("request") is not None:
+            held = executor.allocation_status(
+                Path(run.root), run.run_id, int(allocation["request"])
+            )
             if held.state is not AllocationState.GRANTED:
                 requeue = True
                 reason = f"{reason}; the allocation is gone ({held.reason}): requeue"

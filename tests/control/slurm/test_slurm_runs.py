@@ -284,21 +284,53 @@ def test_sigterm_preemption_saves_at_a_step_boundary_and_requeues(site, referenc
     cluster.wait_queue_empty()
 
 
-def test_cancel_saves_at_a_step_boundary_and_leaves_nothing_queued(site):
+def test_a_lost_rank_restarts_in_the_same_job_and_a_cancel_saves_at_a_step_boundary(site):
     cluster, store = site["cluster"], site["store"]
-    run_id = submit(site, write_spec(site, "cancelled", steps=30))
+    run_id = submit(site, write_spec(site, "cancelled", steps=40))
     controller = controller_process(site, run_id)
     try:
-        wait_for("steps before the cancel", lambda: (store.get_run(run_id).last_step or 0) >= 3)
+        wait_for("steps before the kill", lambda: (store.get_run(run_id).last_step or 0) >= 3)
+        (rank1,) = [
+            e for e in events_of(site, run_id, "WORKER_STARTED")
+            if e.generation == 1 and e.attributes["rank"] == 1
+        ]  # fmt: skip
+        os.kill(rank1.attributes["pid"], signal.SIGKILL)
+        wait_for("the restarted group past its restored step",
+                 lambda: events_of(site, run_id, "RECOVERY_SUCCEEDED"))  # fmt: skip
         request_cancel(store, run_id, "test cancel")
         run = finished(site, run_id)
     finally:
         stop(controller)
+    # Restart in place: a new generation in the job the run already held, no queueing.
+    launched = events_of(site, run_id, "WORKER_GROUP_LAUNCHED")
+    assert [e.generation for e in launched] == [1, 2]
+    assert len({e.attributes["engine_id"] for e in launched}) == 1
+    assert len(events_of(site, run_id, "ALLOCATION_REQUESTED")) == 1
     assert run.state == "CANCELLED" and run.terminal_reason == "USER_CANCELLED"
     step = _stop_step_checkpoint(site, run_id)
-    assert step < 30
+    assert step < 40
     assert events_of(site, run_id, "ALLOCATION_RELEASED")
     cluster.wait_queue_empty()
+
+
+def test_a_request_reaches_slurm_once_whoever_asks(site):
+    """A controller that died between `sbatch` and recording the job id: the next one finds the
+    job by its name instead of submitting a second."""
+    from runwright.control.executors.slurm import SlurmExecutor
+    from runwright.control.pools import load_pools
+
+    pool = load_pools(site["pools"]).pools["cluster"]
+    spec = load_spec(write_spec(site, "twice"))
+    ask = {"spec": spec, "run_id": "twice", "root": site["root"], "request": 1}
+    first = SlurmExecutor("cluster", pool).request_allocation(**ask)
+    run_paths(site["root"], "twice").allocation(1).job_file.unlink()
+    second = SlurmExecutor("cluster", pool).request_allocation(**ask)
+    assert first.engine_id is not None and second.engine_id == first.engine_id
+    named = site["cluster"].client("squeue", "-h", "--states=all", "-n", "rw-twice-r1", "-o", "%i")
+    assert named.split() == [first.engine_id]
+    released = SlurmExecutor("cluster", pool).release_allocation(site["root"], "twice", 1)
+    assert released.state == "released"
+    site["cluster"].wait_queue_empty()
 
 
 def test_a_spec_larger_than_the_cluster_is_refused_at_submit(site):

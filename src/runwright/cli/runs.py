@@ -1,4 +1,7 @@
-"""`runwright submit|status|events|list|controller`: start runs and look at them."""
+"""`runwright submit|status|events|list|controller`: start runs and look at them.
+
+What only some commands need (the controller, the spec loader, compare) is imported inside them,
+so `status`, `list` and `events` start fast (tests/cli/test_startup.py)."""
 
 import difflib
 import subprocess
@@ -18,14 +21,10 @@ from runwright.cli.options import (
     run_id_argument,
 )
 from runwright.cli.render import console, guarded, print_json
-from runwright.control.cancel import request_cancel
-from runwright.control.controller import Controller
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
 from runwright.events import EventType
-from runwright.govern.compare import compare_runs
 from runwright.layout import run_paths
-from runwright.spec import load_spec
 from runwright.store import EventRecord
 
 app = typer.Typer()
@@ -74,6 +73,9 @@ def submit(
     json_out: bool = JsonOption,
 ) -> None:
     """Submit a run and drive it to a terminal state (Ctrl-C cancels it)."""
+    from runwright.control.controller import Controller
+    from runwright.spec import load_spec
+
     spec = load_spec(spec_file)
     resolved, st = open_store(root, store)
     controller = Controller(st, resolved, on_event=_printer(json_out))
@@ -149,6 +151,8 @@ def cancel(
     """Cancel a run: record the intent and fence the workers first, then let them save at the
     next step boundary; the controller kills them after recovery.stop_grace_seconds."""
     _, st = open_store(root, store)
+    from runwright.control.cancel import request_cancel
+
     result = request_cancel(st, run_id, reason)
     if json_out:
         print_json(
@@ -183,6 +187,8 @@ def controller_cmd(
     """Run the controller: reconcile runs from the store (what `submit --detach` starts). A
     restarted controller adopts live worker groups and kills orphans of older generations."""
     resolved, st = open_store(root, store, ride_out_outage=True)
+    from runwright.control.controller import Controller
+
     controller = Controller(st, resolved, on_event=_printer(False))
     if run_id is not None:
         controller.drive(run_id)
@@ -235,11 +241,12 @@ def events(
     seen = 0
 
     def show(batch: list[EventRecord]) -> None:
-        for event in batch:
-            if json_out:
-                sys.stdout.write(event.model_dump_json() + "\n")
-            else:
-                console.print(event_line(event), highlight=False)
+        # One write per batch, not one rich print per event: a long log prints in a blink, and an
+        # attribute holding "[...]" is printed as it is, never read as rich markup.
+        render = (lambda e: e.model_dump_json()) if json_out else event_line
+        if batch:
+            sys.stdout.write("".join(render(event) + "\n" for event in batch))
+            sys.stdout.flush()
 
     quiet_polls = 0
     while True:
@@ -306,6 +313,8 @@ def compare(
     """Prove recovery equivalence: final parameters bit-identical, consumed-sample ledgers
     identical, loss curves identical after the restored step. Exit 1 when they differ."""
     _, st = open_store(root, store)
+    from runwright.govern.compare import compare_runs
+
     result = compare_runs(st, run_a, run_b)
     if json_out:
         print_json(result.model_dump(mode="json"))

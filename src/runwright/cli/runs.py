@@ -15,12 +15,13 @@ from rich.table import Table
 from runwright.cli.options import (
     JsonOption,
     RootOption,
+    SetOption,
     StoreOption,
     bounded_text,
     open_store,
     run_id_argument,
 )
-from runwright.cli.render import console, guarded, print_json
+from runwright.cli.render import console, guarded, print_json, print_unclipped
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
 from runwright.events import EventType
@@ -68,17 +69,23 @@ def submit(
         callback=bounded_text("--idempotency-key", MAX_KEY_CHARS),
     ),
     detach: bool = typer.Option(False, "--detach", help="Run the controller in the background."),
+    overrides: list[str] = SetOption,
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
 ) -> None:
-    """Submit a run and drive it to a terminal state (Ctrl-C cancels it)."""
+    """Submit a run and drive it to a terminal state (Ctrl-C cancels it).
+
+    Prints the events a person reads (state changes, checkpoints, failures, recoveries) and one
+    progress line for the steps, with the loss and an ETA."""
+    from runwright.cli.progress import SubmitProgress
     from runwright.control.controller import Controller
     from runwright.spec import load_spec
 
-    spec = load_spec(spec_file)
+    spec = load_spec(spec_file, overrides)
     resolved, st = open_store(root, store)
-    controller = Controller(st, resolved, on_event=_printer(json_out))
+    progress = SubmitProgress(console, spec.plan.total_steps.value)
+    controller = Controller(st, resolved, on_event=None if json_out else progress.on_event)
     run, created = controller.submit(spec, spec_file.resolve().parent, idempotency_key)
     if not created:
         if json_out:
@@ -125,7 +132,8 @@ def submit(
         return
     if not json_out:
         console.print(f"run {run.run_id} (spec {spec.spec_hash[:12]})")
-    final = controller.drive(run.run_id)
+    with progress:
+        final = controller.drive(run.run_id)
     if json_out:
         print_json(run_summary(st, final.run_id))
     else:
@@ -287,7 +295,7 @@ def list_runs(
         return
     table = Table(title="runs")
     for col in ("run id", "name", "state", "reason", "gen", "step", "created"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     for r in runs:
         table.add_row(
             r.run_id,
@@ -298,7 +306,9 @@ def list_runs(
             "" if r.last_step is None else str(r.last_step),
             time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_unix_s)),
         )
-    console.print(table)
+    # The id is what every other command takes: never cut a cell, however narrow the terminal
+    # (which wraps the long lines instead, as it does `docker ps`).
+    print_unclipped(table)
 
 
 @app.command()

@@ -5,11 +5,10 @@ by default, or a fence the runtime provides. Never imports store/, control/, cli
 
 Every name below is imported on first use (PEP 562): the checkpoint engine needs torch, and
 what only reads the fence or a manifest (the CLI, `runwright status`, the store) must not pay
-for it.
+for it (runwright/lazy.py).
 """
 
-import importlib
-from typing import Any
+from runwright.lazy import lazy_exports
 
 _HOME = {
     "BackgroundSaveError": "errors",
@@ -64,14 +63,4 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOME.get(name)
-    if home is None:
-        raise AttributeError(f"module 'runwright.ckpt' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"runwright.ckpt.{home}"), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_HOME})
+__getattr__, __dir__ = lazy_exports(__name__, _HOME)

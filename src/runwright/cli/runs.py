@@ -80,9 +80,11 @@ def submit(
     progress line for the steps, with the loss and an ETA."""
     from runwright.cli.progress import SubmitProgress
     from runwright.control.controller import Controller
+    from runwright.govern.preflight import require_preflight
     from runwright.spec import load_spec
 
     spec = load_spec(spec_file, overrides)
+    require_preflight(spec, spec_file)
     resolved, st = open_store(root, store)
     progress = SubmitProgress(console, spec.plan.total_steps.value)
     controller = Controller(st, resolved, on_event=None if json_out else progress.on_event)

@@ -23,20 +23,27 @@ def validate(
     overrides: list[str] = SetOption,
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Check a spec; exit 2 with one line per problem if it is invalid."""
+    """Check a spec; exit 2 with one line per problem if it is invalid.
+
+    Also checks it against the dataset it names (model vocabulary against the tokenizer, dataset
+    and tokenizer hashes, mixture sources), as `submit` does."""
+    from runwright.govern.preflight import require_preflight
+
     spec = load_spec(file, overrides)
+    preflight = require_preflight(spec, file)
+    notes = [*spec.plan.notes, *preflight.not_checked]
     if json_out:
         print_json(
             {
                 "valid": True,
                 "name": spec.name,
                 "spec_hash": spec.spec_hash,
-                "notes": spec.plan.notes,
+                "notes": notes,
             }
         )
         return
     console.print(f"[green]valid[/] {file} (name {spec.name}, hash {spec.spec_hash[:16]})")
-    for note in spec.plan.notes:
+    for note in notes:
         console.print(f"[yellow]note:[/] {note}")
 
 

@@ -53,12 +53,14 @@ class Ingestor:
     def poll(
         self,
         on_message: Callable[[ChannelMessage, Outcome | None], None] | None = None,
+        until: float | None = None,
     ) -> int:
         """Ingest new messages, `BATCH_MESSAGES` per store transaction; returns how many there
         were. `on_message(message, outcome)` sees every message once its batch is stored, with
-        the event's outcome (None for a heartbeat)."""
+        the event's outcome (None for a heartbeat). Past `until` (time.monotonic()) the rest
+        stays in the channel for the next poll."""
         count = 0
-        for batch in self.reader.poll_batches(BATCH_MESSAGES):
+        for batch in self.reader.poll_batches(BATCH_MESSAGES, until=until):
             outcomes = self._ingest(batch)
             count += len(batch)
             if on_message is not None:

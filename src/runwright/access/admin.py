@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from runwright.access.base import AccessBase
-from runwright.access.roles import Permission, Role
+from runwright.access.roles import AccessDenied, Permission, Role
 from runwright.errors import NotFoundError, RunwrightError
 from runwright.store.identity import ApiToken
 
@@ -155,7 +155,7 @@ class AdminActions(AccessBase):
         audit = self.audit("project.create", project=name[:100], target=f"project:{name[:100]}")
         if not self.actor.site_admin:
             raise self.refuse(
-                RunwrightError(f"{self.actor.name} is not a site admin; only one creates projects"),
+                AccessDenied(f"{self.actor.name} is not a site admin; only one creates projects"),
                 audit.action,
                 project=audit.project,
                 target=audit.target,

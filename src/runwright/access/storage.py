@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from runwright.access.base import AccessBase
-from runwright.access.roles import Permission
+from runwright.access.roles import AccessDenied, Permission
 from runwright.errors import NotFoundError, RunwrightError
 from runwright.layout import dataset_dir, datasets_dir, validate_run_id
 
@@ -77,7 +77,7 @@ class StorageActions(AccessBase):
         audit = self.audit("dataset.grant", project=project, target=f"dataset:{dataset_id[:64]}")
         if not self.actor.site_admin:
             raise self.refuse(
-                RunwrightError(
+                AccessDenied(
                     f"{self.actor.name} is not a site admin; only a site admin grants datasets"
                 ),
                 audit.action,

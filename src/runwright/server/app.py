@@ -51,7 +51,8 @@ def status_of(exc: Exception) -> int:
 
 class BodyLimit:
     """Refuse a body over `limit` bytes with 413 before the app reads it: by Content-Length when
-    given, else by counting the chunks as they arrive (a chunked upload)."""
+    given, else (a chunked upload) by reading it here, at most `limit` bytes, and handing the app
+    what was read."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -61,26 +62,41 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._refuse(scope, send)
+        headers = dict(scope.get("headers") or [])
+        declared = headers.get(b"content-length")
+        if declared is not None:
+            if not declared.isdigit() or int(declared) > self.limit:
+                await self._refuse(send)
+                return
+            await self.app(scope, receive, send)
             return
-        seen = 0
-
-        async def counted() -> Message:
-            nonlocal seen
+        if b"chunked" not in headers.get(b"transfer-encoding", b""):
+            await self.app(scope, receive, send)
+            return
+        chunks, size = [], 0
+        while True:
             message = await receive()
-            seen += len(message.get("body", b""))
-            if seen > self.limit:
-                raise _TooLarge
-            return message
+            if message["type"] != "http.request":
+                break
+            size += len(message.get("body", b""))
+            if size > self.limit:
+                await self._refuse(send)
+                return
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body"):
+                break
+        replayed = False
 
-        try:
-            await self.app(scope, counted, send)
-        except _TooLarge:
-            await self._refuse(scope, send)
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
 
-    async def _refuse(self, scope: Scope, send: Send) -> None:
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, send: Send) -> None:
         body = json.dumps(
             {
                 "error": f"the request body is over {self.limit:,} bytes; a spec is at most 8 MiB",
@@ -96,10 +112,6 @@ class BodyLimit:
             }
         )
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def _describe(errors: list[dict[str, Any]]) -> str:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 
 from runwright.cli.main import app
 from runwright.events import EventType
+
 from .conftest import running_server
 
 pytestmark = pytest.mark.integration
@@ -84,9 +85,7 @@ def test_a_run_through_the_server_with_the_remote_cli(any_store_url, tmp_path):
 
         # The audit log holds the submit with its actor; the run's project sees nothing else.
         audit = admin.get("/v1/audit", params={"project": "alpha", "action": "run.submit"}).json()
-        assert [(a["actor"], a["target"], a["outcome"]) for a in audit] == [
-            ("sam", run_id, "ok")
-        ]
+        assert [(a["actor"], a["target"], a["outcome"]) for a in audit] == [("sam", run_id, "ok")]
         assert admin.get(f"/v1/runs/{run_id}").status_code == 404  # admin's token: project default
 
 

@@ -78,8 +78,12 @@ def test_malformed_requests_get_a_4xx_json_error_and_change_nothing(
     assert after["tables"] == before["tables"], "a malformed request changed the store"
     store = server.store()
     with store.engine.connect() as conn:
-        outcomes = conn.exec_driver_sql(
-            "SELECT outcome FROM audit_log WHERE seq > ?", (before["audit_seq"],)
-        ).scalars().all()
+        outcomes = (
+            conn.exec_driver_sql(
+                "SELECT outcome FROM audit_log WHERE seq > ?", (before["audit_seq"],)
+            )
+            .scalars()
+            .all()
+        )
     store.close()
     assert "ok" not in outcomes, "an audit record says a malformed request did something"

@@ -29,10 +29,10 @@ def authenticate(store: Store, token: str | None, request_id: str | None = None)
         )
     if token_id_of(token) is None:
         raise Refusal("the API token is malformed: a token starts with `rwt_`")
-    identity = Identity(store)
-    record = identity.authenticate(token)
-    if record is None:
+    found = Identity(store).credentials(token)
+    if found is None:
         raise Refusal("the API token is not known: make one with `runwright token create`")
+    record, site_admin, member = found
     claimed = f"{record.principal} (token {record.token_id})"
     if record.revoked_unix_s is not None:
         raise Refusal(f"API token {record.token_id} was revoked by {record.revoked_by}", claimed)
@@ -41,8 +41,6 @@ def authenticate(store: Store, token: str | None, request_id: str | None = None)
             f"API token {record.token_id} expired; make a new one with `runwright token create`",
             claimed,
         )
-    principal = identity.principal(record.principal)
-    member = identity.role(record.project, record.principal)
     role = Role.parse(member) if member else None
     if role is not None and record.role_cap is not None:
         role = min(role, Role.parse(record.role_cap))
@@ -51,7 +49,7 @@ def authenticate(store: Store, token: str | None, request_id: str | None = None)
         via="api",
         project=record.project,
         role=role,
-        site_admin=bool(principal and principal.site_admin),
+        site_admin=site_admin,
         token_id=record.token_id,
         request_id=request_id,
     )

@@ -46,8 +46,11 @@ async def event_stream(
             break
         if len(batch) == BATCH:
             continue  # more waiting: read on without sleeping
-        state = await run_in_threadpool(access.run_state, run_id)
-        quiet = quiet + 1 if state in TERMINAL and not batch else 0
+        if batch:
+            quiet = 0
+        else:  # the run's state matters only once its log has gone quiet
+            state = await run_in_threadpool(access.run_state, run_id)
+            quiet = quiet + 1 if state in TERMINAL else 0
         if quiet >= 2:
             break
         if time.monotonic() - last_sent > KEEPALIVE_SECONDS:

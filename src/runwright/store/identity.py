@@ -83,21 +83,6 @@ _TOKEN_VIEW = sa.select(*[c for c in api_tokens.c if c.name != "secret_sha256"])
 """A token row without its digest: what every read but authentication sees."""
 
 
-class Principal(Record):
-    """A user or a service account."""
-
-    name: str
-    """Plain name, unique."""
-    kind: str
-    """`user` or `service`."""
-    site_admin: bool
-    """May manage every project, principal and token, and read the whole audit log."""
-    created_unix_s: float
-    """When it was created."""
-    created_by: str
-    """Who created it."""
-
-
 class Member(Record):
     """A principal's role in a project."""
 
@@ -167,16 +152,6 @@ class Identity:
 
     # -- reads --------------------------------------------------------------------------------
 
-    def principal(self, name: str) -> Principal | None:
-        return self._one(principals.select().where(principals.c.name == name), Principal)
-
-    def project_exists(self, name: str) -> bool:
-        with self._engine.connect() as conn:
-            return (
-                conn.execute(sa.select(projects.c.name).where(projects.c.name == name)).first()
-                is not None
-            )
-
     def projects(self) -> list[str]:
         with self._engine.connect() as conn:
             return list(
@@ -209,19 +184,33 @@ class Identity:
         with self._engine.connect() as conn:
             return [ApiToken.model_validate(r._asdict()) for r in conn.execute(query)]
 
-    def authenticate(self, token: str) -> ApiToken | None:
-        """The stored token `token` is, whatever its state (the caller judges expiry and
-        revocation, to say which it was); None when no such token exists."""
+    def credentials(self, token: str) -> tuple[ApiToken, bool, str | None] | None:
+        """(the stored token, whether its principal is a site admin, the principal's role in
+        the token's project now) in one query, for a request's authentication; None when no
+        such token exists. Expiry and revocation are the caller's to judge."""
         token_id = token_id_of(token)
         if token_id is None:
             return None
+        query = (
+            sa.select(api_tokens, principals.c.site_admin, project_members.c.role)
+            .join(principals, principals.c.name == api_tokens.c.principal)
+            .outerjoin(
+                project_members,
+                sa.and_(
+                    project_members.c.project == api_tokens.c.project,
+                    project_members.c.principal == api_tokens.c.principal,
+                ),
+            )
+            .where(api_tokens.c.token_id == token_id)
+        )
         with self._engine.connect() as conn:
-            row = conn.execute(api_tokens.select().where(api_tokens.c.token_id == token_id)).first()
+            row = conn.execute(query).first()
         if row is None or not hmac.compare_digest(row.secret_sha256, token_digest(token)):
             return None
-        return ApiToken.model_validate(
-            {k: v for k, v in row._asdict().items() if k != "secret_sha256"}
-        )
+        fields = row._asdict()
+        site_admin, role = bool(fields.pop("site_admin")), fields.pop("role")
+        fields.pop("secret_sha256")
+        return ApiToken.model_validate(fields), site_admin, role
 
     def datasets(self, project: str) -> list[str]:
         with self._engine.connect() as conn:

@@ -114,7 +114,7 @@ def storage_options(location: str) -> dict[str, Any]:
                 "mode": "standard",
                 "max_attempts": int(_env_number(MAX_ATTEMPTS_ENV, MAX_ATTEMPTS, integer=True)),
             },
-        }
+        },
     }
 
 

@@ -15,8 +15,6 @@ learns the other's file names. It imports nothing of runwright, so every layer m
   spec.json                              the submitted spec, canonical JSON
   controller.log                         the detached controller's output (submit --detach)
   checkpoints/                           checkpoint root: fence files, staging/, <step>-<ckpt_id>/
-                                         (unless the spec's checkpoint.location puts it at
-                                         `<location>/<run_id>`: `checkpoint_root`)
   channel/gen<G>-rank<R>.jsonl           worker -> controller messages, one file per rank
   control/stop-gen<G>.json               controller -> workers: stop generation G
   timeline/gen<G>-rank<R>.jsonl          per-step phase times, one file per rank
@@ -32,8 +30,10 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 ```
 
 `<G>` and `<R>` are zero-padded to five digits (`gen00003-rank00001`), so names sort in order.
-Inside `checkpoints/` the layout belongs to the checkpoint protocol (`runwright.ckpt`), which
-works on any checkpoint root, under a run or not.
+A spec's `checkpoint.location` moves a run's checkpoint root out of its folder, to
+`<location>/<run_id>` (a folder or `s3://bucket/prefix/<run_id>`): `checkpoint_root` is the one
+resolution. Inside the checkpoint root the layout belongs to the checkpoint protocol
+(`runwright.ckpt`), which works on any checkpoint root, under a run or not.
 """
 
 import os

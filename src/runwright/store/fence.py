@@ -13,11 +13,19 @@ it, kept in step here and only here:
   database: safe (the old writers are already fenced) and repaired by the next bump, since the
   fence never goes down.
 - `published_latest` is what `CheckpointCatalog.latest` answers "which checkpoint is latest" from.
+
+A fence on an object store that cannot be reached (after runwright.remote's bounded retries) is
+part of the store being unavailable: `raise_fence` and `fence_generation` raise
+`StoreUnavailableError` for it, so the transaction rolls back and the controller rides the outage
+out and retries, as it does for a database that is down, instead of stopping mid-transition.
 """
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runwright.errors import StoreUnavailableError
 from runwright.layout import checkpoint_location, checkpoint_root, run_paths
 
 if TYPE_CHECKING:
@@ -39,14 +47,33 @@ def _fence(run: "RunRecord") -> "GenerationFence":
     return open_fence(run_checkpoint_root(run))
 
 
+@contextlib.contextmanager
+def _remote_outage(run: "RunRecord") -> Iterator[None]:
+    """An object-store fence that cannot be reached is an outage (module doc); a local fence's
+    failure (a full volume) is reported as it is."""
+    from runwright.ckpt.errors import CheckpointStorageError
+
+    root = run_checkpoint_root(run)
+    try:
+        yield
+    except CheckpointStorageError as exc:
+        if "://" not in root or root.startswith("file://"):
+            raise
+        raise StoreUnavailableError(
+            f"the checkpoint fence of run {run.run_id} cannot be reached: {exc}"
+        ) from exc
+
+
 def raise_fence(run: "RunRecord", generation: int) -> int:
     """Raise the run's checkpoint fence to `generation` (never lowers it); returns its value."""
-    return _fence(run).raise_to(generation)
+    with _remote_outage(run):
+        return _fence(run).raise_to(generation)
 
 
 def fence_generation(run: "RunRecord") -> int:
     """The generation the run's checkpoint fence accepts publishes from."""
-    return _fence(run).current_generation()
+    with _remote_outage(run):
+        return _fence(run).current_generation()
 
 
 def published_latest(run: "RunRecord") -> "tuple[LatestPointer, float] | None":

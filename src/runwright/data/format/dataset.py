@@ -115,13 +115,10 @@ def _remote_read(url: str, what: str) -> Iterator[None]:
         ) from exc
 
 
-def _publish_local(final: Path, data: bytes | None = None, tmp: Path | None = None) -> None:
-    """Publish a cache file atomically: `data` written to a temporary name of this process (or
-    `tmp`, already filled), then renamed over `final`."""
-    if tmp is None:
-        tmp = final.with_name(f".{final.name}.partial-{os.getpid()}")
-        tmp.write_bytes(data or b"")
-    tmp.replace(final)
+def _partial(final: Path) -> Path:
+    """This process's temporary name for a cache file: the ranks of one node fill the same cache
+    at once, and each renames its own whole, verified copy into place."""
+    return final.with_name(f".{final.name}.partial-{os.getpid()}")
 
 
 def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> Path:
@@ -158,8 +155,7 @@ def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> P
         final = member(local, name)
         if final.exists():
             continue
-        # this process's own temporary name: ranks of one node fill the same cache at once
-        tmp = member(local, f".{name}.partial-{os.getpid()}")
+        tmp = _partial(final)
         try:
             with _remote_read(f"{text}/{name}", "dataset file"):
                 fs.get_file(f"{base}/{name}", str(tmp))
@@ -174,9 +170,11 @@ def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> P
             raise ShardCorruptError(
                 f"{text}/{name} does not match its manifest digest; the remote copy is corrupt"
             )
-        _publish_local(final, tmp=tmp)
+        tmp.replace(final)
     # last: a cache folder with a manifest is complete (every file above is published)
-    _publish_local(local / MANIFEST_FILE, raw)
+    tmp = _partial(local / MANIFEST_FILE)
+    tmp.write_bytes(raw)
+    tmp.replace(local / MANIFEST_FILE)
     return local
 
 

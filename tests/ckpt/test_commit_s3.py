@@ -54,6 +54,9 @@ def test_save_list_verify_restore_on_s3(s3_bucket, mode):
     verified = [c.checkpoint_id for c in report.checkpoints]
     assert verified == [row.checkpoint_id for row in found.committed]
 
+    collected = inv.collect(root, min_age_seconds=0.0, max_entries=64)
+    assert collected.removed == {} and collected.failed == {}, "a clean root has no residue"
+
     fresh = make_state(seed=99, steps=0)
     restored = saver(root).restore(fresh)
     assert restored is not None and restored.step == 3

@@ -81,7 +81,9 @@ class ObjectFence:
     `CheckpointStorageError`; an unreadable `FENCE.json` raises `CheckpointRootError` naming it
     and the fix."""
 
-    def __init__(self, checkpoint_root: str, *, cas_deadline_seconds: float = CAS_DEADLINE_SECONDS):
+    def __init__(
+        self, checkpoint_root: str, *, cas_deadline_seconds: float = CAS_DEADLINE_SECONDS
+    ) -> None:
         if scheme_of(checkpoint_root) != "s3":
             raise CheckpointError(
                 f"ObjectFence needs an s3:// checkpoint root, got {checkpoint_root}; a local "

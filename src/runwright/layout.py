@@ -30,14 +30,18 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 ```
 
 `<G>` and `<R>` are zero-padded to five digits (`gen00003-rank00001`), so names sort in order.
-Inside `checkpoints/` the layout belongs to the checkpoint protocol (`runwright.ckpt`), which
-works on any checkpoint root, under a run or not.
+A spec's `checkpoint.location` moves a run's checkpoint root out of its folder, to
+`<location>/<run_id>` (a folder or `s3://bucket/prefix/<run_id>`): `checkpoint_root` is the one
+resolution. Inside the checkpoint root the layout belongs to the checkpoint protocol
+(`runwright.ckpt`), which works on any checkpoint root, under a run or not.
 """
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT_ENV = "RUNWRIGHT_ROOT"
 DEFAULT_ROOT = ".runwright"
@@ -147,8 +151,13 @@ class RunPaths:
 
     @property
     def checkpoints(self) -> Path:
-        """The run's checkpoint root (its LocalFence and every checkpoint folder)."""
+        """The default checkpoint root, inside the run folder. Find a run's checkpoint root with
+        `checkpoint_root`, which honours the spec's `checkpoint.location`."""
         return self.folder / "checkpoints"
+
+    @property
+    def run_id(self) -> str:
+        return self.folder.name
 
     @property
     def channel(self) -> Path:
@@ -199,6 +208,26 @@ class RunPaths:
     def final_parameters(self) -> Path:
         """The parameter digests of a run that reached its last step (the context's close)."""
         return self.folder / "final_parameters.json"
+
+
+def checkpoint_location(spec: Mapping[str, Any] | None) -> str | None:
+    """`checkpoint.location` of a spec in its canonical (JSON) form, as the store keeps it and
+    `spec.json` holds it; None when the spec has none."""
+    section = (spec or {}).get("checkpoint") or {}
+    location = section.get("location") if isinstance(section, Mapping) else None
+    return str(location) if location else None
+
+
+def checkpoint_root(paths: RunPaths, location: str | None) -> str:
+    """The run's checkpoint root: `<location>/<run_id>` (a folder or a URL such as
+    `s3://bucket/prefix/<run_id>`) when the spec sets `checkpoint.location`, else
+    `<run folder>/checkpoints`. The one resolution: the controller, the workers, the store's
+    fence and catalog, the CLI and the report all call it, so they agree on where a run's
+    checkpoints are."""
+    if not location:
+        return str(paths.checkpoints)
+    base = location if location == "/" else location.rstrip("/")
+    return f"{base.rstrip('/')}/{paths.run_id}"
 
 
 RUN_ID_MAX_CHARS = 200

@@ -44,8 +44,10 @@ PATTERNS: list[tuple[FailureClass, re.Pattern[str]]] = [
     (
         FailureClass.STORAGE,
         re.compile(
-            r"CheckpointStorageError|BackgroundSaveError|No space left|Errno 28|Errno 5\]|"
-            r"Read-only file system|Stale file handle",
+            # RemoteStorageError / DataStorageError: an object store still failing after the
+            # bounded retries of runwright.remote (checkpoints, the fence, datasets).
+            r"CheckpointStorageError|BackgroundSaveError|RemoteStorageError|DataStorageError|"
+            r"No space left|Errno 28|Errno 5\]|Read-only file system|Stale file handle",
             re.I,
         ),
     ),

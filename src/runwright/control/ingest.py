@@ -18,15 +18,17 @@ second attempt from storing any of it twice.
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from runwright.ckpt import CheckpointError, LocalFence
-from runwright.ckpt.manifest import COMMIT_FILE, MANIFEST_FILE, CheckpointManifest, CommitRecord
+from runwright.ckpt import CheckpointError
+from runwright.ckpt.catalog import CommittedCheckpoint, read_committed
+from runwright.ckpt.fence import open_fence
+from runwright.ckpt.storage import CheckpointStorage
 from runwright.control.channel import ChannelReader
 from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.protocol import HEARTBEAT, ChannelMessage
 from runwright.store import NewEvent, Outcome, RunRecord, Store
+from runwright.store.fence import run_checkpoint_root
 
 BATCH_MESSAGES = 500
 """Channel messages per store transaction. One commit (an fsync on SQLite) costs milliseconds
@@ -41,6 +43,8 @@ class Ingestor:
         self.store = store
         self.run_id = run.run_id
         self.paths = run_paths(Path(run.root), run.run_id)
+        self.checkpoint_root = run_checkpoint_root(run)
+        """The run's checkpoint root, folder or URL (`layout.checkpoint_root`)."""
         self.reader = ChannelReader(self.paths.channel)
         self.last_step = run.last_step or 0
         self._beats: dict[int, float] = {}
@@ -109,7 +113,7 @@ class Ingestor:
         a commit it names that no event reported (the writer was lost between its publish and
         its report) is recorded now, by the controller, with the commit's own facts."""
         try:
-            latest = LocalFence(self.paths.checkpoints).latest()
+            latest = open_fence(self.checkpoint_root).latest()
         except (CheckpointError, OSError):
             return  # nothing published, or a root restore will report on
         if latest is None:
@@ -177,8 +181,8 @@ class Ingestor:
             elif message.type == EventType.CHECKPOINT_COMMITTED and message.checkpoint_id:
                 self._committed(message)
             elif message.type == EventType.CHECKPOINT_DELETED and message.attributes.get("folder"):
-                folder = self.paths.checkpoints / str(message.attributes["folder"])
-                self.store.checkpoints.mark_deleted(self.run_id, str(folder))
+                folder = f"{self.checkpoint_root}/{message.attributes['folder']}"
+                self.store.checkpoints.mark_deleted(self.run_id, folder)
         for generation, step in sorted(highest.items()):
             if step > self.last_step:
                 self.store.fenced_update(self.run_id, generation, last_step=step)
@@ -186,14 +190,16 @@ class Ingestor:
 
     def _committed(self, message: ChannelMessage) -> None:
         """A stored CHECKPOINT_COMMITTED: its catalog row and the data cursor it carries."""
-        folder = self.paths.checkpoints / str(message.attributes.get("folder") or "")
+        name = str(message.attributes.get("folder") or "")
+        committed = self._read_committed(name)
         self.store.checkpoints.record_committed(
             run_id=self.run_id,
             checkpoint_id=str(message.checkpoint_id),
             step=int(message.step or 0),
             generation=message.generation,
-            path=str(folder),
-            manifest_sha256=_manifest_sha256(folder),
+            path=f"{self.checkpoint_root}/{name}",
+            # The commit record binds the checkpoint to one manifest; the store keeps that hash.
+            manifest_sha256=committed.record.manifest_sha256 if committed else "",
             attributes={
                 k: v
                 for k, v in message.attributes.items()
@@ -202,24 +208,17 @@ class Ingestor:
         )
         # The run record alone says where the run can resume (ARCHITECTURE.md): the committed
         # data cursor travels with every commit, fenced like the step.
-        cursor = _data_cursor(folder)
+        cursor = committed.manifest.data_cursor if committed else None
         if cursor is not None:
             self.store.fenced_update(self.run_id, message.generation, data_cursor=cursor)
 
-
-def _data_cursor(folder: Path) -> dict[str, Any] | None:
-    """The data cursor a committed checkpoint's manifest recorded, if it has one."""
-    try:
-        return CheckpointManifest.model_validate_json(
-            (folder / MANIFEST_FILE).read_bytes()
-        ).data_cursor
-    except (OSError, ValueError):
-        return None
-
-
-def _manifest_sha256(folder: Path) -> str:
-    """The commit record binds the checkpoint to one manifest; the store keeps that hash."""
-    try:
-        return CommitRecord.model_validate_json((folder / COMMIT_FILE).read_bytes()).manifest_sha256
-    except (OSError, ValueError):
-        return ""
+    def _read_committed(self, folder: str) -> CommittedCheckpoint | None:
+        """The committed checkpoint in `folder` of the run's checkpoint root (local or on an
+        object store), or None when it cannot be read (restore will report on it)."""
+        if not folder:
+            return None
+        try:
+            found = read_committed(CheckpointStorage(self.checkpoint_root), folder)
+        except (OSError, CheckpointError):
+            return None
+        return found if isinstance(found, CommittedCheckpoint) else None

@@ -14,7 +14,8 @@ interpreter with the server.
 
 Figures (JSON, benchmarks/results/server.json):
   status_latency_ms   p50 / p99 / max of the status requests (request sent -> body read)
-  requests_per_second status requests answered per wall second, all pollers together
+  requests_per_second status requests answered (200) per wall second, all pollers together
+  status_errors       answers other than 200, by status (503: the store was busy past its timeout)
   event_lag_ms        p50 / p99 of (received by a follower - the event's own time), STEP_HEALTHY
   step_seconds        median step time of each run, from its STEP_HEALTHY events' times (rank 0)
   step_time_ratio     loaded / unloaded median step time: the server must not slow training
@@ -23,6 +24,7 @@ Figures (JSON, benchmarks/results/server.json):
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import socket
@@ -76,13 +78,14 @@ def _wait(client: httpx.Client, run_id: str, states: set[str], timeout: float) -
 def _step_seconds(client: httpx.Client, run_id: str) -> float:
     events = client.get(f"/v1/runs/{run_id}/events", params={"type": "STEP_HEALTHY"}).json()
     times = sorted(e["time_unix_s"] for e in events if e["attributes"].get("rank", 0) == 0)
-    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
     return statistics.median(gaps)
 
 
 async def _load(url: str, token: str, run_id: str, clients: int, stop_file: Path) -> dict:
     latencies: list[float] = []
     lags: list[float] = []
+    errors: dict[str, int] = {}
     headers = {"Authorization": f"Bearer {token}"}
     limits = httpx.Limits(max_connections=clients + 4)
     async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=60) as ac:
@@ -91,8 +94,11 @@ async def _load(url: str, token: str, run_id: str, clients: int, stop_file: Path
             while not stop_file.exists():
                 start = time.perf_counter()
                 response = await ac.get(f"/v1/runs/{run_id}")
-                response.raise_for_status()
-                latencies.append((time.perf_counter() - start) * 1000)
+                await response.aread()
+                if response.status_code == 200:
+                    latencies.append((time.perf_counter() - start) * 1000)
+                else:
+                    errors[str(response.status_code)] = errors.get(str(response.status_code), 0) + 1
 
         async def follow() -> None:
             params = {"follow": "true", "type": "STEP_HEALTHY"}
@@ -108,7 +114,7 @@ async def _load(url: str, token: str, run_id: str, clients: int, stop_file: Path
         tasks = [poll() if i % 2 == 0 else follow() for i in range(clients)]
         await asyncio.gather(*tasks, return_exceptions=False)
         wall = time.monotonic() - started
-    return {"latencies": latencies, "lags": lags, "wall_seconds": wall}
+    return {"latencies": latencies, "lags": lags, "wall_seconds": wall, "errors": errors}
 
 
 def _inner(args: argparse.Namespace) -> None:
@@ -193,6 +199,7 @@ def main() -> None:
                     "requests": len(lat),
                 }
                 results["requests_per_second"] = len(lat) / found["wall_seconds"]
+                results["status_errors"] = found["errors"]
                 results["event_lag_ms"] = {"p50": _pct(lags, 0.5), "p99": _pct(lags, 0.99),
                                            "events": len(lags)}  # fmt: skip
             results.setdefault("step_seconds", {})[phase] = _step_seconds(client, run_id)

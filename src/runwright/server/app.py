@@ -148,6 +148,7 @@ def create_app(
             if running is not None:
                 running.stop()
             app.state.store.close()
+            app.state.read_store.close()
 
     app = FastAPI(
         lifespan=lifespan,
@@ -158,6 +159,9 @@ def create_app(
         "`Authorization: Bearer <token>`.",
     )
     app.state.store = Store(store_url)
+    # GETs read through a second store whose SQLite transactions never take the write lock,
+    # so pollers and followers neither queue behind each other nor behind the controller.
+    app.state.read_store = Store(store_url, read_only=True)
     app.state.root = root
 
     @app.middleware("http")
@@ -188,7 +192,7 @@ def create_app(
     @app.get("/health", tags=["health"])
     def health() -> dict[str, Any]:
         """Liveness (no token needed): the server answers and reaches its store."""
-        app.state.store.list_runs(limit=1)
+        app.state.read_store.list_runs(limit=1)
         return {"ok": True, "version": __version__}
 
     app.include_router(runs.router)

@@ -13,8 +13,11 @@ from runwright.store.audit import AuditLog, NewAudit
 bearer = HTTPBearer(auto_error=False, description="An API token: `runwright token create`.")
 
 
-def _access(request: Request, credentials: HTTPAuthorizationCredentials | None) -> Access:
-    store = request.app.state.store
+def _access(
+    request: Request, credentials: HTTPAuthorizationCredentials | None, *, writes: bool
+) -> Access:
+    state = request.app.state
+    store = state.store if writes else state.read_store
     token = credentials.credentials if credentials is not None else None
     actor = authenticate(store, token, request.state.request_id)
     return Access(store, request.app.state.root, actor)
@@ -23,7 +26,7 @@ def _access(request: Request, credentials: HTTPAuthorizationCredentials | None) 
 def reader(
     request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
 ) -> Access:
-    return _access(request, credentials)
+    return _access(request, credentials, writes=False)
 
 
 def acting(action: str, target_param: str | None = None) -> Callable[..., Access]:
@@ -34,7 +37,7 @@ def acting(action: str, target_param: str | None = None) -> Callable[..., Access
         request: Request, credentials: HTTPAuthorizationCredentials | None = Depends(bearer)
     ) -> Access:
         try:
-            return _access(request, credentials)
+            return _access(request, credentials, writes=True)
         except Refusal as exc:
             target = request.path_params.get(target_param) if target_param else None
             AuditLog(request.app.state.store.engine).append(

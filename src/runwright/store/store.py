@@ -39,9 +39,11 @@ CONTROLLER_FIELDS = FENCED_FIELDS | {"allocation", "rank_manifest", "state_detai
 class Store:
     """One store, SQLite or PostgreSQL; safe to share between threads and processes."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        """`read_only`: this Store is only read through (a server's GETs): on SQLite its
+        transactions never wait for the write lock; a write through it may fail as busy."""
         self.url = url
-        self.engine = create_engine(url)
+        self.engine = create_engine(url, read_only)
         try:
             migrate(self.engine)
         except BaseException:

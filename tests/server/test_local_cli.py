@@ -39,6 +39,7 @@ def test_local_cancel_is_audited_and_the_report_names_the_actor(tmp_path):
     written = json.loads((tmp_path / "runs" / "run-1" / "report" / "report.json").read_text())
     [cancel] = [i for i in written["interventions"] if i["kind"] == "cancel"]
     assert cancel["actor"] == me and "wrong data" in cancel["detail"]
+    assert me in (tmp_path / "runs" / "run-1" / "report" / "report.html").read_text()
 
 
 def test_tokens_and_roles_on_the_store_itself(tmp_path):

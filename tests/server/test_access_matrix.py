@@ -128,3 +128,26 @@ def test_sample_text_by_role_and_secrets_for_nobody(world, role, sees_sample):
         assert failure["attributes"]["message"].startswith("<redacted: ")
     report = answers[2].json()["report"]
     assert report["spec"]["environment"]["env"] == {"HF_TOKEN": "***", "OMP_NUM_THREADS": "1"}
+
+
+def test_a_dataset_granted_to_one_project_does_not_exist_for_another(world):
+    server, tokens, _ = world
+    dataset_id = "ab" * 32
+    folder = server.root / "datasets" / dataset_id
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_text("{}")
+    with server.client(server.admin_token) as admin:
+        granted = admin.post("/v1/projects/beta/datasets", json={"dataset_id": dataset_id})
+        assert granted.status_code == 201, granted.text
+    with server.client(tokens["other proj"]) as beta, server.client(tokens["admin"]) as alpha:
+        assert [d["dataset_id"] for d in beta.get("/v1/datasets").json()] == [dataset_id]
+        assert alpha.get("/v1/datasets").json() == []
+        # beta reaches the dataset (whose manifest is not a real one: a 400 naming it) ...
+        assert beta.get(f"/v1/datasets/{dataset_id}").status_code == 400
+        # ... alpha is told it does not exist, exactly as for an id nobody has.
+        mine, nobodys = (alpha.get(f"/v1/datasets/{d}") for d in (dataset_id, "cd" * 32))
+        assert mine.status_code == nobodys.status_code == 404
+        assert mine.json()["error"].replace(dataset_id, "X") == nobodys.json()["error"].replace(
+            "cd" * 32, "X"
+        )
+        assert alpha.post(f"/v1/datasets/{dataset_id}/verify").status_code == 404

@@ -8,7 +8,9 @@ One server (`runwright server`, the controller beside it) on a fresh root and SQ
 runs of the skeleton worker (DDP over gloo, `--ranks` ranks, `--steps` steps), one after the
 other: the first with no client but the submitter, the second with `--clients` clients started
 as soon as it is RUNNING: half poll GET /v1/runs/{id} (the status summary) back to back, half
-follow GET /v1/runs/{id}/events?follow=true (server-sent events). The clients run as asyncio
+follow GET /v1/runs/{id}/events?follow=true (server-sent events); the first run has one
+follower, the baseline of the event lag. A poll is what `runwright status RUN` asks
+(`events=false`: the summary without the event log). The clients run as asyncio
 tasks on one httpx.AsyncClient in a process of their own, so the measuring does not share an
 interpreter with the server.
 
@@ -16,7 +18,9 @@ Figures (JSON, benchmarks/results/server.json):
   status_latency_ms   p50 / p99 / max of the status requests (request sent -> body read)
   requests_per_second status requests answered (200) per wall second, all pollers together
   status_errors       answers other than 200, by status (503: the store was busy past its timeout)
-  event_lag_ms        p50 / p99 of (received by a follower - the event's own time), STEP_HEALTHY
+  event_lag_ms        p50 / p99 of (received by a follower - the event's own time), STEP_HEALTHY,
+                      per run: the worker's channel, the controller's ingest and the stream's
+                      poll; unloaded (one follower) against loaded (all of them)
   step_seconds        median step time of each run, from its STEP_HEALTHY events' times (rank 0)
   step_time_ratio     loaded / unloaded median step time: the server must not slow training
   load_average        the 1-minute load average at the end of each run (the machine is shared)
@@ -68,7 +72,7 @@ def _spec(steps: int, ranks: int) -> dict:
 def _wait(client: httpx.Client, run_id: str, states: set[str], timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = client.get(f"/v1/runs/{run_id}").json()["state"]
+        state = client.get(f"/v1/runs/{run_id}", params={"events": "false"}).json()["state"]
         if state in states:
             return state
         time.sleep(0.2)
@@ -82,18 +86,20 @@ def _step_seconds(client: httpx.Client, run_id: str) -> float:
     return statistics.median(gaps)
 
 
-async def _load(url: str, token: str, run_id: str, clients: int, stop_file: Path) -> dict:
+async def _load(
+    url: str, token: str, run_id: str, pollers: int, followers: int, stop_file: Path
+) -> dict:
     latencies: list[float] = []
     lags: list[float] = []
     errors: dict[str, int] = {}
     headers = {"Authorization": f"Bearer {token}"}
-    limits = httpx.Limits(max_connections=clients + 4)
+    limits = httpx.Limits(max_connections=pollers + followers + 4)
     async with httpx.AsyncClient(base_url=url, headers=headers, limits=limits, timeout=60) as ac:
 
         async def poll() -> None:
             while not stop_file.exists():
                 start = time.perf_counter()
-                response = await ac.get(f"/v1/runs/{run_id}")
+                response = await ac.get(f"/v1/runs/{run_id}", params={"events": "false"})
                 await response.aread()
                 if response.status_code == 200:
                     latencies.append((time.perf_counter() - start) * 1000)
@@ -111,7 +117,7 @@ async def _load(url: str, token: str, run_id: str, clients: int, stop_file: Path
                         lags.append((time.time() - event["time_unix_s"]) * 1000)
 
         started = time.monotonic()
-        tasks = [poll() if i % 2 == 0 else follow() for i in range(clients)]
+        tasks = [poll() for _ in range(pollers)] + [follow() for _ in range(followers)]
         await asyncio.gather(*tasks, return_exceptions=False)
         wall = time.monotonic() - started
     return {"latencies": latencies, "lags": lags, "wall_seconds": wall, "errors": errors}
@@ -119,19 +125,20 @@ async def _load(url: str, token: str, run_id: str, clients: int, stop_file: Path
 
 def _inner(args: argparse.Namespace) -> None:
     stop = Path(args.stop_file)
-    found = asyncio.run(_load(args.url, args.token, args.run, args.clients, stop))
+    found = asyncio.run(_load(args.url, args.token, args.run, args.pollers, args.followers, stop))
     Path(args.out).write_text(json.dumps(found))
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--store", default=None, help="Store URL (default: a fresh SQLite file).")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--url"), parser.add_argument("--token"), parser.add_argument("--run")
     parser.add_argument("--stop-file"), parser.add_argument("--out")
+    parser.add_argument("--pollers", type=int), parser.add_argument("--followers", type=int)
     args = parser.parse_args()
     if args.inner:
         _inner(args)
@@ -177,21 +184,28 @@ def main() -> None:
             run = client.post("/v1/runs", json={"spec": _spec(args.steps, args.ranks)}).json()
             run_id = run["run_id"]
             _wait(client, run_id, {"RUNNING", "SUCCEEDED"}, 600)
-            load = None
-            if phase == "loaded":
-                stop = base / "stop"
-                out = base / "load.json"
-                load = subprocess.Popen(
-                    [sys.executable, __file__, "--inner", "--url", url, "--token", token,
-                     "--run", run_id, "--clients", str(args.clients), "--stop-file", str(stop),
-                     "--out", str(out)],
-                )  # fmt: skip
+            # Unloaded: one follower only, the baseline of the event lag (the controller's
+            # ingest and the stream's poll); loaded: the clients, half polling, half following.
+            pollers = args.clients // 2 if phase == "loaded" else 0
+            followers = args.clients - args.clients // 2 if phase == "loaded" else 1
+            stop, out = base / f"stop-{phase}", base / f"load-{phase}.json"
+            load = subprocess.Popen(
+                [sys.executable, __file__, "--inner", "--url", url, "--token", token,
+                 "--run", run_id, "--pollers", str(pollers), "--followers", str(followers),
+                 "--stop-file", str(stop), "--out", str(out)],
+            )  # fmt: skip
             state = _wait(client, run_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, 3600)
-            if load is not None:
-                stop.touch()
-                load.wait(120)
-                found = json.loads(out.read_text())
-                lat, lags = found["latencies"], found["lags"]
+            stop.touch()
+            load.wait(120)
+            found = json.loads(out.read_text())
+            lags = found["lags"]
+            results.setdefault("event_lag_ms", {})[phase] = {
+                "p50": _pct(lags, 0.5),
+                "p99": _pct(lags, 0.99),
+                "events": len(lags),
+            }
+            if phase == "loaded":
+                lat = found["latencies"]
                 results["status_latency_ms"] = {
                     "p50": _pct(lat, 0.50),
                     "p99": _pct(lat, 0.99),
@@ -200,8 +214,6 @@ def main() -> None:
                 }
                 results["requests_per_second"] = len(lat) / found["wall_seconds"]
                 results["status_errors"] = found["errors"]
-                results["event_lag_ms"] = {"p50": _pct(lags, 0.5), "p99": _pct(lags, 0.99),
-                                           "events": len(lags)}  # fmt: skip
             results.setdefault("step_seconds", {})[phase] = _step_seconds(client, run_id)
             results.setdefault("run_state", {})[phase] = state
             results.setdefault("load_average", {})[phase] = os.getloadavg()[0]

@@ -30,13 +30,17 @@ class RunActions(AccessBase):
             out.append(row)
         return out
 
-    def status(self, run_id: str) -> dict[str, Any]:
-        """`run_summary` of a run, as the actor may see it."""
+    def status(self, run_id: str, with_events: bool = True) -> dict[str, Any]:
+        """`run_summary` of a run, as the actor may see it; without its event log when
+        `with_events` is False (what `status` prints needs none of it, and a long run's log is
+        most of the answer)."""
         from runwright.control.summary import run_summary
 
         run = self.run(run_id)
         summary = run_summary(self.store, run.run_id)
         summary["project"], summary["submitted_by"] = run.project, run.submitted_by
+        if not with_events:
+            summary["events"] = []
         return summary_view(summary, self.disclosure(run))
 
     def events(

@@ -125,8 +125,9 @@ class RemoteBackend:
     def list_runs(self, limit: int = 20) -> list[dict[str, Any]]:
         return self._call("GET", "/v1/runs", params={"limit": limit})
 
-    def status(self, run_id: str) -> dict[str, Any]:
-        return self._call("GET", f"/v1/runs/{run_id}")
+    def status(self, run_id: str, with_events: bool = True) -> dict[str, Any]:
+        params = {"events": str(with_events).lower()}
+        return self._call("GET", f"/v1/runs/{_segment(run_id)}", params=params)
 
     def events(
         self,
@@ -138,7 +139,7 @@ class RemoteBackend:
         params: dict[str, Any] = {"after": after_seq, "type": types or []}
         if limit:
             params["limit"] = limit
-        return self._call("GET", f"/v1/runs/{run_id}/events", params=params)
+        return self._call("GET", f"/v1/runs/{_segment(run_id)}/events", params=params)
 
     def follow(
         self, run_id: str, after_seq: int = 0, types: list[str] | None = None
@@ -150,7 +151,7 @@ class RemoteBackend:
             try:
                 with self.client.stream(
                     "GET",
-                    f"/v1/runs/{run_id}/events",
+                    f"/v1/runs/{_segment(run_id)}/events",
                     params={"follow": "true", "type": types or []},
                     headers={"Accept": "text/event-stream", "Last-Event-ID": str(last)},
                     timeout=httpx.Timeout(TIMEOUT_SECONDS, read=None),
@@ -174,13 +175,13 @@ class RemoteBackend:
                 time.sleep(min(2.0**tries, 10.0))
 
     def run_state(self, run_id: str) -> str:
-        return self.status(run_id)["state"]
+        return self.status(run_id, with_events=False)["state"]
 
     def compare(self, run_a: str, run_b: str) -> dict[str, Any]:
         return self._call("GET", "/v1/compare", params={"a": run_a, "b": run_b})
 
     def report(self, run_id: str) -> tuple[dict[str, Any], str]:
-        answer = self._call("GET", f"/v1/runs/{run_id}/report")
+        answer = self._call("GET", f"/v1/runs/{_segment(run_id)}/report")
         return answer["report"], answer["html"]
 
     def queue(self) -> list[dict[str, Any]]:
@@ -200,7 +201,7 @@ class RemoteBackend:
         )
 
     def cancel(self, run_id: str, reason: str) -> dict[str, Any]:
-        return self._call("POST", f"/v1/runs/{run_id}/cancel", json={"reason": reason})
+        return self._call("POST", f"/v1/runs/{_segment(run_id)}/cancel", json={"reason": reason})
 
     # -- datasets and checkpoints --------------------------------------------------------------
 

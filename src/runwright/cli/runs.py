@@ -223,7 +223,7 @@ def status(
     json_out: bool = JsonOption,
 ) -> None:
     """Show a run's state, history and what it is doing, in words."""
-    summary = open_backend(root, store).status(run_id)
+    summary = open_backend(root, store).status(run_id, with_events=json_out)
     if json_out:
         print_json(summary)
         return

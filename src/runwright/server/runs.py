@@ -33,9 +33,13 @@ def list_runs(
 
 
 @router.get("/runs/{run_id}")
-def status(run_id: str, access: Access = Depends(reader)) -> dict[str, Any]:
+def status(
+    run_id: str,
+    events: bool = Query(True, description="Include the event log (`status --json` does)."),
+    access: Access = Depends(reader),
+) -> dict[str, Any]:
     """A run's state, history, attempts, incidents and what happens next (`status --json`)."""
-    return access.status(run_id)
+    return access.status(run_id, events)
 
 
 @router.get("/runs/{run_id}/events", response_model=None)

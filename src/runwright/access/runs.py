@@ -37,10 +37,8 @@ class RunActions(AccessBase):
         from runwright.control.summary import run_summary
 
         run = self.run(run_id)
-        summary = run_summary(self.store, run.run_id)
+        summary = run_summary(self.store, run.run_id, with_events=with_events)
         summary["project"], summary["submitted_by"] = run.project, run.submitted_by
-        if not with_events:
-            summary["events"] = []
         return summary_view(summary, self.disclosure(run))
 
     def events(

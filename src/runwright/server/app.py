@@ -18,6 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from runwright import __version__
 from runwright.access.roles import AccessDenied, Unauthenticated
 from runwright.errors import NotFoundError, RunwrightError, SpecError, StoreUnavailableError
+from runwright.server.events import Feeds
 from runwright.store import Store
 
 MAX_BODY_BYTES = 10 * 2**20
@@ -163,6 +164,7 @@ def create_app(
     # so pollers and followers neither queue behind each other nor behind the controller.
     app.state.read_store = Store(store_url, read_only=True)
     app.state.root = root
+    app.state.feeds = Feeds(app.state.read_store)  # live event streams, one poll per run
 
     @app.middleware("http")
     async def request_id(request: Request, call_next: Callable[[Request], Awaitable[Any]]) -> Any:

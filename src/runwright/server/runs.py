@@ -63,7 +63,7 @@ async def events(
     resume = int(last_event_id) if last_event_id and last_event_id.isdigit() else after
     run = await run_in_threadpool(access.run, run_id)  # 404 before the stream starts
     return StreamingResponse(
-        event_stream(access, run.run_id, resume, type),
+        event_stream(access, request.app.state.feeds, run.run_id, resume, type),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

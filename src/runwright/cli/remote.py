@@ -160,12 +160,16 @@ class RemoteBackend:
                         response.read()
                         _answer(response)
                     for name, data, event_id in _sse(response.iter_lines()):
+                        if name == "error":  # the server's feed failed: resume after `last`
+                            raise httpx.ReadError(json.loads(data).get("error", "stream error"))
                         tries = 0
                         if event_id is not None:
                             last = event_id
                         if name == "end":
                             return
                         yield json.loads(data)
+                # Closed without `end` (a restarting server, a proxy's timeout): resume.
+                raise httpx.RemoteProtocolError("the stream closed before the run finished")
             except httpx.HTTPError as exc:
                 tries += 1
                 if tries > RECONNECTS:

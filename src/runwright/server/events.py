@@ -54,11 +54,23 @@ class RunFeed:
         self.window: deque[dict[str, Any]] = deque()
         self.rendered: dict[tuple[bool, tuple[str, ...]], dict[int, str]] = {}
         self.done = False
+        self.error: str | None = None
         self.users = 0
         self.changed = asyncio.Condition()
         self.task: asyncio.Task[None] | None = None
 
     async def poll(self) -> None:
+        """Read new events until the run has finished; a store error ends the feed with it
+        (its followers end their streams with an `error` message, and clients resume)."""
+        try:
+            await self._poll()
+        except Exception as exc:
+            self.error = str(exc) or type(exc).__name__
+            self.done = True
+            async with self.changed:
+                self.changed.notify_all()
+
+    async def _poll(self) -> None:
         from runwright.control.states import TERMINAL
 
         quiet = 0
@@ -135,20 +147,34 @@ async def event_stream(
                 # Behind the window: catch up from the store on this follower's own account.
                 behind = await run_in_threadpool(access.events, run_id, after, None, BATCH)
                 behind = [e for e in behind if e["seq"] <= feed.base]
-                for event in behind:
-                    if not types or event["type"] in types:
-                        body = json.dumps(event, separators=(",", ":"))
-                        yield f"id: {event['seq']}\ndata: {body}\n\n"
+                # One write per batch, not per event: each write is a send through the ASGI
+                # server, and per-event sends cost a follower more than the events themselves.
+                yield "".join(
+                    f"id: {e['seq']}\ndata: {json.dumps(e, separators=(',', ':'))}\n\n"
+                    for e in behind
+                    if not types or e["type"] in types
+                )
                 after = behind[-1]["seq"] if behind else feed.base
                 last_sent = time.monotonic()
                 continue
-            fresh = [e for e in list(feed.window) if e["seq"] > after]
-            for event in fresh:
-                if not types or event["type"] in types:
-                    yield feed.line(event, disclosure)
-                    last_sent = time.monotonic()
+            fresh = []  # newest first, from the right end: a caught-up follower reads only news
+            for event in reversed(feed.window):
+                if event["seq"] <= after:
+                    break
+                fresh.append(event)
+            fresh.reverse()
+            chunk = "".join(
+                feed.line(e, disclosure) for e in fresh if not types or e["type"] in types
+            )
+            if chunk:
+                yield chunk
+                last_sent = time.monotonic()
             if fresh:
                 after = fresh[-1]["seq"]
+            if feed.error is not None:
+                # Not `end`: the run may go on. The client resumes after `after`.
+                yield f"event: error\ndata: {json.dumps({'error': feed.error})}\n\n"
+                return
             if feed.done and after >= feed.newest:
                 break
             try:

@@ -35,6 +35,10 @@ ENV_RUN_DIR = "RUNWRIGHT_RUN_DIR"
 ENV_SPEC_FILE = "RUNWRIGHT_SPEC_FILE"
 ENV_RANK_MANIFEST = "RUNWRIGHT_RANK_MANIFEST"
 ENV_PROTOCOL_VERSION = "RUNWRIGHT_PROTOCOL_VERSION"
+# The executor's index of the node whose torchrun agent started the process (its slot in the
+# allocation, `RankEntry.node`); set per agent, so it also tags one node's processes. Under c10d
+# rendezvous it need not equal torchrun's GROUP_RANK (see `placed_entry`).
+ENV_NODE = "RUNWRIGHT_NODE"
 # JSON list of [first, last] step ranges whose batches a restarted group must skip (after a
 # non-finite loss, recovery.on_nan: rollback_skip).
 ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"
@@ -227,6 +231,24 @@ def build_rank_manifest(
             )
         )
     return entries
+
+
+def placed_entry(
+    entries: list[RankEntry], rank: int, *, node: int | None, host: str
+) -> RankEntry | None:
+    """Global rank `rank`'s entry as it really runs: on `host`, started by node `node`'s agent.
+
+    The manifest is built before launch in launch order (rank r on node r // devices_per_node),
+    but under c10d rendezvous torchrun assigns node ranks (GROUP_RANK, and with them the global
+    ranks) from the rendezvous, not from the order the agents were started
+    (pytorch/pytorch#182223): global rank 0 may run on the agent the executor started as node 1.
+    The grid coordinates (dp, tp, pp), the local rank and the device follow from the global and
+    local rank and stay; the node and host are what the rank finds itself on. `node` None (a
+    process no executor placed) keeps the manifest's node."""
+    if rank >= len(entries):
+        return None
+    entry = entries[rank]
+    return entry.model_copy(update={"host": host, "node": entry.node if node is None else node})
 
 
 def encode_rank_manifest(entries: list[RankEntry]) -> str:

@@ -82,6 +82,8 @@ KILLED_EXIT_SECONDS = 10.0
 """How long SIGKILLed processes get to leave the kernel before the executor reports them as
 survivors (SIGKILL acts at once unless a process is blocked in uninterruptible I/O)."""
 
+CUDA_DEVICES = "CUDA_VISIBLE_DEVICES"
+
 RENDEZVOUS_HOST = "127.0.0.1"
 """Where this host's agents meet: node 0's agent hosts the c10d store, and every agent is here."""
 
@@ -123,9 +125,27 @@ def agent_argv(host: str, argv: list[str]) -> list[str]:
     if host != here:
         raise LaunchError(
             f"the rank manifest places a node on host {host!r}, but the local executor starts "
-            f"agents on this host ({here!r}) only: resubmit the run so it is placed again"
+            f"agents on this host ({here!r}) only: drive the run from a controller on {host!r}"
         )
     return argv
+
+
+def node_devices(visible: str | None, node: int, per_node: int) -> str:
+    """CUDA_VISIBLE_DEVICES for node `node`'s agent when several nodes share this host: its own
+    `per_node` of the host's visible devices (`visible`, else devices 0, 1, ... by index), so
+    local rank i of each node is a different device, as on separate machines (NCCL refuses two
+    ranks on one device)."""
+    devices = [d.strip() for d in (visible or "").split(",") if d.strip()]
+    if not visible:
+        devices = [str(i) for i in range((node + 1) * per_node)]
+    mine = devices[node * per_node : (node + 1) * per_node]
+    if len(mine) < per_node:
+        raise LaunchError(
+            f"node {node} needs devices {node * per_node}-{(node + 1) * per_node - 1} of this "
+            f"host, but CUDA_VISIBLE_DEVICES={visible!r} shows {len(devices)}: make "
+            "resources.nodes x devices_per_node fit the host's devices"
+        )
+    return ",".join(mine)
 
 
 @dataclass(frozen=True)
@@ -366,24 +386,29 @@ class LocalExecutor:
             )
         return older
 
-    def _agents(
-        self, spec: JobSpec, workdir: Path, attempt: AttemptPaths, hosts: list[str]
+    def plan_agents(
+        self, spec: JobSpec, workdir: Path, run_id: str, attempt: AttemptPaths, hosts: list[str]
     ) -> tuple[list[Agent], Rendezvous | None]:
         """One torchrun agent per node; several meet through c10d hosted by node 0's agent."""
         rendezvous = (
             Rendezvous(
                 endpoint=f"{RENDEZVOUS_HOST}:{free_port()}",
-                run_id=attempt.folder.parent.parent.name,
+                run_id=run_id,
                 generation=attempt.generation,
                 nodes=len(hosts),
             )
             if len(hosts) > 1
             else None
         )
+        visible = spec.environment.env.get(CUDA_DEVICES, os.environ.get(CUDA_DEVICES))
         agents = []
         for node, host in enumerate(hosts):
             paths = attempt.node(node)
             paths.folder.mkdir(parents=True, exist_ok=True)
+            env = {ENV_NODE: str(node)}
+            if spec.resources.device_type == "cuda" and len(hosts) > 1:
+                per_node = spec.resources.devices_per_node
+                env[CUDA_DEVICES] = node_devices(visible, node, per_node)
             argv = torchrun_argv(
                 spec,
                 workdir,
@@ -396,7 +421,7 @@ class LocalExecutor:
                     node=node,
                     host=host,
                     argv=agent_argv(host, argv),
-                    env={ENV_NODE: str(node)},
+                    env=env,
                     log=str(paths.torchrun_log),
                 )
             )
@@ -420,7 +445,7 @@ class LocalExecutor:
             paths.spec_file.write_text(spec.canonical_json())
         attempt.rank_manifest_file.write_text(encode_rank_manifest(rank_manifest))
         hosts = node_hosts(rank_manifest, spec.resources.nodes)
-        agents, rendezvous = self._agents(spec, workdir, attempt, hosts)
+        agents, rendezvous = self.plan_agents(spec, workdir, run_id, attempt, hosts)
         tags = generation_tags(root, run_id, generation)
         plan = AgentsPlan(
             agents=agents,

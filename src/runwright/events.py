@@ -74,8 +74,8 @@ class EventType(StrEnum):
     # -- a worker: runwright.init(), the step loop and the context's close ----------------------
     WORKER_STARTED = "WORKER_STARTED"
     """A rank joined its generation (pid, host, local_rank, node, group_rank, python/torch
-    versions, platform). `node` and `host` are where it really runs: the controller corrects the
-    run's rank manifest with them (c10d rendezvous assigns node ranks)."""
+    versions, platform). `node` is the node whose agent started it: the controller corrects the
+    run's rank manifest with it (c10d rendezvous, not launch order, assigns node ranks)."""
     RESTORED = "RESTORED"
     """A rank's state as it starts training: the step it resumes after (0 for a fresh start),
     checkpoint_id and mode. Sent by the checkpointer's restore; recovery's lost steps, the

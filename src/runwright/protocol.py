@@ -236,19 +236,24 @@ def build_rank_manifest(
 def placed_entry(
     entries: list[RankEntry], rank: int, *, node: int | None, host: str
 ) -> RankEntry | None:
-    """Global rank `rank`'s entry as it really runs: on `host`, started by node `node`'s agent.
+    """Global rank `rank`'s entry as it really runs: started by node `node`'s agent.
 
     The manifest is built before launch in launch order (rank r on node r // devices_per_node),
     but under c10d rendezvous torchrun assigns node ranks (GROUP_RANK, and with them the global
     ranks) from the rendezvous, not from the order the agents were started
     (pytorch/pytorch#182223): global rank 0 may run on the agent the executor started as node 1.
     The grid coordinates (dp, tp, pp), the local rank and the device follow from the global and
-    local rank and stay; the node and host are what the rank finds itself on. `node` None (a
-    process no executor placed) keeps the manifest's node."""
+    local rank and stay; the node is the one that started the rank, and the host the
+    allocation's name for that node (the host of the manifest's entries on it), else `host`,
+    the name the rank's machine gives itself. `node` None (a process no executor placed) keeps
+    the entry as it is."""
     if rank >= len(entries):
         return None
     entry = entries[rank]
-    return entry.model_copy(update={"host": host, "node": entry.node if node is None else node})
+    if node is None:
+        return entry
+    named = next((e.host for e in entries if e.node == node), host)
+    return entry.model_copy(update={"node": node, "host": named})
 
 
 def encode_rank_manifest(entries: list[RankEntry]) -> str:

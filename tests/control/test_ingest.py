@@ -216,15 +216,16 @@ def test_stale_messages_in_a_batch_are_rejected_without_follow_ups(setup, tmp_pa
 
 def test_the_rank_manifest_follows_where_the_ranks_report_they_run(setup, tmp_path):
     """Under c10d the rendezvous, not launch order, decides which node runs which global rank:
-    the run record's manifest ends up saying what the ranks found (rank 0 on node 1)."""
+    the run record's manifest ends up saying what the ranks found (rank 0 on node 1, whose host
+    the allocation calls h1, whatever the machine calls itself)."""
     store, ingestor, writer = setup
     planned = build_rank_manifest(
         nodes=2, devices_per_node=1, dp=2, tp=1, pp=1, device_type="cpu", hosts=["h0", "h1"]
     )
     store.update_run("run-a", rank_manifest=[e.model_dump() for e in planned])
-    writer.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "h1", "node": 1})
+    writer.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "vm", "node": 1})
     other = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=1, rank=1)
-    other.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "h0", "node": 0})
+    other.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "vm", "node": 0})
     other.close()
     stale = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=0, rank=1)
     stale.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "old", "node": 7})

@@ -41,6 +41,15 @@ def of_type(store, run_id, type_):
     return store.events(run_id, types=[type_])
 
 
+def wait_for(condition, process, what, timeout_seconds=300):
+    """Poll `condition` until it holds; fail if `process` ends first or the time runs out."""
+    deadline = time.monotonic() + timeout_seconds
+    while not condition():
+        assert process.poll() is None, f"the controller ended before {what}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout_seconds} s"
+        time.sleep(0.1)
+
+
 def no_process_left(root, run_id):
     return generation_processes(root, run_id) == {}
 
@@ -131,6 +140,7 @@ def tiny_gpt_spec(built, steps=12, every=4):
     return spec_from_mapping(data)
 
 
+@pytest.mark.timeout(600)  # three groups of four processes: give a busy machine room
 def test_a_lost_node_is_classified_restarted_and_the_run_is_bitwise_the_same(
     tmp_path, tiny_dataset
 ):
@@ -181,32 +191,47 @@ def test_a_lost_node_is_classified_restarted_and_the_run_is_bitwise_the_same(
     assert no_process_left(tmp_path, run.run_id) and no_process_left(tmp_path, ref.run_id)
 
 
-def test_a_restarted_controller_adopts_a_live_group_of_two_nodes_of_two_ranks(tmp_path):
-    """World 4 (2 nodes x 2 ranks); the first controller is SIGKILLed mid-run, a second one
-    adopts the group by its pid file and the run finishes."""
-    spec = small_train_spec(nodes=2, per_node=2, steps=12)
+@pytest.mark.parametrize(
+    "per_node", [1, pytest.param(2, marks=pytest.mark.slow, id="world4")], ids=str
+)
+def test_a_restarted_controller_adopts_a_live_group_of_two_nodes(tmp_path, per_node):
+    """The first controller is SIGKILLed while the group holds at step 4, a second one adopts the
+    live group by its pid file, the group goes on, and the run finishes; `world4` runs 2 ranks
+    on each node."""
+    hold = tmp_path / "go-on"
+    args = ("--step-sleep", "0.1", "--hold-at-step", "4", "--hold-file", str(hold))
+    spec = small_train_spec(nodes=2, per_node=per_node, steps=8, args=args)
     store = Store.open(tmp_path)
     run, _ = Controller(store, tmp_path).submit(spec, tmp_path)
     argv = [sys.executable, "-m", "runwright.cli.main", "controller", run.run_id]
     argv += ["--root", str(tmp_path)]
     first = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while (store.get_run(run.run_id).last_step or 0) < 3:
-        assert time.monotonic() < deadline and first.poll() is None, "the run never reached step 3"
-        time.sleep(0.1)
+    wait_for(lambda: (store.get_run(run.run_id).last_step or 0) >= 4, first, "step 4")
     first.kill()
     first.wait()
-    second = subprocess.run(argv, capture_output=True, text=True, timeout=300)
-    assert second.returncode == 0, second.stderr[-2000:]
+    log = tmp_path / "second-controller.log"
+    second = subprocess.Popen(argv, stdout=log.open("w"), stderr=subprocess.STDOUT)
+    wait_for(lambda: of_type(store, run.run_id, "WORKER_GROUP_ADOPTED"), second, "the adoption")
+    group = generation_processes(tmp_path, run.run_id)
+    assert len(group.get(1, [])) >= 1 + 2 + 2 * per_node  # supervisor, agents, ranks: alive
+    hold.write_text("")
+    assert second.wait(timeout=300) == 0, log.read_text()[-2000:]
     final = store.get_run(run.run_id)
     assert final.state == "SUCCEEDED"
     assert len(of_type(store, run.run_id, "WORKER_GROUP_LAUNCHED")) == 1
     assert len(of_type(store, run.run_id, "WORKER_GROUP_ADOPTED")) == 1
+    assert [
+        e.step for e in of_type(store, run.run_id, "STEP_HEALTHY") if e.attributes["rank"] == 0
+    ] == list(range(1, 9))
     started = of_type(store, run.run_id, "WORKER_STARTED")
-    assert sorted(e.attributes["rank"] for e in started) == [0, 1, 2, 3]
-    # Two ranks per node, each node's ranks consecutive from its node rank.
+    world = 2 * per_node
+    assert sorted(e.attributes["rank"] for e in started) == list(range(world))
+    # Each node runs `per_node` consecutive global ranks, from its node rank times per_node.
     nodes = {e.attributes["rank"]: e.attributes["node"] for e in started}
-    assert nodes[0] == nodes[1] != nodes[2] == nodes[3]
+    assert [nodes[r] for r in range(0, world, per_node)] == [
+        nodes[r] for r in range(per_node - 1, world, per_node)
+    ]
+    assert len(set(nodes.values())) == 2
     assert [(e["rank"], e["node"]) for e in final.rank_manifest] == sorted(nodes.items())
     assert no_process_left(tmp_path, run.run_id)
 

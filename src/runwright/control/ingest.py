@@ -192,10 +192,10 @@ class Ingestor:
                 self.last_step = step
 
     def _place_ranks(self, started: list[ChannelMessage]) -> None:
-        """The run's rank manifest says where each rank of the current generation really runs,
-        as the rank reported it: under c10d rendezvous torchrun, not launch order, decides which
-        node runs which global rank (`protocol.placed_entry`). One write per batch, and none
-        when the manifest already says it (every one-node run)."""
+        """The run's rank manifest says on which node each rank of the current generation really
+        runs, as the rank reported it: under c10d rendezvous torchrun, not launch order, decides
+        which node runs which global rank (`protocol.placed_entry`). One write per batch, and
+        none when the manifest already says it (every one-node run)."""
         run = self.store.get_run(self.run_id)
         entries = [RankEntry.model_validate(e) for e in run.rank_manifest or []]
         changed = False

@@ -307,8 +307,8 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         pid=os.getpid(),
         local_rank=local_rank,
         host=host,
-        # The node this rank runs on and torchrun's rank of that node: the controller corrects
-        # the run's rank manifest with them (c10d assigns node ranks at rendezvous).
+        # The node whose agent started this rank and torchrun's rank of that node: the
+        # controller corrects the run's rank manifest with them (c10d assigns node ranks).
         node=entry.node if entry is not None else (None if node < 0 else node),
         group_rank=None if group_rank < 0 else group_rank,
         # The environment this rank actually runs in, for the run report's evidence chain.

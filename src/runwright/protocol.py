@@ -16,6 +16,7 @@ a message naming both versions, rather than training with messages nobody can re
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -233,8 +234,18 @@ def build_rank_manifest(
     return entries
 
 
+def node_hosts(entries: list[RankEntry]) -> dict[int, str]:
+    """node -> its host, as a manifest names them."""
+    return {entry.node: entry.host for entry in entries}
+
+
 def placed_entry(
-    entries: list[RankEntry], rank: int, *, node: int | None, host: str
+    entries: list[RankEntry],
+    rank: int,
+    *,
+    node: int | None,
+    host: str,
+    hosts: Mapping[int, str] | None = None,
 ) -> RankEntry | None:
     """Global rank `rank`'s entry as it really runs: started by node `node`'s agent.
 
@@ -244,15 +255,15 @@ def placed_entry(
     (pytorch/pytorch#182223): global rank 0 may run on the agent the executor started as node 1.
     The grid coordinates (dp, tp, pp), the local rank and the device follow from the global and
     local rank and stay; the node is the one that started the rank, and the host the
-    allocation's name for that node (the host of the manifest's entries on it), else `host`,
-    the name the rank's machine gives itself. `node` None (a process no executor placed) keeps
-    the entry as it is."""
+    allocation's name for that node (`hosts`, node -> host; by default as `entries` name them),
+    else `host`, the name the rank's machine gives itself. `node` None (a process no executor
+    placed) keeps the entry as it is."""
     if rank >= len(entries):
         return None
     entry = entries[rank]
     if node is None:
         return entry
-    named = next((e.host for e in entries if e.node == node), host)
+    named = (node_hosts(entries) if hosts is None else hosts).get(node, host)
     return entry.model_copy(update={"node": node, "host": named})
 
 

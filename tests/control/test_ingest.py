@@ -222,8 +222,13 @@ def test_the_rank_manifest_follows_where_the_ranks_report_they_run(setup, tmp_pa
     planned = build_rank_manifest(
         nodes=2, devices_per_node=1, dp=2, tp=1, pp=1, device_type="cpu", hosts=["h0", "h1"]
     )
-    store.update_run("run-a", rank_manifest=[e.model_dump() for e in planned])
+    store.update_run(
+        "run-a",
+        allocation={"hosts": ["h0", "h1"]},
+        rank_manifest=[e.model_dump() for e in planned],
+    )
     writer.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "vm", "node": 1})
+    ingestor.poll()  # for now both ranks say node 1: the next one is still named by allocation
     other = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=1, rank=1)
     other.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "vm", "node": 0})
     other.close()

@@ -25,7 +25,7 @@ from runwright.ckpt.manifest import COMMIT_FILE, MANIFEST_FILE, CheckpointManife
 from runwright.control.channel import ChannelReader
 from runwright.events import EventType
 from runwright.layout import run_paths
-from runwright.protocol import HEARTBEAT, ChannelMessage, RankEntry, placed_entry
+from runwright.protocol import HEARTBEAT, ChannelMessage, RankEntry, node_hosts, placed_entry
 from runwright.store import NewEvent, Outcome, RunRecord, Store
 
 BATCH_MESSAGES = 500
@@ -198,12 +198,19 @@ class Ingestor:
         none when the manifest already says it (every one-node run)."""
         run = self.store.get_run(self.run_id)
         entries = [RankEntry.model_validate(e) for e in run.rank_manifest or []]
+        # Each node's host as the allocation names it, taken before any entry moves (a manifest
+        # half corrected may, for a moment, have no rank on some node).
+        allocated = (run.allocation or {}).get("hosts")
+        if isinstance(allocated, list) and all(isinstance(h, str) for h in allocated):
+            hosts = dict(enumerate(allocated))
+        else:
+            hosts = node_hosts(entries)
         changed = False
         for message in started:
             if message.generation != run.generation or message.rank >= len(entries):
                 continue
             node, host = message.attributes["node"], message.attributes["host"]
-            placed = placed_entry(entries, message.rank, node=node, host=host)
+            placed = placed_entry(entries, message.rank, node=node, host=host, hosts=hosts)
             if placed is not None and placed != entries[message.rank]:
                 entries[message.rank] = placed
                 changed = True

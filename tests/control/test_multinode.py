@@ -194,6 +194,7 @@ def test_a_lost_node_is_classified_restarted_and_the_run_is_bitwise_the_same(
 @pytest.mark.parametrize(
     "per_node", [1, pytest.param(2, marks=pytest.mark.slow, id="world4")], ids=str
 )
+@pytest.mark.timeout(600)  # two controller processes and a group: give a busy machine room
 def test_a_restarted_controller_adopts_a_live_group_of_two_nodes(tmp_path, per_node):
     """The first controller is SIGKILLed while the group holds at step 4, a second one adopts the
     live group by its pid file, the group goes on, and the run finishes; `world4` runs 2 ranks

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runwright.control.executors.local import evidence_from
 from runwright.control.executors.protocol import EXIT_LOST, LostSupervisor
+from runwright.control.executors.torchrun_logs import evidence_from
 from runwright.control.failures import classify, platform_fault
 from runwright.spec import FailureClass
 

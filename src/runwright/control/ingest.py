@@ -26,7 +26,7 @@ from runwright.ckpt.storage import CheckpointStorage
 from runwright.control.channel import ChannelReader
 from runwright.events import EventType
 from runwright.layout import run_paths
-from runwright.protocol import HEARTBEAT, ChannelMessage
+from runwright.protocol import HEARTBEAT, ChannelMessage, RankEntry, node_hosts, placed_entry
 from runwright.store import NewEvent, Outcome, RunRecord, Store
 from runwright.store.fence import run_checkpoint_root
 
@@ -175,6 +175,15 @@ class Ingestor:
         step is written once per generation (its highest step), the checkpoint catalog once
         per commit or deletion, in the channel's order."""
         highest: dict[int, int] = {}
+        placed = [
+            m
+            for m in stored
+            if m.type == EventType.WORKER_STARTED
+            and isinstance(m.attributes.get("node"), int)
+            and isinstance(m.attributes.get("host"), str)
+        ]
+        if placed:
+            self._place_ranks(placed)
         for message in stored:
             if message.type == EventType.STEP_HEALTHY and message.step is not None:
                 highest[message.generation] = max(highest.get(message.generation, 0), message.step)
@@ -187,6 +196,32 @@ class Ingestor:
             if step > self.last_step:
                 self.store.fenced_update(self.run_id, generation, last_step=step)
                 self.last_step = step
+
+    def _place_ranks(self, started: list[ChannelMessage]) -> None:
+        """The run's rank manifest says on which node each rank of the current generation really
+        runs, as the rank reported it: under c10d rendezvous torchrun, not launch order, decides
+        which node runs which global rank (`protocol.placed_entry`). One write per batch, and
+        none when the manifest already says it (every one-node run)."""
+        run = self.store.get_run(self.run_id)
+        entries = [RankEntry.model_validate(e) for e in run.rank_manifest or []]
+        # Each node's host as the allocation names it, taken before any entry moves (a manifest
+        # half corrected may, for a moment, have no rank on some node).
+        allocated = (run.allocation or {}).get("hosts")
+        if isinstance(allocated, list) and all(isinstance(h, str) for h in allocated):
+            hosts = dict(enumerate(allocated))
+        else:
+            hosts = node_hosts(entries)
+        changed = False
+        for message in started:
+            if message.generation != run.generation or message.rank >= len(entries):
+                continue
+            node, host = message.attributes["node"], message.attributes["host"]
+            placed = placed_entry(entries, message.rank, node=node, host=host, hosts=hosts)
+            if placed is not None and placed != entries[message.rank]:
+                entries[message.rank] = placed
+                changed = True
+        if changed:
+            self.store.update_run(self.run_id, rank_manifest=[e.model_dump() for e in entries])
 
     def _committed(self, message: ChannelMessage) -> None:
         """A stored CHECKPOINT_COMMITTED: its catalog row and the data cursor it carries."""

@@ -81,3 +81,20 @@ def test_followers_share_a_feed_and_miss_nothing(tmp_path, monkeypatch):
     assert app.state.feeds.feeds == {}  # the last follower to leave dropped the feed
     app.state.store.close()
     app.state.read_store.close()
+
+
+def test_the_openapi_document_is_served_and_lists_every_route(tmp_path):
+    app = create_app(f"sqlite:///{tmp_path / 'state.db'}", tmp_path)
+
+    async def fetch() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return await client.get("/openapi.json")
+
+    answer = asyncio.run(fetch())
+    assert answer.status_code == 200
+    paths = answer.json()["paths"]
+    for path in ("/v1/runs", "/v1/runs/{run_id}/events", "/v1/audit", "/v1/tokens", "/health"):
+        assert path in paths, path
+    app.state.store.close()
+    app.state.read_store.close()

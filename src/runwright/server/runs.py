@@ -1,9 +1,9 @@
 """Runs: submit, list, status, events (JSON or a live server-sent-event stream), cancel, compare,
 report, queue."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Body, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 
@@ -72,7 +72,7 @@ async def events(
 @router.post("/runs/{run_id}/cancel")
 def cancel(
     run_id: str,
-    body: CancelRequest | None = None,
+    body: Annotated[CancelRequest | None, Body()] = None,
     access: Access = Depends(acting("run.cancel", "run_id")),
 ) -> dict[str, Any]:
     """Cancel a run (the submitter its own, an operator any): the workers save at their next

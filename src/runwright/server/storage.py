@@ -1,8 +1,8 @@
 """Datasets and checkpoints: list, inspect and verify; checkpoint gc and export (operators)."""
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Body, Depends
 
 from runwright.access.service import Access
 from runwright.server.auth import acting, reader
@@ -53,7 +53,9 @@ def ckpt_inspect(run_id: str, checkpoint: str, access: Access = Depends(reader))
 
 @router.post("/runs/{run_id}/checkpoints/verify")
 def ckpt_verify(
-    run_id: str, body: VerifyRequest | None = None, access: Access = Depends(reader)
+    run_id: str,
+    body: Annotated[VerifyRequest | None, Body()] = None,
+    access: Access = Depends(reader),
 ) -> dict[str, Any]:
     """Verify the run's checkpoint root, or one checkpoint (`runwright ckpt verify --json`)."""
     body = body or VerifyRequest()
@@ -63,7 +65,7 @@ def ckpt_verify(
 @router.post("/runs/{run_id}/checkpoints/gc")
 def ckpt_gc(
     run_id: str,
-    body: GcRequest | None = None,
+    body: Annotated[GcRequest | None, Body()] = None,
     access: Access = Depends(acting("checkpoint.gc", "run_id")),
 ) -> dict[str, Any]:
     """Remove staging residue (operators); never a committed checkpoint."""

@@ -204,7 +204,7 @@ RULES = [
             frozenset(FACES),
             "cli/ and server/ are the faces: only parse, call one function, render",
         )
-        for package in ("plan", "govern", "demo")
+        for package in ("plan", "govern", "demo", "access")
     ),
     Rule(
         "train",

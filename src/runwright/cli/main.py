@@ -8,7 +8,8 @@ command's own first help line.
 
 Global options: `--root` and `--store` set RUNWRIGHT_ROOT and RUNWRIGHT_STORE for this process,
 which every command's own `--root`/`--store` default to (the command's own option wins);
-`--version` prints the version.
+`--server URL` (RUNWRIGHT_SERVER) makes the run, queue, data and ckpt commands work through a
+`runwright server` (cli/backend.py); `--version` prints the version.
 """
 
 import importlib
@@ -68,10 +69,22 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Capacity planning: memory and communication ledgers, checkpoint "
         "interval, parallel layout search, scaling efficiency.",
     ),
+    # --- the shared server (issue 14) ---
+    "queue": ("queue", "List the unfinished runs, oldest first, with what each is waiting for."),
+    "server": (
+        "server",
+        "Serve the API of a shared deployment and run the controller beside it.",
+    ),
+    "token": ("access", "Make, list, save and revoke API tokens."),
+    "project": ("access", "Create projects and grant or remove roles in them."),
+    "audit": (
+        "access",
+        "Show the audit log: who did what, through the API or a CLI, and how it went.",
+    ),
 }
 """command -> (its module under runwright.cli, the first sentence of its help)."""
 
-ROOT_ENV, STORE_ENV = "RUNWRIGHT_ROOT", "RUNWRIGHT_STORE"
+ROOT_ENV, STORE_ENV, SERVER_ENV = "RUNWRIGHT_ROOT", "RUNWRIGHT_STORE", "RUNWRIGHT_SERVER"
 
 
 def load_command(name: str) -> TyperCommand | TyperGroup:
@@ -146,6 +159,14 @@ def _root(
         "(sets $RUNWRIGHT_STORE; default <root>/state.db).",
         show_default=False,
     ),
+    server: str | None = typer.Option(
+        None,
+        "--server",
+        help="Work through a `runwright server` at this URL instead of on the store itself "
+        "(sets $RUNWRIGHT_SERVER; the token comes from $RUNWRIGHT_TOKEN or "
+        "~/.config/runwright/credentials).",
+        show_default=False,
+    ),
     version: bool = typer.Option(
         False,
         "--version",
@@ -154,7 +175,7 @@ def _root(
         help="Print the version and exit.",
     ),
 ) -> None:
-    for key, value in ((ROOT_ENV, root), (STORE_ENV, store)):
+    for key, value in ((ROOT_ENV, root), (STORE_ENV, store), (SERVER_ENV, server)):
         if value is None:
             continue
         before = os.environ.get(key)

@@ -4,6 +4,7 @@ What only some commands need (the controller, the spec loader, compare) is impor
 so `status`, `list` and `events` start fast (tests/cli/test_startup.py)."""
 
 import difflib
+import json
 import subprocess
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from runwright.cli.backend import drive, open_backend, server_url
 from runwright.cli.options import (
     JsonOption,
     RootOption,
@@ -23,11 +25,10 @@ from runwright.cli.options import (
 )
 from runwright.cli.render import console, guarded, print_json, print_unclipped
 from runwright.control.states import TERMINAL
-from runwright.control.summary import describe_run, event_line, run_summary
+from runwright.control.summary import describe_run, event_line
 from runwright.errors import RunwrightError
-from runwright.events import EventType
+from runwright.events import EventRecord, EventType
 from runwright.layout import run_paths
-from runwright.store import EventRecord
 
 app = typer.Typer()
 
@@ -80,27 +81,37 @@ def submit(
     Prints the events a person reads (state changes, checkpoints, failures, recoveries) and one
     progress line for the steps, with the loss and an ETA."""
     from runwright.cli.progress import SubmitProgress
-    from runwright.control.controller import Controller
-    from runwright.govern.preflight import require_preflight
     from runwright.spec import load_spec
 
     spec = load_spec(spec_file, overrides)
-    require_preflight(spec, spec_file)
-    resolved, st = open_store(root, store)
+    be = open_backend(root, store)
+    # --- server seam: the backend records the run (locally, or through --server) ---
+    submitted = be.submit(
+        spec,
+        idempotency_key=idempotency_key,
+        workdir=None if be.remote else spec_file.resolve().parent,
+        source=str(spec_file),
+    )
+    run_id, state = submitted["run_id"], submitted["state"]
     progress = SubmitProgress(console, spec.plan.total_steps.value)
-    controller = Controller(st, resolved, on_event=None if json_out else progress.on_event)
-    run, created = controller.submit(spec, spec_file.resolve().parent, idempotency_key)
-    if not created:
+    if not submitted["created"]:
         if json_out:
-            print_json({"run_id": run.run_id, "created": False, "state": run.state})
+            print_json({"run_id": run_id, "created": False, "state": state})
         else:
             console.print(
-                f"idempotency key already used: existing run {run.run_id} "
-                f"({run.state}); nothing started"
+                f"idempotency key already used: existing run {run_id} ({state}); nothing started"
             )
         return
+    if detach and be.remote:
+        if json_out:
+            print_json({"run_id": run_id, "created": True, "detached": True})
+        else:
+            console.print(f"submitted {run_id}; the server's controller drives it")
+        return
+    # ---
     if detach:
-        log = run_paths(resolved, run.run_id).controller_log
+        resolved = be.root
+        log = run_paths(resolved, run_id).controller_log
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             argv = [
@@ -108,7 +119,7 @@ def submit(
                 "-m",
                 "runwright.cli.main",
                 "controller",
-                run.run_id,
+                run_id,
                 "--root",
                 str(resolved),
             ]
@@ -124,24 +135,24 @@ def submit(
         if json_out:
             print_json(
                 {
-                    "run_id": run.run_id,
+                    "run_id": run_id,
                     "created": True,
                     "detached": True,
                     "controller_log": str(log),
                 }
             )
         else:
-            console.print(f"submitted {run.run_id}; controller log {log}")
+            console.print(f"submitted {run_id}; controller log {log}")
         return
     if not json_out:
-        console.print(f"run {run.run_id} (spec {spec.spec_hash[:12]})")
+        console.print(f"run {run_id} (spec {spec.spec_hash[:12]})")
     with progress:
-        final = controller.drive(run.run_id)
+        final = drive(be, run_id, None if json_out else progress.on_event)
     if json_out:
-        print_json(run_summary(st, final.run_id))
+        print_json(final)
     else:
-        console.print(f"run {final.run_id} ended {final.state} ({final.terminal_reason})")
-    if final.state != "SUCCEEDED":
+        console.print(f"run {run_id} ended {final['state']} ({final['terminal_reason']})")
+    if final["state"] != "SUCCEEDED":
         raise typer.Exit(code=1)
 
 
@@ -161,28 +172,18 @@ def cancel(
 ) -> None:
     """Cancel a run: record the intent and fence the workers first, then let them save at the
     next step boundary; the controller kills them after recovery.stop_grace_seconds."""
-    _, st = open_store(root, store)
-    from runwright.control.cancel import request_cancel
-
-    result = request_cancel(st, run_id, reason)
+    result = open_backend(root, store).cancel(run_id, reason)
     if json_out:
-        print_json(
-            {
-                "run_id": result.run.run_id if result.run else run_id,
-                "outcome": str(result.outcome),
-                "detail": result.detail,
-                "state": result.run.state if result.run else None,
-            }
-        )
+        print_json({k: result[k] for k in ("run_id", "outcome", "detail", "state")})
         return
-    if result.outcome.value == "APPLIED":
+    if result["outcome"] == "APPLIED":
         console.print(
-            f"cancel recorded for {result.run.run_id}; generation "
-            f"{result.run.generation} fences the old workers, which stop at their next "
+            f"cancel recorded for {result['run_id']}; generation "
+            f"{result['generation']} fences the old workers, which stop at their next "
             "step boundary"
         )
     else:
-        console.print(f"nothing to cancel: {result.detail or result.outcome}")
+        console.print(f"nothing to cancel: {result['detail'] or result['outcome']}")
 
 
 @app.command("controller")
@@ -224,8 +225,7 @@ def status(
     json_out: bool = JsonOption,
 ) -> None:
     """Show a run's state, history and what it is doing, in words."""
-    _, st = open_store(root, store)
-    summary = run_summary(st, run_id)
+    summary = open_backend(root, store).status(run_id, with_events=json_out)
     if json_out:
         print_json(summary)
         return
@@ -247,37 +247,30 @@ def events(
     json_out: bool = JsonOption,
 ) -> None:
     """Print a run's append-only event log in order."""
-    _, st = open_store(root, store)
-    run = st.get_run(run_id)
-    seen = 0
+    be = open_backend(root, store)
 
-    def show(batch: list[EventRecord]) -> None:
+    def show(batch: list[dict]) -> None:
         # One write per batch, not one rich print per event: a long log prints in a blink, and an
         # attribute holding "[...]" is printed as it is, never read as rich markup.
-        render = (lambda e: e.model_dump_json()) if json_out else event_line
+        def render(e: dict) -> str:
+            if json_out:
+                return json.dumps(e, separators=(",", ":"))
+            return event_line(EventRecord.model_validate(e))
+
         if batch:
             sys.stdout.write("".join(render(event) + "\n" for event in batch))
             sys.stdout.flush()
 
-    quiet_polls = 0
-    while True:
-        batch = st.events(run.run_id, after_seq=seen)
-        if json_out and not follow:
-            print_json(
-                [e.model_dump(mode="json") for e in batch if not event_type or e.type in event_type]
-            )
-            return
-        show([e for e in batch if not event_type or e.type in event_type])
-        if batch:
-            seen = batch[-1].seq
-        if not follow or any(e.type == EventType.RUN_FINISHED for e in batch):
-            return
-        # A terminal run whose controller is gone writes nothing more: stop after a quiet second.
-        terminal = st.get_run(run.run_id).state in TERMINAL
-        quiet_polls = quiet_polls + 1 if terminal and not batch else 0
-        if quiet_polls >= 2:
-            return
-        time.sleep(0.5)
+    if not follow:
+        batch = be.events(run_id, 0, event_type or None)
+        if json_out:
+            print_json(batch)
+        else:
+            show(batch)
+        return
+    # Until the run has finished (or, its controller gone, a terminal run stays quiet).
+    for event in be.follow(run_id, 0, event_type or None):
+        show([event])
 
 
 @app.command()
@@ -305,6 +298,12 @@ def logs(
 
     if stream not in ("both", *run_logs.STREAMS):
         raise typer.BadParameter(f"--stream {stream!r}: use stderr, stdout or both")
+    if server_url() is not None:  # the ranks' files may quote training data: not served
+        raise RunwrightError(
+            "`logs` reads the ranks' output files where the run ran: run it there, without "
+            "--server (through a server, `status` shows a failure's last error lines to "
+            "operators)"
+        )
     _, st = open_store(root, store)
     run = st.get_run(run_id)
     run_root = Path(run.root)
@@ -366,23 +365,22 @@ def list_runs(
     json_out: bool = JsonOption,
 ) -> None:
     """List runs, newest first."""
-    _, st = open_store(root, store)
-    runs = st.list_runs(limit=limit)
+    runs = open_backend(root, store).list_runs(limit)
     if json_out:
-        print_json([r.model_dump(mode="json", exclude={"spec", "plan"}) for r in runs])
+        print_json(runs)
         return
     table = Table(title="runs")
     for col in ("run id", "name", "state", "reason", "gen", "step", "created"):
         table.add_column(col, no_wrap=True)
     for r in runs:
         table.add_row(
-            r.run_id,
-            r.name,
-            r.state,
-            r.terminal_reason or "",
-            str(r.generation),
-            "" if r.last_step is None else str(r.last_step),
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_unix_s)),
+            r["run_id"],
+            r["name"],
+            r["state"],
+            r["terminal_reason"] or "",
+            str(r["generation"]),
+            "" if r["last_step"] is None else str(r["last_step"]),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_unix_s"])),
         )
     # The id is what every other command takes: never cut a cell, however narrow the terminal
     # (which wraps the long lines instead, as it does `docker ps`).
@@ -400,18 +398,19 @@ def compare(
 ) -> None:
     """Prove recovery equivalence: final parameters bit-identical, consumed-sample ledgers
     identical, loss curves identical after the restored step. Exit 1 when they differ."""
-    _, st = open_store(root, store)
-    from runwright.govern.compare import compare_runs
-
-    result = compare_runs(st, run_a, run_b)
+    result = open_backend(root, store).compare(run_a, run_b)
     if json_out:
-        print_json(result.model_dump(mode="json"))
+        print_json(result)
     else:
         console.print(
-            f"{result.equivalence}: {result.parameters_compared} parameters, "
-            f"{result.steps_compared} steps compared (restored steps "
-            f"{result.restored_steps or '-'})"
-            + (f"; first difference {result.first_difference}" if result.first_difference else "")
+            f"{result['equivalence']}: {result['parameters_compared']} parameters, "
+            f"{result['steps_compared']} steps compared (restored steps "
+            f"{result['restored_steps'] or '-'})"
+            + (
+                f"; first difference {result['first_difference']}"
+                if result["first_difference"]
+                else ""
+            )
         )
-    if result.equivalence != "bitwise-equal":
+    if result["equivalence"] != "bitwise-equal":
         raise typer.Exit(code=1)

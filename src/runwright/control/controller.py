@@ -42,6 +42,7 @@ from runwright.protocol import (
 )
 from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store
+from runwright.store.store import DEFAULT_PROJECT
 
 T = TypeVar("T")
 UNFINISHED = [s for s in RunState if s not in TERMINAL]
@@ -101,9 +102,16 @@ class Controller:
     # -- entry points ---------------------------------------------------------------------------
 
     def submit(
-        self, spec: JobSpec, workdir: Path, idempotency_key: str | None = None
+        self,
+        spec: JobSpec,
+        workdir: Path,
+        idempotency_key: str | None = None,
+        *,
+        project: str = DEFAULT_PROJECT,
+        submitted_by: str | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Record a run; the same idempotency key returns the existing run and starts nothing."""
+        """Record a run; the same idempotency key returns the existing run and starts nothing.
+        `project` and `submitted_by` say whose run it is (the shared server's access control)."""
         run, created = self.store.create_run(
             run_id=new_run_id(spec),
             name=spec.name,
@@ -114,6 +122,8 @@ class Controller:
             root=str(self.root),
             state=RunState.CREATED,
             idempotency_key=idempotency_key,
+            project=project,
+            submitted_by=submitted_by,
         )
         if created:
             self.journal.record(
@@ -121,6 +131,8 @@ class Controller:
                 EventType.JOB_SUBMITTED,
                 spec_hash=spec.spec_hash,
                 idempotency_key=idempotency_key,
+                project=project,
+                submitted_by=submitted_by,
             )
         return run, created
 

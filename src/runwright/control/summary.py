@@ -51,9 +51,16 @@ INCIDENT_KEYS = (
 )
 
 
-def run_summary(store: Store, run_id: str) -> dict[str, Any]:
+SUMMARY_TYPES = (EventType.STATE_CHANGED, *INCIDENT_TYPES)
+"""What the summary is computed from: a summary without the event log reads only these."""
+
+
+def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[str, Any]:
+    """The run as data. `with_events=False` leaves the event log out (`events` empty,
+    `event_count` None) and reads only the events the summary is made of: what `status` prints,
+    at a cost that does not grow with every step a long run reports."""
     run = store.get_run(run_id)
-    events = store.events(run.run_id)
+    events = store.events(run.run_id, types=None if with_events else SUMMARY_TYPES)
     history = [
         {
             "state": e.attributes.get("to_state"),
@@ -107,8 +114,8 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
             if pending is not None and pending.type == EventType.RECOVERY_STARTED
             else None
         ),
-        "event_count": len(events),
-        "events": [e.model_dump(mode="json") for e in events],
+        "event_count": len(events) if with_events else None,
+        "events": [e.model_dump(mode="json") for e in events] if with_events else [],
     }
 
 

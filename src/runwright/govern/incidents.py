@@ -70,6 +70,9 @@ class Intervention(Record):
     """Step at the time."""
     detail: str
     """What happened, in words."""
+    actor: str | None = None
+    """Who did it: a principal through the server, `local:<user>` from a CLI; None when the
+    platform itself acted or the log predates actors."""
 
 
 def _int(value: Any) -> int | None:
@@ -162,6 +165,7 @@ def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Interve
                 generation=event.generation,
                 step=event.step,
                 detail=detail,
+                actor=a.get("actor"),
             )
         )
     reason = run.terminal_reason

@@ -192,9 +192,9 @@ def render_page(report: "RunReport", timeline: Timeline) -> str:
         ),
         "<h2>Interventions</h2>",
         table(
-            ["time", "kind", "gen", "step", "detail"],
+            ["time", "kind", "by", "gen", "step", "detail"],
             [
-                (clock(i.time_unix_s), i.kind, i.generation, i.step, i.detail)
+                (clock(i.time_unix_s), i.kind, i.actor or "", i.generation, i.step, i.detail)
                 for i in report.interventions
             ],
         ),

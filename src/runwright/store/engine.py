@@ -50,7 +50,7 @@ def resolve_store_url(store: str | None, root: Path) -> str:
     )
 
 
-def _sqlite_engine(url: str) -> sa.Engine:
+def _sqlite_engine(url: str, read_only: bool = False) -> sa.Engine:
     path = Path(url.removeprefix("sqlite:///"))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -69,16 +69,21 @@ def _sqlite_engine(url: str) -> sa.Engine:
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.close()
 
+    # A reader's transaction begins DEFERRED: under WAL it reads a snapshot and never waits for
+    # the write lock, which IMMEDIATE would take even to read (a server's GETs, issue 14).
+    begin = "BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE"
+
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql(begin)
 
     return engine
 
 
-def create_engine(url: str) -> sa.Engine:
+def create_engine(url: str, read_only: bool = False) -> sa.Engine:
+    """`read_only`: for a store only read through (SQLite transactions begin DEFERRED)."""
     if url.startswith("sqlite:///"):
-        engine = _sqlite_engine(url)
+        engine = _sqlite_engine(url, read_only)
     else:
         try:
             timeout = (

@@ -107,3 +107,14 @@ def test_the_step_loop_stops_without_raising(make_ctx):
     loop.close()
     assert loop.stop_request is not None and ctx.last_step == 2
     assert acknowledged(ctx) == [(2, "preemption")]
+
+
+def test_a_second_init_replaces_the_first_watcher_and_close_restores(make_ctx):
+    before = signal.getsignal(signal.SIGTERM)
+    first = make_ctx()
+    second = make_ctx()
+    os.kill(os.getpid(), signal.SIGTERM)  # once: the second watcher's flag, nothing chained
+    assert second.stop_watcher.local_request().reason == "preemption"
+    assert first.stop_watcher.local_request() is None
+    second.close()
+    assert signal.getsignal(signal.SIGTERM) == before  # what was there before runwright

@@ -226,6 +226,7 @@ class RunContext:
                 self._training_complete()
         finally:
             events.detach(self.report)
+            self.stop_watcher.uninstall_signal_handler()
             self._stop_heartbeat.set()
             if self._heartbeat is not None:
                 self._heartbeat.join(timeout=5)

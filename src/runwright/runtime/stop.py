@@ -72,7 +72,22 @@ class StopWatcher:
         if threading.current_thread() is not threading.main_thread():
             return
         for signum in SIGNAL_REASONS:
-            self._previous[signum] = signal.signal(signum, self._on_signal)
+            previous = signal.signal(signum, self._on_signal)
+            # A second init() in one process replaces the first one's watcher rather than
+            # chaining to it: chain to what was there before runwright.
+            older = getattr(previous, "__self__", None)
+            if isinstance(older, StopWatcher):
+                previous = older._previous.get(signum, signal.SIG_DFL)
+            self._previous[signum] = previous
+
+    def uninstall_signal_handler(self) -> None:
+        """Put back the handlers that were there before, where this watcher's are still
+        installed (the run context's close does this)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) == self._on_signal:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         first = signum not in self._signalled

@@ -11,7 +11,8 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from runwright.ckpt import inventory as inv
-from runwright.ckpt.export import read_model_config
+from runwright.ckpt.export import ExportFormat, read_model_config
+from runwright.ckpt.export_source import resolve_source
 from runwright.cli.options import RootOption
 from runwright.cli.render import console, guarded, print_json
 
@@ -173,27 +174,55 @@ def gc(
 @guarded
 def export(
     target: Target,
-    out: Annotated[Path, typer.Option(help="Export folder (outside the checkpoint folder).")],
+    out: Annotated[Path, typer.Option(help="Export folder: new or empty, outside the run.")],
     checkpoint: Annotated[str, typer.Argument(help="Folder, id, step or `latest`.")] = "latest",
-    model_config: Annotated[
-        Path | None, typer.Option(help="JSON file with the model config.")
+    format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="hf-gpt2: what transformers loads as GPT2LMHeadModel (refused for a model "
+            "that does not map); runwright: runwright's tensor names, any model; auto: hf-gpt2 "
+            "when the model maps, else runwright.",
+        ),
+    ] = ExportFormat.AUTO,
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="Job spec the checkpoint trained under (a folder TARGET, no run)."),
     ] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer file or folder.")] = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(help="JSON model config (a folder TARGET with neither run nor spec)."),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="Tokenizer file or folder (default: the run's dataset's)."),
+    ] = None,
     root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
-    """Write safetensors weights + config + tokenizer + release.json (hashes) for inference."""
-    config = read_model_config(model_config) if model_config else {}
-    release = inv.export(
-        inv.checkpoint_root(target, root),
-        checkpoint,
-        str(out),
-        config,
-        str(tokenizer) if tokenizer else None,
+    """Write the weights, config.json, the tokenizer the model trained with and release.json
+    (hashes and provenance) for use elsewhere. A run's model config and tokenizer come from its
+    spec and dataset. `--format hf-gpt2` is what `transformers.GPT2LMHeadModel.from_pretrained`
+    and `PreTrainedTokenizerFast.from_pretrained` load."""
+    folder = inv.checkpoint_root(target, root)
+    source = resolve_source(
+        target,
+        folder,
+        root,
+        spec_path=spec,
+        model_config=read_model_config(model_config) if model_config else None,
+        tokenizer_path=tokenizer,
     )
+    release = inv.export(folder, checkpoint, str(out), source=source, format=format)
     if json_out:
-        print_json(release.model_dump())
+        print_json(release.model_dump(mode="json"))
         return
     console.print(
-        f"exported step {release.source_step} ({release.parameters:,} parameters) to {out}"
+        f"exported step {release.source_step} ({release.parameters:,} parameters) to {out} "
+        f"as {release.format.value}",
+        highlight=False,
     )
+    for reason in release.not_mapped:
+        console.print(f"not hf-gpt2: {escape(reason)}", highlight=False)
+    for note in release.notes:
+        console.print(f"note: {escape(note)}", highlight=False)

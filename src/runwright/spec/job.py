@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from runwright.spec.base import Section
 from runwright.spec.canonical import canonical_json, sha256_hex
+from runwright.spec.observability import ObservabilitySpec
 from runwright.spec.placement import ParallelismSpec, ResourcesSpec
 from runwright.spec.policies import (
     BudgetSpec,
@@ -47,6 +48,7 @@ class JobSpec(Section):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     reproducibility: ReproducibilitySpec = Field(default_factory=ReproducibilitySpec)
     governance: GovernanceSpec = Field(default_factory=GovernanceSpec)
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
 
     @model_validator(mode="after")
     def _resolvable(self) -> "JobSpec":

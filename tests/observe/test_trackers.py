@@ -19,7 +19,12 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from runwright.data import build_dataset
 from runwright.errors import RunwrightError
 from runwright.events import EventType
-from runwright.observe.tracker_backends import MLflowTracker, TensorBoardTracker, flatten
+from runwright.observe.tracker_backends import (
+    MLflowTracker,
+    TensorBoardTracker,
+    flatten,
+    mlflow_key,
+)
 from runwright.observe.trackers import TRACKERS_FILE, TrackerSink, attach_report, run_facts
 from runwright.spec import MLflowSpec, spec_from_mapping
 
@@ -71,6 +76,7 @@ def _expected(channel: Path) -> dict[str, dict[int, float]]:
 def test_a_run_reports_to_tensorboard_and_a_real_mlflow_server(tmp_path, server):
     dataset = build_dataset(REPO / "examples" / "data" / "tiny.yaml", tmp_path / "data")
     data = _spec_data(dataset)
+    data["governance"]["tags"] = {"team:ml": "runtime"}  # a key MLflow would refuse as it is
     data["observability"] = {
         "trackers": {
             "tensorboard": {"log_dir": str(tmp_path / "tb")},
@@ -123,6 +129,7 @@ def test_a_run_reports_to_tensorboard_and_a_real_mlflow_server(tmp_path, server)
     assert params["plan.dp"] == "2" and params["data.dataset"] == str(dataset.folder)
     assert run.data.tags["runwright.spec_hash"] == spec.spec_hash
     assert run.data.tags["runwright.owner"] == "runwright"
+    assert run.data.tags["runwright.tag.team_ml"] == params["governance.tags.team_ml"] == "runtime"
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "runwright")}
     names = {"spec.json", "plan.json", "final_parameters.json"}
     assert artifacts == {f"runwright/{n}" for n in names}
@@ -140,7 +147,8 @@ def test_a_run_reports_to_tensorboard_and_a_real_mlflow_server(tmp_path, server)
     report = run_dir / "report" / "report.json"
     report.parent.mkdir()
     report.write_text('{"run_id": "local-run"}')
-    assert attach_report(run_dir, [report]) == [f"MLflow run {run.info.run_id} at {server.url}"]
+    attached = attach_report(run_dir, [report])
+    assert attached == [f"attached to MLflow run {run.info.run_id} at {server.url}"]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "runwright")}
     assert "runwright/report.json" in artifacts
 
@@ -165,6 +173,13 @@ def test_failing_trackers_are_counted_and_training_goes_on(tmp_path, monkeypatch
             for step in range(1, 101):
                 sink.observe(EventType.STEP_HEALTHY, step, {"loss": 1.0 / step, "lr": 0.1})
             status = sink.close(completed=True)
+        # A report written later cannot reach the dead server either: said, not raised.
+        (tmp_path / "later").mkdir()
+        (tmp_path / "later" / TRACKERS_FILE).write_text(
+            json.dumps({"mlflow": {"run_id": "r", "tracking_uri": url}})
+        )
+        (line,) = attach_report(tmp_path / "later", [tmp_path / TRACKERS_FILE])
+    assert line.startswith(f"not attached to MLflow at {url}: MlflowException"), line
     for tracker in ("tensorboard", "mlflow"):
         assert not status[tracker]["started"] and status[tracker]["failures"] >= 1
         assert status[tracker]["points_written"] == 0
@@ -256,3 +271,4 @@ def test_the_spec_flattens_into_mlflow_params():
         "e": "null",
         "f": "{}",
     }
+    assert mlflow_key("governance.tags.team:ml/../é") == "governance.tags.team_ml_.._é"

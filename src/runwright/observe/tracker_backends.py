@@ -5,11 +5,12 @@ so nothing here costs an import until a run switches a tracker on.
 """
 
 import json
+import re
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from runwright.spec import MLflowSpec
 
@@ -22,11 +23,21 @@ PARAMS_PER_CALL = 100
 """MLflow's limit of params and tags in one log_batch (MAX_PARAMS_TAGS_PER_BATCH)."""
 METRICS_PER_CALL = 1000
 """MLflow's limit of metrics in one log_batch (MAX_METRICS_PER_BATCH)."""
+MAX_TAG_CHARS = 5000
+"""Longest tag value runwright sends (MLflow's limit is 8000 in 3.x, 5000 in older servers)."""
+_NOT_IN_KEYS = re.compile(r"[^\w\-. ]")
+"""What MLflow takes in a key everywhere: letters, digits, `_`, `-`, `.` and ` ` (it also takes
+`/` and, off Windows, `:`, but a `/` makes the key a path that must not resolve elsewhere). A
+governance tag's free name may hold anything, which would refuse the whole batch."""
 
 
-@dataclass(frozen=True)
-class Point:
-    """One scalar of one step."""
+def mlflow_key(key: str) -> str:
+    """`key` as MLflow accepts it: other characters become `_`, at most 250 characters."""
+    return _NOT_IN_KEYS.sub("_", key)[:250]
+
+
+class Point(NamedTuple):
+    """One scalar of one step (a tuple: the training thread makes six per step)."""
 
     name: str
     value: float
@@ -153,12 +164,18 @@ class MLflowTracker:
         if experiment is not None:
             self.experiment_id = experiment.experiment_id
         assert self.experiment_id is not None
-        found = client.search_runs(
-            [self.experiment_id],
-            filter_string=f"tags.`{TAG_PREFIX}run_id` = '{facts.run_id}'",
-            max_results=1,
+        # Run ids are plain names (letters, digits, `.`, `_`, `-`); a local id made from a
+        # rendezvous id a user chose might not be, and is then not searched for.
+        found = (
+            []
+            if "'" in facts.run_id or "\\" in facts.run_id
+            else client.search_runs(
+                [self.experiment_id],
+                filter_string=f"tags.`{TAG_PREFIX}run_id` = '{facts.run_id}'",
+                max_results=1,
+            )
         )
-        tags = [RunTag(k, v) for k, v in facts.tags.items()]
+        tags = [RunTag(mlflow_key(k), v[:MAX_TAG_CHARS]) for k, v in facts.tags.items()]
         tags.append(RunTag(f"{TAG_PREFIX}generation", str(facts.generation)))
         if found:
             self.run_id = found[0].info.run_id
@@ -166,7 +183,7 @@ class MLflowTracker:
         else:
             run = client.create_run(self.experiment_id, run_name=facts.run_id)
             self.run_id = run.info.run_id
-            params = [Param(k[:250], v[:MAX_PARAM_CHARS]) for k, v in facts.params.items()]
+            params = [Param(mlflow_key(k), v[:MAX_PARAM_CHARS]) for k, v in facts.params.items()]
             for first in range(0, len(params), PARAMS_PER_CALL):
                 client.log_batch(self.run_id, params=params[first : first + PARAMS_PER_CALL])
         for first in range(0, len(tags), PARAMS_PER_CALL):

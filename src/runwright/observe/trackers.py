@@ -47,6 +47,7 @@ TRACKERS_FILE = "trackers.json"
 in runwright.layout, because only this module and its readers know it.)"""
 METRICS = ("loss", "lr", "grad_norm", "step_seconds", "data_wait_seconds")
 """Step event attributes sent as they are; `tokens_per_second` is derived (see `_points`)."""
+_NUMBER = (int, float)
 MAX_PENDING_POINTS = 100_000
 """Points held per tracker while it cannot start: ~17 minutes of 6 metrics at 100 steps/s."""
 
@@ -210,19 +211,18 @@ class TrackerSink:
             writer.add(points, flush)
 
     def _points(self, step: int, attributes: dict[str, Any], now: float) -> list[Point]:
-        values = {
-            name: float(attributes[name])
-            for name in METRICS
-            if isinstance(attributes.get(name), int | float)
-            and not isinstance(attributes.get(name), bool)
-        }
+        values = {}
+        for name in METRICS:
+            value = attributes.get(name)
+            if isinstance(value, _NUMBER) and not isinstance(value, bool):
+                values[name] = float(value)
         # The two-line integration reports no step time: the time since the previous step is it.
         previous, self._last_step = self._last_step, (step, now)
         if "step_seconds" not in values and previous is not None and step > previous[0]:
             values["step_seconds"] = (now - previous[1]) / (step - previous[0])
         tokens = attributes.get("device_tokens")
         seconds = values.get("step_seconds")
-        if isinstance(tokens, int | float) and seconds:
+        if isinstance(tokens, _NUMBER) and seconds:
             # rank 0's tokens x data-parallel ranks (equal shares of the global batch) / its step
             # time: e.g. 1,024 tokens x 2 ranks / 0.5 s = 4,096 tokens/s for the whole run.
             values["tokens_per_second"] = tokens * self._dp_size / seconds
@@ -321,8 +321,19 @@ def open_trackers(
 
 def attach_report(run_dir: Path, files: list[Path]) -> list[str]:
     """Attach a written report (report.json, report.html) to the MLflow run the run's rank 0
-    wrote to, if any; returns where it went. Raises what MLflow raises (the caller says so)."""
+    wrote to, if it wrote to one (its trackers.json says); one line per tracker saying where the
+    files went or why they did not. Never raises: the report is written either way."""
     path = run_dir / TRACKERS_FILE
-    if not path.is_file():
+    try:
+        status = json.loads(path.read_text())
+    except FileNotFoundError:
         return []
-    return attach_files(json.loads(path.read_text()), files)
+    except (OSError, ValueError) as exc:
+        return [f"not attached to the run's trackers: {path} is unreadable ({exc})"]
+    if not isinstance(status, dict) or not (status.get("mlflow") or {}).get("run_id"):
+        return []
+    try:
+        return [f"attached to {where}" for where in attach_files(status, files)]
+    except Exception as exc:  # the tracking server is down, the run deleted, ...
+        where = status["mlflow"].get("tracking_uri")
+        return [f"not attached to MLflow at {where}: {type(exc).__name__}: {exc}"]

@@ -32,8 +32,8 @@ class MLflowSpec(Section):
     """An MLflow tracking server or local store, written by rank 0."""
 
     tracking_uri: str | None = None
-    """`http(s)://host:port` of a tracking server, or a local store (`sqlite:///mlflow.db`, a
-    folder). None: MLflow's own default (MLFLOW_TRACKING_URI, else ./mlruns)."""
+    """`http(s)://host:port` of a tracking server, or a local store (`sqlite:///mlflow.db`).
+    None: MLflow's own default (MLFLOW_TRACKING_URI, else its local default)."""
     experiment: str | None = Field(default=None, min_length=1, max_length=500)
     """Experiment name, created if missing. None: the spec's `name`."""
 

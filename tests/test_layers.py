@@ -137,6 +137,13 @@ RULES = [
         "control/ alike, so they sit at the bottom (not drawn in ARCHITECTURE.md)",
     ),
     Rule(
+        "remote",
+        None,
+        "object-store access (timeouts, retries, the s3fs check) serves ckpt/, data/ and the "
+        "store's fence alike, so it sits at the bottom (not drawn in ARCHITECTURE.md)",
+        allowed=frozenset({"errors"}),
+    ),
+    Rule(
         "records",
         None,
         "the one pydantic base of every record sits below everything",

@@ -94,3 +94,20 @@ def test_a_missing_dataset_and_a_url(tmp_path):
     assert missing.problems and "no manifest.json" in missing.problems[0]
     remote = check_spec(load_spec(_spec_file(tmp_path, "s3://bucket/ds")), tmp_path)
     assert remote.ok and remote.not_checked
+
+
+def test_a_url_whose_driver_is_missing_is_refused(tmp_path, monkeypatch):
+    import runwright.remote
+
+    spec_file = _spec_file(tmp_path, "s3://bucket/ds")
+    real = runwright.remote.importlib.util.find_spec
+    monkeypatch.setattr(
+        runwright.remote.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "s3fs" else real(name, *a),
+    )
+    preflight = check_spec(load_spec(spec_file), tmp_path)
+    assert preflight.problems == (
+        "data.dataset: s3://bucket/ds needs s3fs, which is not installed: "
+        "pip install 'runwright[s3]' (or pip install s3fs)",
+    )

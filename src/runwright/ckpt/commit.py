@@ -157,6 +157,7 @@ def persist(
         rank=facts.rank,
         probe=_probe_bytes(probe),
         thread_count=thread_count,
+        options=storage.options,
     )
     result: list[Any] = [None]
     try:

@@ -51,6 +51,12 @@ LAUNCH_CLAIM_SECONDS = 30.0
 launches itself."""
 
 
+INGEST_SLICE_SECONDS = 0.5
+"""The most one pass spends ingesting one run's channel before it moves on (deadlines, other
+runs): at ~30,000 events/s through batched ingest that is ~15,000 events, far above what a run
+reports in a pass, so only a backlog is cut (issue 19: a cancel's grace kill waited for a
+250,000-line backlog). Once a group has ended its channel is read to the end."""
+
 SAVE_ENDS = frozenset(
     {EventType.CHECKPOINT_COMMITTED, EventType.CHECKPOINT_FAILED, EventType.STALE_WRITE_REJECTED}
 )
@@ -166,7 +172,7 @@ class Controller:
         if run_id not in self._orphans_checked:
             self._kill_orphans(run)
             self._orphans_checked.add(run_id)
-        self._ingest_and_watch(run, spec)
+        self._ingest_and_watch(run, spec, until=time.monotonic() + INGEST_SLICE_SECONDS)
         run = self.store.get_run(run_id)
         state = RunState(run.state)
         done = False
@@ -303,7 +309,9 @@ class Controller:
 
     # -- supervision ----------------------------------------------------------------------------
 
-    def _ingest_and_watch(self, run: RunRecord, spec: JobSpec) -> None:
+    def _ingest_and_watch(self, run: RunRecord, spec: JobSpec, until: float | None = None) -> None:
+        """Ingest what the run's workers reported (past `until`, a monotonic time, the rest waits
+        for the next pass; None reads it all) and feed the watchdog."""
         ingestor = self._ingest.setdefault(run.run_id, Ingestor(self.store, run))
         sup = self._sup.get(run.run_id)
         newest: list[ChannelMessage] = []
@@ -326,7 +334,7 @@ class Controller:
                     sup.worker_pids.add(message.attributes["pid"])
                     sup.rank_pids[message.rank] = message.attributes["pid"]
 
-        ingestor.poll(observe)
+        ingestor.poll(observe, until=until)
         if newest:
             m = newest[0]
             self.recovery.note_progress(run, spec, m.generation, m.step or 0, m.time_unix_s)

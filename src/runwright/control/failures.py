@@ -22,7 +22,7 @@ from pathlib import Path
 
 import runwright
 from runwright.ckpt import errors as ckpt_errors
-from runwright.control.executors.protocol import EXIT_LOST, FailureEvidence
+from runwright.control.executors.protocol import EXIT_LOST, FailureEvidence, NodeExit
 from runwright.records import Record
 from runwright.spec import FailureClass
 
@@ -44,8 +44,10 @@ PATTERNS: list[tuple[FailureClass, re.Pattern[str]]] = [
     (
         FailureClass.STORAGE,
         re.compile(
-            r"CheckpointStorageError|BackgroundSaveError|No space left|Errno 28|Errno 5\]|"
-            r"Read-only file system|Stale file handle",
+            # RemoteStorageError / DataStorageError: an object store still failing after the
+            # bounded retries of runwright.remote (checkpoints, the fence, datasets).
+            r"CheckpointStorageError|BackgroundSaveError|RemoteStorageError|DataStorageError|"
+            r"No space left|Errno 28|Errno 5\]|Read-only file system|Stale file handle",
             re.I,
         ),
     ),
@@ -186,6 +188,10 @@ class Classification(Record):
     """Equal signatures mean the same failure again (class, error and step)."""
     evidence: str
     """Which evidence decided the class."""
+    node: int | None = None
+    """The node the failure is pinned on (a lost node), when known."""
+    host: str | None = None
+    """That node's host."""
 
     @property
     def deterministic(self) -> bool:
@@ -197,6 +203,17 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+def lost_node(node_exits: tuple[NodeExit, ...]) -> NodeExit | None:
+    """The node of a multi-node group whose agent died by a signal nobody in the group sent (the
+    first such, in the order the agents ended): the node itself went (killed, crashed, its
+    machine gone), taking its ranks with it. One node's agent killed by a signal is the
+    launcher's fault, not evidence of a node (`classify`'s last rules): only beside surviving
+    peers does an agent's death single out a node."""
+    if len(node_exits) < 2:
+        return None
+    return next((n for n in node_exits if n.exit_code < 0 and not n.stopped), None)
 
 
 def _signature(cls: FailureClass, text: str, step: int | None) -> str:
@@ -261,6 +278,26 @@ def classify(
             "NAN_DETECTED event",
             step=step,
         )
+    gone = lost_node(evidence.node_exits)
+    if gone is not None:
+        # The other nodes' ranks fail after it, typically with a gloo "Connection closed by
+        # peer": victims of the lost node, not the root cause, even when their error files are
+        # the only ones there.
+        victims = sorted({e.rank for e in evidence.error_records} - set(gone.ranks))
+        seen = [f"node {n.node}: {n.exit_code}" for n in evidence.node_exits]
+        first = next((e for e in evidence.error_records if e.rank in victims), None)
+        after = (
+            f"; ranks {victims} of the other nodes failed after it (victims: {first.message})"
+            if first is not None
+            else ""
+        )
+        return verdict(
+            FailureClass.NODE_LOST,
+            min(gone.ranks) if gone.ranks else None,
+            f"node {gone.node} (host {gone.host}) was lost: its torchrun agent was killed by "
+            f"{_signal_name(-gone.exit_code)} with ranks {list(gone.ranks)}",
+            f"agent exit statuses in the order they ended: {', '.join(seen)}{after}",
+        ).model_copy(update={"node": gone.node, "host": gone.host})
     torchrun_log = evidence.launcher_log
     lost = evidence.lost
     root = ROOT_CAUSE.search(torchrun_log)

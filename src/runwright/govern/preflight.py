@@ -17,6 +17,7 @@ from runwright.data.errors import DataError
 from runwright.data.format.manifest import DatasetManifest, read_manifest
 from runwright.errors import SpecError
 from runwright.records import Record
+from runwright.remote import MissingDriverError, require_driver
 from runwright.spec import JobSpec
 
 
@@ -44,9 +45,11 @@ def dataset_folder(spec: JobSpec, workdir: Path) -> Path | None:
 
 
 def check_spec(spec: JobSpec, workdir: Path) -> Preflight:
-    """Every check of the spec against the dataset it names (see the module doc)."""
-    if spec.data.dataset is None:
-        return Preflight()
+    """Every check of the spec against what it names (see the module doc): the drivers its URLs
+    need, and the dataset."""
+    drivers = tuple(driver_problems(spec))
+    if drivers or spec.data.dataset is None:
+        return Preflight(problems=drivers)
     folder = dataset_folder(spec, workdir)
     if folder is None:
         return Preflight(
@@ -60,6 +63,23 @@ def check_spec(spec: JobSpec, workdir: Path) -> Preflight:
     except DataError as exc:
         return Preflight(problems=(f"data.dataset {spec.data.dataset}: {exc}",))
     return Preflight(problems=tuple(against_manifest(spec, manifest)))
+
+
+def driver_problems(spec: JobSpec) -> list[str]:
+    """A URL whose file-system driver is not installed here (e.g. `s3://` without s3fs): the
+    controller and the workers would fail at their first read."""
+    problems = []
+    for field, location in (
+        ("checkpoint.location", spec.checkpoint.location),
+        ("data.dataset", spec.data.dataset),
+    ):
+        if location is None:
+            continue
+        try:
+            require_driver(location)
+        except MissingDriverError as exc:
+            problems.append(f"{field}: {exc}")
+    return problems
 
 
 def against_manifest(spec: JobSpec, manifest: DatasetManifest) -> list[str]:

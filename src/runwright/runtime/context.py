@@ -27,6 +27,7 @@ from runwright.layout import RunPaths, local_run_paths, resolve_root
 from runwright.lifetime import die_with_parent, has_tags
 from runwright.protocol import (
     ENV_GENERATION,
+    ENV_NODE,
     ENV_PROTOCOL_VERSION,
     ENV_RANK_MANIFEST,
     ENV_RUN_DIR,
@@ -39,6 +40,7 @@ from runwright.protocol import (
     check_version,
     decode_rank_manifest,
     decode_skip_steps,
+    placed_entry,
 )
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.steploop import StepLoop
@@ -320,11 +322,16 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         spec = spec_from_mapping(json.loads(Path(spec_file).read_text()), spec_file)
     elif spec_path is not None:
         spec = load_spec(spec_path)
+    # Where this rank really runs: the node whose agent started it (the executor says which),
+    # else torchrun's node rank; under c10d either may differ from the manifest's launch order.
+    group_rank = _env_int("GROUP_RANK", -1)
+    node = _env_int(ENV_NODE, group_rank)
+    host = socket.gethostname()
     entry = None
     manifest_file = os.environ.get(ENV_RANK_MANIFEST)
     if manifest_file:
         entries = decode_rank_manifest(Path(manifest_file).read_text())
-        entry = entries[rank] if rank < len(entries) else None
+        entry = placed_entry(entries, rank, node=None if node < 0 else node, host=host)
     skip = decode_skip_steps(os.environ.get(ENV_SKIP_STEPS))
     watcher = StopWatcher(run_dir, generation)
     watcher.install_signal_handler()
@@ -347,7 +354,11 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         event_id=f"g{generation}-r{rank}-started",
         pid=os.getpid(),
         local_rank=local_rank,
-        host=socket.gethostname(),
+        host=host,
+        # The node whose agent started this rank and torchrun's rank of that node: the
+        # controller corrects the run's rank manifest with them (c10d assigns node ranks).
+        node=entry.node if entry is not None else (None if node < 0 else node),
+        group_rank=None if group_rank < 0 else group_rank,
         # The environment this rank actually runs in, for the run report's evidence chain.
         python_version=platform.python_version(),
         torch_version=_torch_version(),

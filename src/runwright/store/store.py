@@ -177,7 +177,7 @@ class Store:
                 moved = RunRecord.model_validate(row._asdict())
                 if fences:
                     # Fence first, commit second: a failure in between leaves the fence ahead.
-                    raise_fence(moved.root, run_id, moved.generation + int(revoke_generation))
+                    raise_fence(moved, moved.generation + int(revoke_generation))
                 for event in with_events(moved) if with_events is not None else []:
                     _insert_event_once(conn, event)
         run = self.get_run(run_id)
@@ -205,9 +205,9 @@ class Store:
         run = self.get_run(run_id)
         if run.generation != generation:
             return Outcome.STALE_GENERATION
-        if fence_generation(run.root, run_id) > generation:
+        if fence_generation(run) > generation:
             return Outcome.ALREADY_APPLIED
-        raise_fence(run.root, run_id, generation + 1)
+        raise_fence(run, generation + 1)
         return Outcome.APPLIED
 
     def fenced_update(self, run_id: str, generation: int, **fields: Any) -> WriteResult:

@@ -272,3 +272,9 @@ def test_the_spec_flattens_into_mlflow_params():
         "f": "{}",
     }
     assert mlflow_key("governance.tags.team:ml/../é") == "governance.tags.team_ml_.._é"
+
+
+def test_a_tracker_not_installed_says_what_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "mlflow.entities", None)  # how Python marks "not there"
+    with pytest.raises(RunwrightError, match=r"pip install 'runwright\[trackers\]'"):
+        MLflowTracker(MLflowSpec(), "x").start(run_facts(spec_from_mapping(_spec_data()), "r", 0))

@@ -4,14 +4,17 @@ slow or failing tracker never holds up a training step. Their libraries are impo
 so nothing here costs an import until a run switches a tracker on.
 """
 
+import contextlib
 import json
 import re
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
+from runwright.errors import RunwrightError
 from runwright.spec import MLflowSpec
 
 TAG_PREFIX = "runwright."
@@ -61,6 +64,22 @@ class RunFacts:
     """File name -> JSON text (spec.json, plan.json) logged at the start."""
 
 
+class TrackerMissingError(RunwrightError):
+    """A tracker's library is not installed where rank 0 runs."""
+
+
+@contextlib.contextmanager
+def _installed(tracker: str) -> Iterator[None]:
+    """Turn the ImportError of a tracker's library into what to install."""
+    try:
+        yield
+    except ImportError as exc:
+        raise TrackerMissingError(
+            f"the spec names {tracker}, but {exc.name or 'its library'} is not installed where "
+            "rank 0 runs: pip install 'runwright[trackers]' in the workers' environment"
+        ) from None
+
+
 class Tracker(Protocol):
     name: str
     where: str
@@ -107,7 +126,8 @@ class TensorBoardTracker:
         self._writer: Any = None
 
     def start(self, facts: RunFacts) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        with _installed("tensorboard"):
+            from torch.utils.tensorboard import SummaryWriter
 
         self._log_dir.mkdir(parents=True, exist_ok=True)
         # flush_secs: the sink already batches; TensorBoard's own queue writes at once on flush.
@@ -148,8 +168,9 @@ class MLflowTracker:
         self.experiment_id: str | None = None
 
     def start(self, facts: RunFacts) -> None:
-        from mlflow.entities import Param, RunStatus, RunTag
-        from mlflow.tracking import MlflowClient
+        with _installed("mlflow"):
+            from mlflow.entities import Param, RunStatus, RunTag
+            from mlflow.tracking import MlflowClient
 
         client = MlflowClient(tracking_uri=self._uri)
         self.where = client.tracking_uri

@@ -260,6 +260,9 @@ def test_spec_section_refuses_what_no_tracker_can_use():
     data["observability"] = {"trackers": {"wandb": {}}}
     with pytest.raises(RunwrightError, match=r"observability\.trackers\.wandb: unknown key"):
         spec_from_mapping(data)
+    data["observability"] = {"trackers": {"tensorboard": {}, "finish_seconds": 30}}
+    with pytest.raises(RunwrightError, match=r"finish_seconds=30 must be below .*=30"):
+        spec_from_mapping(data)
     assert not spec_from_mapping(_spec_data()).observability.trackers.switched_on
 
 

@@ -51,6 +51,17 @@ class JobSpec(Section):
     observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
 
     @model_validator(mode="after")
+    def _trackers_finish_within_the_stop_grace(self) -> "JobSpec":
+        trackers, grace = self.observability.trackers, self.recovery.stop_grace_seconds
+        if trackers.switched_on and trackers.finish_seconds >= grace:
+            raise ValueError(
+                f"observability.trackers.finish_seconds={trackers.finish_seconds:g} must be below "
+                f"recovery.stop_grace_seconds={grace:g}, or a stopping run waiting for a dead "
+                f"tracker is killed before it exits; e.g. finish_seconds: {grace / 2:g}"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _resolvable(self) -> "JobSpec":
         # Resolving checks every cross-section contradiction (dp vs world size, batch divisibility)
         # and raises a ValueError that names the fields and the nearest valid values.

@@ -65,9 +65,9 @@ class TrackersSpec(Section):
     """Longest a reported step waits in memory before the background writer sends it."""
     flush_steps: PositiveInt = Field(default=50, le=limits.MAX_STEPS)
     """Steps after which the writer sends what it holds without waiting for `flush_seconds`."""
-    finish_seconds: PositiveFloat = Field(default=30.0, le=limits.MAX_SECONDS)
+    finish_seconds: PositiveFloat = Field(default=15.0, le=limits.MAX_SECONDS)
     """Longest rank 0's exit waits for the trackers to send the rest and close their runs; what
-    is not sent by then is counted as dropped (trackers.json). Keep it below
+    is not sent by then is counted as dropped (trackers.json). Below
     `recovery.stop_grace_seconds`, so a dead tracker never gets a stopping run killed."""
 
     @property

@@ -195,6 +195,21 @@ def test_what_does_not_map_is_refused_or_exported_under_runwrights_names(tmp_pat
     )
     assert code == 2 and "not the tokenizer the model trained with" in str(error), error
 
+    # The dataset is not where the spec says (another machine's folder): say so, or take the
+    # tokenizer given, checked against the checkpoint's record.
+    moved = json.loads(spec.canonical_json())
+    moved["data"]["dataset"] = str(tmp_path / "elsewhere")
+    spec_file.write_text(json.dumps(moved))
+    code, error = _export(ckpts, "--spec", str(spec_file), "--out", str(tmp_path / "e"))
+    assert code == 2 and "or pass --tokenizer" in str(error), error
+    given = dataset.folder / "tokenizer.json"
+    code, release = _export(
+        ckpts, "--spec", str(spec_file), "--tokenizer", str(given), "--out", str(tmp_path / "e")
+    )
+    assert code == 0 and release["format"] == "hf-gpt2", release
+    assert release["tokenizer_sha256"] == dataset.manifest.tokenizer.sha256
+    assert any("no EOD token known" in note for note in release["notes"])
+
 
 def test_the_mapping_covers_exactly_the_reference_gpt(dataset):
     spec = _spec(dataset, n_layers=3, d_ff=80)

@@ -92,19 +92,22 @@ def resolve_source(
                 f"{target} is a run: its model config comes from {run_spec}; leave out "
                 f"{' and '.join(given)} (they are for checkpoint folders without a run)"
             )
-        source = from_run_spec(run_spec, run_id)
+        source = from_run_spec(run_spec, run_id, tokenizer_given=tokenizer_path is not None)
     elif spec_path is not None:
         if model_config is not None:
             raise CheckpointError("give --spec or --model-config, not both")
-        source = from_spec_file(spec_path)
+        source = from_spec_file(spec_path, tokenizer_given=tokenizer_path is not None)
     else:
         source = from_model_config(model_config)
     return with_tokenizer(source, tokenizer_path)
 
 
-def from_spec(spec: JobSpec, origin: str, run_id: str | None = None) -> ExportSource:
+def from_spec(
+    spec: JobSpec, origin: str, run_id: str | None = None, *, tokenizer_given: bool = False
+) -> ExportSource:
     """The export source a job spec describes: its model section, its sequence length, and the
-    tokenizer of its dataset (or `tokenizer.path`)."""
+    tokenizer of its dataset (or `tokenizer.path`). With `tokenizer_given` (`--tokenizer`), a
+    dataset that cannot be read (a URL, another machine's folder) is no error."""
     tokenizer = None
     dataset_id = None
     if spec.tokenizer.path is not None:
@@ -114,7 +117,19 @@ def from_spec(spec: JobSpec, origin: str, run_id: str | None = None) -> ExportSo
             eod_token_id=spec.tokenizer.eod_token_id,
         )
     if spec.data.dataset is not None:
-        manifest = _dataset_manifest(spec.data.dataset)
+        try:
+            manifest = _dataset_manifest(spec.data.dataset)
+        except CheckpointError:
+            if not tokenizer_given:
+                raise
+            return ExportSource(
+                origin=origin,
+                run_id=run_id,
+                spec_hash=spec.spec_hash,
+                model=spec.model,
+                n_positions=spec.data.sequence_length,
+                tokenizer=tokenizer,
+            )
         dataset_id = manifest.dataset_id
         record = manifest.tokenizer
         if tokenizer is None:
@@ -160,7 +175,9 @@ def _dataset_manifest(dataset: str) -> Any:
         ) from None
 
 
-def from_run_spec(spec_file: Path, run_id: str | None) -> ExportSource:
+def from_run_spec(
+    spec_file: Path, run_id: str | None, *, tokenizer_given: bool = False
+) -> ExportSource:
     """The export source of a run launched by the controller, from its spec.json."""
     import json
 
@@ -170,12 +187,14 @@ def from_run_spec(spec_file: Path, run_id: str | None) -> ExportSource:
         data = json.loads(read_local_record(spec_file, SPEC_MAX_BYTES))
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"cannot read the run's spec {spec_file}: {exc}") from None
-    return from_spec(spec_from_mapping(data, str(spec_file)), f"run spec {spec_file}", run_id)
+    spec = spec_from_mapping(data, str(spec_file))
+    return from_spec(spec, f"run spec {spec_file}", run_id, tokenizer_given=tokenizer_given)
 
 
-def from_spec_file(path: str | os.PathLike[str]) -> ExportSource:
+def from_spec_file(path: str | os.PathLike[str], *, tokenizer_given: bool = False) -> ExportSource:
     """The export source of `--spec FILE` (a script's spec under plain torchrun)."""
-    return from_spec(load_spec(path), f"spec {os.fspath(path)}")
+    origin = f"spec {os.fspath(path)}"
+    return from_spec(load_spec(path), origin, tokenizer_given=tokenizer_given)
 
 
 def from_model_config(config: dict[str, Any] | None) -> ExportSource:

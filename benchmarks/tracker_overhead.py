@@ -27,6 +27,7 @@ Results: benchmarks/results/tracker_overhead.json.
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import sys
@@ -183,6 +184,8 @@ def main() -> int:
     parser.add_argument("--step-ms", type=float, default=20.0, help="work per paced step")
     parser.add_argument("--round", type=int, default=50, help="steps per side per round")
     args = parser.parse_args()
+    # MLflow keeps a SQLite store's artifacts in ./mlruns of the working folder: not the repo's.
+    os.chdir(tempfile.mkdtemp(prefix="runwright-bench-cwd-"))
     result = {
         **call_cost(args.calls),
         **step_loop(args.steps, args.step_ms, args.round),

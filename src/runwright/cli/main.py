@@ -35,6 +35,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "status": ("runs", "Show a run's state, history and what it is doing, in words."),
     "events": ("runs", "Print a run's append-only event log in order."),
+    "logs": (
+        "runs",
+        "Print what a run's ranks wrote (stderr and stdout), by global rank, newest "
+        "generation first shown unless --generation says otherwise; --follow keeps "
+        "printing.",
+    ),
     "list": ("runs", "List runs, newest first."),
     "compare": (
         "runs",

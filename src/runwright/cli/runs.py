@@ -24,6 +24,7 @@ from runwright.cli.options import (
 from runwright.cli.render import console, guarded, print_json, print_unclipped
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
+from runwright.errors import RunwrightError
 from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.store import EventRecord
@@ -275,6 +276,81 @@ def events(
         terminal = st.get_run(run.run_id).state in TERMINAL
         quiet_polls = quiet_polls + 1 if terminal and not batch else 0
         if quiet_polls >= 2:
+            return
+        time.sleep(0.5)
+
+
+@app.command()
+@guarded
+def logs(
+    run_id: str = run_id_argument(RUN_HELP),
+    rank: list[int] = typer.Option(
+        [], "--rank", min=0, help="Only this global rank (repeatable); default every rank."
+    ),
+    generation: int | None = typer.Option(
+        None, "--generation", "-g", min=0, help="Generation to show; default the newest."
+    ),
+    stream: str = typer.Option("both", "--stream", help="stderr, stdout or both."),
+    lines: int = typer.Option(40, "--lines", "-n", min=0, max=1_000_000, help="Last N lines each."),
+    agent: bool = typer.Option(False, "--agent", help="Also each node's torchrun agent output."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing new lines until the run ends."
+    ),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+) -> None:
+    """Print what a run's ranks wrote (stderr and stdout), by global rank, newest generation
+    first shown unless --generation says otherwise; --follow keeps printing."""
+    from runwright.control import logs as run_logs
+
+    if stream not in ("both", *run_logs.STREAMS):
+        raise typer.BadParameter(f"--stream {stream!r}: use stderr, stdout or both")
+    _, st = open_store(root, store)
+    run = st.get_run(run_id)
+    run_root = Path(run.root)
+    known = run_logs.generations(run_root, run.run_id)
+    if not known:
+        console.print(f"run {run.run_id} has launched no worker group yet; nothing to show")
+        return
+    gen = known[-1] if generation is None else generation
+    if gen not in known:
+        raise RunwrightError(
+            f"run {run.run_id} has no generation {gen}; its generations are {known}"
+        )
+    files = [
+        log
+        for log in run_logs.rank_logs(run_root, run.run_id, gen)
+        if (not rank or log.rank in rank) and stream in ("both", log.stream)
+    ]
+    agents = run_logs.agent_logs(run_root, run.run_id, gen) if agent else []
+    if rank and not files:
+        raise RunwrightError(f"generation {gen} of {run.run_id} has no output of rank(s) {rank}")
+    named = [(f"gen {gen} node {a.node} torchrun agent", a.path) for a in agents] + [
+        (f"gen {gen} rank {f.rank} (node {f.node}) {f.stream}", f.path) for f in files
+    ]
+    offsets = {}
+    for title, path in named:
+        tail_lines = run_logs.last_lines(path, lines)
+        console.print(f"== {title}: {path} ==", highlight=False, markup=False, soft_wrap=True)
+        if tail_lines:
+            sys.stdout.write("\n".join(tail_lines) + "\n")
+            sys.stdout.flush()
+        offsets[path] = path.stat().st_size if path.exists() else 0
+    if not follow:
+        return
+    quiet = 0
+    while True:
+        printed = False
+        for title, path in named:
+            for line, offset in run_logs.follow(path, offsets[path]):
+                sys.stdout.write(f"[{title}] {line}\n")
+                offsets[path] = offset
+                printed = True
+        sys.stdout.flush()
+        # A finished run writes nothing more: stop after a quiet second.
+        terminal = st.get_run(run.run_id).state in TERMINAL
+        quiet = quiet + 1 if terminal and not printed else 0
+        if quiet >= 2:
             return
         time.sleep(0.5)
 

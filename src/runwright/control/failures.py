@@ -192,6 +192,10 @@ class Classification(Record):
     """The node the failure is pinned on (a lost node), when known."""
     host: str | None = None
     """That node's host."""
+    error_lines: tuple[str, ...] = ()
+    """The root-cause rank's last lines of its error output (its traceback's end, or what it
+    printed to stderr before exiting), so `submit`, `status` and the report show the cause where
+    the user looks, not only in the diagnostics bundle."""
 
     @property
     def deterministic(self) -> bool:
@@ -203,6 +207,28 @@ def _signal_name(number: int) -> str:
         return signal.Signals(number).name
     except ValueError:
         return f"signal {number}"
+
+
+ERROR_LINES = 12
+"""How many of the root-cause rank's last error-output lines a classification carries."""
+_LAUNCHER_NOISE = re.compile(r"^\[?[WIE]\d{4} |torch\.distributed\.elastic|^\s*$")
+"""torchrun's own log lines interleaved in a rank's stderr, and blank lines: not the rank's."""
+
+
+def error_lines(evidence: FailureEvidence, rank: int | None) -> tuple[str, ...]:
+    """The last ERROR_LINES lines `rank` wrote to stderr (its traceback's end, or the message of
+    a `sys.exit("...")`), from the executor's log tails; () when none were kept."""
+    if rank is None:
+        return ()
+    own = f"rank{rank}/stderr.log"
+    text = next(
+        (t for name, t in evidence.log_tails.items() if name == own or name.endswith("/" + own)),
+        "",
+    )
+    if not text and rank in evidence.rank_tracebacks:
+        text = evidence.rank_tracebacks[rank]
+    lines = [line.rstrip() for line in text.splitlines() if not _LAUNCHER_NOISE.search(line)]
+    return tuple(line[:500] for line in lines[-ERROR_LINES:])
 
 
 def lost_node(node_exits: tuple[NodeExit, ...]) -> NodeExit | None:
@@ -244,7 +270,7 @@ def classify(
         cls: FailureClass,
         rank: int | None,
         message: str,
-        evidence: str,
+        evidence_text: str,
         step: int | None = last_step,
     ) -> Classification:
         return Classification(
@@ -253,7 +279,8 @@ def classify(
             message=message,
             step=step,
             signature=_signature(cls, message, step),
-            evidence=evidence,
+            evidence=evidence_text,
+            error_lines=error_lines(evidence, rank),
         )
 
     # A rank that stopped on a non-finite loss falls silent and its peers block in the next
@@ -356,7 +383,12 @@ def classify(
     if root is not None:
         rank, code = int(root.group(1)), int(root.group(2))
         trace = tracebacks.get(rank, "")
-        message = exception_line(trace) or f"rank {rank} exited with code {code}"
+        said = error_lines(evidence, rank)
+        message = exception_line(trace) or (
+            f"rank {rank} exited with code {code}: {said[-1]}"
+            if said
+            else f"rank {rank} exited with code {code}"
+        )
         for cls, pattern in PATTERNS:
             if pattern.search(message):
                 return verdict(cls, rank, message, "torchrun root cause")

@@ -181,6 +181,7 @@ class RecoverySequence:
             exit_code=exit_code,
             last_step=run.last_step,
             restored_step=restored,
+            error_lines=list(failure.error_lines) or None,
             **({"node": failure.node, "host": failure.host} if failure.node is not None else {}),
         )
         self.journal.move(

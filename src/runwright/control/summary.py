@@ -47,6 +47,7 @@ INCIDENT_KEYS = (
     "outage_seconds",
     "attempts",
     "error",
+    "error_lines",
 )
 
 
@@ -135,6 +136,7 @@ def describe_run(summary: dict[str, Any]) -> str:
         lines.append(f"latest committed checkpoint {summary['latest_checkpoint_id']}")
     for incident in summary["incidents"]:
         lines.append("  " + _incident_line(incident))
+        lines += [f"      | {line}" for line in incident.get("error_lines") or []]
     if summary["state_detail"]:
         lines.append(f"why: {summary['state_detail']}")
     pending = summary["pending_recovery"]
@@ -156,10 +158,18 @@ def event_line(event: EventRecord) -> str:
     clock = time.strftime("%H:%M:%S", time.localtime(event.time_unix_s))
     attrs = dict(event.attributes)
     attrs.pop("log_tail", None)
+    said = attrs.pop("error_lines", None) or []
     if event.type == EventType.STATE_CHANGED:
         text = f"{attrs.get('from_state')} -> {attrs.get('to_state')}"
         if attrs.get("reason"):
             text += f" ({attrs['reason']})"
+    elif event.type == EventType.FAILURE_CLASSIFIED:
+        # The cause in full, where the user looks: class, rank, message, and the rank's own
+        # last error lines (issue 19: they used to sit only in the diagnostics bundle).
+        text = (
+            f"{attrs.get('failure_class')} on rank {attrs.get('rank')}: {attrs.get('message')}"
+            + "".join(f"\n      | {line}" for line in said)
+        )
     else:
         text = " ".join(f"{k}={_short(v)}" for k, v in sorted(attrs.items()))
     step = f" step {event.step}" if event.step is not None else ""

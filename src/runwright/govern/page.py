@@ -185,7 +185,7 @@ def render_page(report: "RunReport", timeline: Timeline) -> str:
                     i.replayed_tokens,
                     i.recovery_seconds,
                     i.time_to_healthy_seconds,
-                    i.message,
+                    " | ".join([i.message or "", *i.error_lines[-3:]]).strip(" |"),
                 )
                 for i in report.incidents
             ],

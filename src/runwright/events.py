@@ -49,8 +49,9 @@ class EventType(StrEnum):
     engine_id, reason)."""
     RANKS_PLACED = "RANKS_PLACED"
     """Every rank of a multi-node generation started; where the rendezvous placed them
-    (placements: one `{rank, node, node_rank, local_rank}` per rank). The run's rank manifest
-    is updated to match."""
+    (placements: one `{rank, node, host, local_rank}` per rank: node is the executor's index of
+    the node whose agent started the rank, host the allocation's name for it), as the run's rank
+    manifest now says."""
     WORKER_GROUP_LAUNCHED = "WORKER_GROUP_LAUNCHED"
     """An executor started a generation's worker group (world_size, pid)."""
     WORKER_GROUP_ADOPTED = "WORKER_GROUP_ADOPTED"
@@ -66,7 +67,8 @@ class EventType(StrEnum):
 
     # -- the controller: recovery, stops and budgets ---------------------------------------------
     FAILURE_CLASSIFIED = "FAILURE_CLASSIFIED"
-    """A generation ended badly; its class (failure_class), evidence and the policy's decision."""
+    """A generation ended badly; its class (failure_class), evidence and the policy's decision;
+    `node` and `host` when the failure is pinned on a node (a lost one)."""
     DIAGNOSTICS_WRITTEN = "DIAGNOSTICS_WRITTEN"
     """A diagnostics bundle was written for a failure (path)."""
     RECOVERY_STARTED = "RECOVERY_STARTED"
@@ -89,7 +91,9 @@ class EventType(StrEnum):
 
     # -- a worker: runwright.init(), the step loop and the context's close ----------------------
     WORKER_STARTED = "WORKER_STARTED"
-    """A rank joined its generation (pid, host, local_rank, python/torch versions, platform)."""
+    """A rank joined its generation (pid, host, local_rank, node, group_rank, python/torch
+    versions, platform). `node` is the node whose agent started it: the controller corrects the
+    run's rank manifest with it (c10d rendezvous, not launch order, assigns node ranks)."""
     RESTORED = "RESTORED"
     """A rank's state as it starts training: the step it resumes after (0 for a fresh start),
     checkpoint_id and mode. Sent by the checkpointer's restore; recovery's lost steps, the

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from runwright.control.allocation import MAX_ALLOCATION_FAILURES, placed_manifest, request_number
+from runwright.control.allocation import MAX_ALLOCATION_FAILURES, request_number
 from runwright.control.controller import Controller
 from runwright.control.executors.local import LocalExecutor, nvidia_gpu_count
 from runwright.control.executors.protocol import Allocation, AllocationState, Executor
@@ -180,20 +180,6 @@ def test_cuda_on_a_machine_without_enough_gpus_is_refused_at_submit(tmp_path):
     with pytest.raises(PlacementError, match=f"devices_per_node={wanted}"):
         controller.submit(spec(device_type="cuda", devices_per_node=wanted), tmp_path)
     assert store.list_runs() == []
-
-
-def test_the_manifest_follows_where_the_rendezvous_placed_the_ranks():
-    manifest = [
-        {"rank": 0, "local_rank": 0, "node": 0, "host": "n1", "device": "cpu", "dp": 0, "tp": 0,
-         "pp": 0},
-        {"rank": 1, "local_rank": 0, "node": 1, "host": "n2", "device": "cpu", "dp": 1, "tp": 0,
-         "pp": 0},
-    ]  # fmt: skip
-    placed = placed_manifest(
-        manifest,
-        {0: {"node": "n2", "group_rank": 0, "local_rank": 0}, 1: {"node": "n1", "group_rank": 1}},
-    )
-    assert [(e["host"], e["node"]) for e in placed] == [("n2", 0), ("n1", 1)]
 
 
 def test_pools_file_resolution_and_errors(tmp_path, monkeypatch):

@@ -74,29 +74,6 @@ def last_pending(events: list[EventRecord], request: int) -> tuple[int, EventRec
     return len(pending), (pending[-1] if pending else None)
 
 
-def placed_manifest(
-    manifest: list[dict[str, Any]], placements: dict[int, dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The rank manifest with each rank's node as its rendezvous placed it (`placements`: rank ->
-    its WORKER_STARTED `node`, `group_rank`, `local_rank`). Under c10d the node rank is assigned
-    at rendezvous, so the launch-time manifest only guessed it."""
-    placed = []
-    for entry in manifest:
-        seen = placements.get(int(entry["rank"]))
-        if seen is None:
-            placed.append(entry)
-            continue
-        placed.append(
-            {
-                **entry,
-                "host": str(seen.get("node") or seen.get("host") or entry["host"]),
-                "node": int(seen.get("group_rank", entry["node"])),
-                "local_rank": int(seen.get("local_rank", entry["local_rank"])),
-            }
-        )
-    return placed
-
-
 class AllocationStep:
     """One ALLOCATING pass of one run (controller.py calls `advance`)."""
 

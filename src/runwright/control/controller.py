@@ -19,7 +19,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
-from runwright.control.allocation import AllocationStep, placed_manifest
+from runwright.control.allocation import AllocationStep
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
 from runwright.control.executors.protocol import Executor
@@ -44,6 +44,7 @@ from runwright.protocol import (
 )
 from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store
+from runwright.store.store import DEFAULT_PROJECT
 
 T = TypeVar("T")
 UNFINISHED = [s for s in RunState if s not in TERMINAL]
@@ -52,6 +53,12 @@ LAUNCH_CLAIM_SECONDS = 30.0
 (once a pass, reconciling its other runs meanwhile) before it concludes the winner died first and
 launches itself."""
 
+
+INGEST_SLICE_SECONDS = 0.5
+"""The most one pass spends ingesting one run's channel before it moves on (deadlines, other
+runs): at ~30,000 events/s through batched ingest that is ~15,000 events, far above what a run
+reports in a pass, so only a backlog is cut (issue 19: a cancel's grace kill waited for a
+250,000-line backlog). Once a group has ended its channel is read to the end."""
 
 SAVE_ENDS = frozenset(
     {EventType.CHECKPOINT_COMMITTED, EventType.CHECKPOINT_FAILED, EventType.STALE_WRITE_REJECTED}
@@ -107,9 +114,16 @@ class Controller:
     # -- entry points ---------------------------------------------------------------------------
 
     def submit(
-        self, spec: JobSpec, workdir: Path, idempotency_key: str | None = None
+        self,
+        spec: JobSpec,
+        workdir: Path,
+        idempotency_key: str | None = None,
+        *,
+        project: str = DEFAULT_PROJECT,
+        submitted_by: str | None = None,
     ) -> tuple[RunRecord, bool]:
         """Record a run; the same idempotency key returns the existing run and starts nothing.
+        `project` and `submitted_by` say whose run it is (the shared server's access control).
         PlacementError (no run recorded) when the spec's pool can never place it."""
         refusal = self.executors.for_spec(spec).refusal(spec)
         if refusal is not None:
@@ -124,6 +138,8 @@ class Controller:
             root=str(self.root),
             state=RunState.CREATED,
             idempotency_key=idempotency_key,
+            project=project,
+            submitted_by=submitted_by,
         )
         if created:
             self.journal.record(
@@ -131,6 +147,8 @@ class Controller:
                 EventType.JOB_SUBMITTED,
                 spec_hash=spec.spec_hash,
                 idempotency_key=idempotency_key,
+                project=project,
+                submitted_by=submitted_by,
             )
         return run, created
 
@@ -182,7 +200,7 @@ class Controller:
         if run_id not in self._orphans_checked:
             self._kill_orphans(run)
             self._orphans_checked.add(run_id)
-        self._ingest_and_watch(run, spec)
+        self._ingest_and_watch(run, spec, until=time.monotonic() + INGEST_SLICE_SECONDS)
         run = self.store.get_run(run_id)
         state = RunState(run.state)
         done = False
@@ -287,27 +305,28 @@ class Controller:
         self._ingest.pop(run.run_id, None)
         return sup
 
-    def _record_placements(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
-        """The rank manifest as the ranks found themselves placed: under c10d the rendezvous,
+    def _record_placements(self, run: RunRecord, spec: JobSpec) -> None:
+        """RANKS_PLACED for a multi-node generation once every rank started: where each rank
+        really runs. Ingest has already corrected the run's rank manifest from the ranks'
+        WORKER_STARTED (control/ingest.py, protocol.placed_entry): under c10d the rendezvous,
         not the launch order, gives each node its rank (executors/torchrun.py)."""
-        placed = placed_manifest(run.rank_manifest or [], sup.placements)
-        if placed != run.rank_manifest:
-            self.store.update_run(run.run_id, rank_manifest=placed)
-        if spec.resources.nodes > 1:
-            self.journal.record(
-                run,
-                EventType.RANKS_PLACED,
-                per_step=False,
-                placements=[
-                    {
-                        "rank": e["rank"],
-                        "node": e["host"],
-                        "node_rank": e["node"],
-                        "local_rank": e["local_rank"],
-                    }
-                    for e in placed
-                ],
-            )
+        if spec.resources.nodes < 2:
+            return
+        placed = self.store.get_run(run.run_id).rank_manifest or []
+        self.journal.record(
+            run,
+            EventType.RANKS_PLACED,
+            per_step=False,
+            placements=[
+                {
+                    "rank": e["rank"],
+                    "node": e["node"],
+                    "host": e["host"],
+                    "local_rank": e["local_rank"],
+                }
+                for e in placed
+            ],
+        )
 
     def _kill_orphans(self, run: RunRecord, below: int | None = None) -> None:
         """No two generations of one run ever run at once: SIGKILL every live process of a
@@ -336,7 +355,9 @@ class Controller:
 
     # -- supervision ----------------------------------------------------------------------------
 
-    def _ingest_and_watch(self, run: RunRecord, spec: JobSpec) -> None:
+    def _ingest_and_watch(self, run: RunRecord, spec: JobSpec, until: float | None = None) -> None:
+        """Ingest what the run's workers reported (past `until`, a monotonic time, the rest waits
+        for the next pass; None reads it all) and feed the watchdog."""
         ingestor = self._ingest.setdefault(run.run_id, Ingestor(self.store, run))
         sup = self._sup.get(run.run_id)
         newest: list[ChannelMessage] = []
@@ -355,14 +376,13 @@ class Controller:
                 sup.saves_in_flight.discard(message.checkpoint_id)
             elif message.type == EventType.WORKER_STARTED:
                 sup.started_ranks.add(message.rank)
-                sup.placements[message.rank] = message.attributes
                 # A pid names a process on the rank's own host only (a Slurm node elsewhere).
                 here = message.attributes.get("host", self._hostname) == self._hostname
                 if isinstance(message.attributes.get("pid"), int) and here:
                     sup.worker_pids.add(message.attributes["pid"])
                     sup.rank_pids[message.rank] = message.attributes["pid"]
 
-        ingestor.poll(observe)
+        ingestor.poll(observe, until=until)
         if newest:
             m = newest[0]
             self.recovery.note_progress(run, spec, m.generation, m.step or 0, m.time_unix_s)
@@ -376,7 +396,7 @@ class Controller:
             sup = launched
             self._ingest_and_watch(run, spec)
         if run.state == RunState.STARTING and len(sup.started_ranks) >= spec.resources.world_size:
-            self._record_placements(run, spec, sup)
+            self._record_placements(run, spec)
             self.journal.move(run, RunState.RUNNING)
             run = self.store.get_run(run.run_id)
         exit_code = self.executor_of(run).poll(sup.group)

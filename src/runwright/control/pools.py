@@ -47,10 +47,6 @@ POOLS_FILE_NAME = "pools.yaml"
 DEFAULT_POOL = "default"
 MAX_POOLS_FILE_BYTES = 1_000_000
 """A pools file is a few lines per pool; a larger one is a mistake (a wrong path)."""
-POOLS_HELP = (
-    "Pools file (YAML) mapping resources.pool to an executor and its settings "
-    f"(default: ${POOLS_ENV}, else <root>/{POOLS_FILE_NAME}, else one local pool `default`)."
-)
 
 
 class PoolsError(RunwrightError):

@@ -2,7 +2,6 @@
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from runwright.control.executors.protocol import GroupHandle
 from runwright.control.liveness import Liveness
@@ -20,8 +19,6 @@ class Supervision:
     rank_pids: dict[int, int] = field(default_factory=dict)
     """rank -> its pid, from WORKER_STARTED: whose process confirms a suspected hang."""
     started_ranks: set[int] = field(default_factory=set)
-    placements: dict[int, dict[str, Any]] = field(default_factory=dict)
-    """rank -> where it reported it runs (WORKER_STARTED: node, group_rank, local_rank, host)."""
     saves_in_flight: set[str] = field(default_factory=set)
     """Checkpoints this group staged that have not yet committed, failed or been rejected: while
     there is one, the run is CHECKPOINTING."""

@@ -25,6 +25,7 @@ from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, run_summary
+from runwright.control.supervise import read_group_exit
 from runwright.data import build_dataset
 from runwright.govern.compare import compare_runs
 from runwright.layout import run_paths
@@ -173,20 +174,32 @@ def test_run_waits_for_busy_nodes_then_succeeds_on_real_nodes(site, reference):
     started = {
         e.attributes["rank"]: e.attributes for e in events_of(site, run_id, "WORKER_STARTED")
     }
-    # The manifest names the nodes the ranks really ran on, with c10d's node ranks.
+    # The manifest names the nodes the ranks really ran on: the slot of the node whose agent
+    # started each rank, named by the allocation's hosts (the local executor's way).
     manifest = store.get_run(run_id).rank_manifest
-    assert {e["host"] for e in manifest} == set(ready.attributes["hosts"])
-    assert len({e["host"] for e in manifest}) == 2
+    hosts = ready.attributes["hosts"]
+    assert len(set(hosts)) == 2 and {e["host"] for e in manifest} == set(hosts)
     for entry in manifest:
-        assert entry["host"] == started[entry["rank"]]["node"]
-        assert entry["node"] == started[entry["rank"]]["group_rank"]
+        assert entry["node"] == started[entry["rank"]]["node"]
+        assert entry["host"] == hosts[entry["node"]]
     (placed,) = events_of(site, run_id, "RANKS_PLACED")
-    assert [p["node"] for p in placed.attributes["placements"]] == [e["host"] for e in manifest]
+    assert [(p["node"], p["host"]) for p in placed.attributes["placements"]] == [
+        (e["node"], e["host"]) for e in manifest
+    ]
+    # Each node's agent kept its files where every executor's do, and its exit was recorded.
+    attempt = run_paths(site["root"], run_id).attempt(1)
+    ended = read_group_exit(attempt.node_exits_file)
+    assert ended is not None and sorted((a.node, a.exit_code) for a in ended.agents) == [
+        (0, 0),
+        (1, 0),
+    ]
+    assert all(attempt.node(n).torchrun_log.exists() for n in (0, 1))
     launched = events_of(site, run_id, "WORKER_GROUP_LAUNCHED")
     assert launched[0].attributes["engine_id"] == ready.attributes["engine_id"]
     assert events_of(site, run_id, "ALLOCATION_RELEASED")
 
 
+@pytest.mark.slow
 def test_lost_node_restarts_without_it_and_matches_the_uninterrupted_run(site, reference):
     cluster, store = site["cluster"], site["store"]
     run_id = submit(site, write_spec(site, "node-loss"))
@@ -218,6 +231,7 @@ def test_lost_node_restarts_without_it_and_matches_the_uninterrupted_run(site, r
         cluster.start_node(victim)
 
 
+@pytest.mark.slow
 def test_a_new_controller_adopts_the_job_through_slurm(site):
     cluster, store = site["cluster"], site["store"]
     run_id = submit(site, write_spec(site, "adopted"))
@@ -255,6 +269,7 @@ def _stop_step_checkpoint(site, run_id: str) -> int:
     return step
 
 
+@pytest.mark.slow
 def test_sigterm_preemption_saves_at_a_step_boundary_and_requeues(site, reference):
     cluster, store = site["cluster"], site["store"]
     run_id = submit(site, write_spec(site, "preempted"))
@@ -284,6 +299,7 @@ def test_sigterm_preemption_saves_at_a_step_boundary_and_requeues(site, referenc
     cluster.wait_queue_empty()
 
 
+@pytest.mark.slow
 def test_a_lost_rank_restarts_in_the_same_job_and_a_cancel_saves_at_a_step_boundary(site):
     cluster, store = site["cluster"], site["store"]
     run_id = submit(site, write_spec(site, "cancelled", steps=40))
@@ -352,6 +368,7 @@ def test_a_spec_larger_than_the_cluster_is_refused_at_submit(site):
     assert checked.returncode == 2 and "resources.nodes=4" in " ".join(checked.stderr.split())
 
 
+@pytest.mark.slow
 def test_a_node_that_cannot_see_the_run_folder_fails_the_run_with_the_path(site):
     cluster = site["cluster"]
     run_id = submit(site, write_spec(site, "island", pool="island"))
@@ -371,11 +388,11 @@ def test_a_node_that_cannot_see_the_run_folder_fails_the_run_with_the_path(site)
     cluster.wait_queue_empty()
 
 
-def test_pending_reason_and_pool_survive_a_controller_without_the_pools_file(site):
+def test_pending_reason_and_pool_survive_a_controller_without_the_pools_file(site, reference):
     """A controller started without --pools still drives a Slurm run through Slurm: the pool is
     in the run's allocation record."""
     store = site["store"]
-    (latest,) = [r for r in store.list_runs(limit=1000) if r.name == "adopted"]
+    latest = store.get_run(reference["run_id"])
     controller = Controller(store, site["root"])  # no pools file: only a local `default`
     assert controller.executor_of(latest).name == "slurm"
     assert json.loads(json.dumps(latest.allocation))["pool"] == "cluster"

@@ -2,9 +2,11 @@
 
 The controller launches generation G by writing `attempts/gen<G>/launch.json` (which allocation
 request and job, how many nodes, the ranks' environment); the allocation's agent runs it and
-writes `exit_status`; each node's agent writes `nodes/<node>/node.json` (its node rank, its ranks'
-global ranks and pids, torchrun's exit status) beside its torchrun log and rank logs. So any
-controller on any host that sees the run folder can adopt the generation and read its evidence.
+writes `node_exits.json` and `exit_status`; each node's agent writes `nodes/node<N>/node.json` (N
+its slot in the allocation; the engine's name for it, its ranks' global ranks and pids, torchrun's
+exit status) beside its torchrun log and rank logs, the layout every executor's node agents have.
+So any controller on any host that sees the run folder can adopt the generation and read its
+evidence, which executors/torchrun_logs.py reads as it does the local executor's.
 """
 
 import json
@@ -14,10 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runwright.control.executors.local import LAUNCHER_LOG_CHARS, evidence_from, tail
 from runwright.control.executors.protocol import FailureEvidence, LostSupervisor
 from runwright.control.executors.slurm_node import write_json
-from runwright.layout import AttemptPaths, parse_generation, run_paths
+from runwright.control.executors.torchrun_logs import (
+    AgentLogs,
+    group_evidence,
+    reported_placements,
+    tail,
+)
+from runwright.control.supervise import read_group_exit
+from runwright.layout import AttemptPaths, RunPaths, parse_generation, run_paths
 from runwright.protocol import (
     ENV_GENERATION,
     ENV_PROTOCOL_VERSION,
@@ -27,6 +35,7 @@ from runwright.protocol import (
     ENV_SPEC_FILE,
     PROTOCOL_VERSION,
     RankEntry,
+    decode_rank_manifest,
     encode_rank_manifest,
 )
 from runwright.spec import JobSpec
@@ -68,13 +77,13 @@ class SlurmGroup:
         except (OSError, ValueError):
             return None
 
-    def node_records(self) -> dict[str, dict[str, Any]]:
-        """node -> its node agent's record (absent for a node whose agent never started)."""
+    def node_records(self) -> dict[int, dict[str, Any]]:
+        """node slot -> its node agent's record (absent for a node whose agent never started)."""
         found = {}
-        for host in self.hosts:
-            record = read_json(self.attempt.node(host).record)
+        for node in range(len(self.hosts)):
+            record = read_json(self.attempt.node(node).record)
             if record is not None:
-                found[host] = record
+                found[node] = record
         return found
 
 
@@ -159,36 +168,46 @@ def launched_generations(root: Path, run_id: str) -> list[int]:
 def silent_nodes(group: SlurmGroup) -> list[str]:
     """Nodes that left no exit status of their own (their agent never ran, or was killed)."""
     records = group.node_records()
-    return [h for h in group.hosts if records.get(h, {}).get("exit_status") is None]
+    return [
+        host
+        for node, host in enumerate(group.hosts)
+        if records.get(node, {}).get("exit_status") is None
+    ]
 
 
 def evidence(
     group: SlurmGroup, lost: LostSupervisor | None, lost_hosts: tuple[str, ...]
 ) -> FailureEvidence:
-    """Every node's torchrun evidence, with its ranks named by global rank (torchrun's log
-    folders are by local rank; the node agent recorded which global rank each one was)."""
-    records = group.node_records()
-    errors, tracebacks, tails, launchers = [], {}, {}, []
-    share = LAUNCHER_LOG_CHARS // max(1, len(group.hosts))
-    for host in group.hosts:
-        node = group.attempt.node(host)
-        ranks = (records.get(host) or {}).get("ranks") or {}
-        to_global = {int(local): int(v["rank"]) for local, v in ranks.items()}
-        found = evidence_from(node.rank_logs, tail(node.torchrun_log, share))
-        launchers.append(f"== node {host} ==\n{found.launcher_log}")
-        errors += [
-            e.model_copy(update={"rank": to_global.get(e.rank, e.rank)})
-            for e in found.error_records
-        ]
-        tracebacks.update({to_global.get(r, r): t for r, t in found.rank_tracebacks.items()})
-        tails[f"{host}/torchrun"] = tail(node.torchrun_log)
-        tails.update({f"{host}/{name}": text for name, text in found.log_tails.items()})
-    tails["srun"] = tail(group.attempt.launcher_log)
-    return FailureEvidence(
-        launcher_log="\n".join(launchers),
-        error_records=tuple(sorted(errors, key=lambda e: (e.timestamp_s, e.rank))),
-        rank_tracebacks=tracebacks,
+    """Every node's torchrun evidence by global rank (torchrun_logs.group_evidence): the ranks'
+    own WORKER_STARTED first, then the node agents' records of which global rank each local rank
+    was, then torchrun's failure summaries; plus `lost_hosts`, the nodes Slurm reports lost."""
+    try:
+        world = len(decode_rank_manifest(group.attempt.rank_manifest_file.read_text()))
+    except (OSError, ValueError):
+        world = 0
+    run = RunPaths(group.attempt.folder.parents[1])  # <run>/attempts/gen<G>
+    started = reported_placements(run, group.generation, world)
+    for node, record in group.node_records().items():
+        for local, seen in (record.get("ranks") or {}).items():
+            started.setdefault(int(seen["rank"]), (node, int(local)))
+    found = group_evidence(
+        [
+            AgentLogs(
+                node,
+                host,
+                group.attempt.node(node).torchrun_log,
+                group.attempt.node(node).rank_logs,
+            )
+            for node, host in enumerate(group.hosts)
+        ],
+        ranks_per_node=max(1, world // max(1, len(group.hosts))),
+        started=started,
+        ended=read_group_exit(group.attempt.node_exits_file),
         lost=lost,
-        log_tails=tails,
-        lost_hosts=lost_hosts,
+    )
+    return found.model_copy(
+        update={
+            "log_tails": {**found.log_tails, "srun": tail(group.attempt.launcher_log)},
+            "lost_hosts": lost_hosts,
+        }
     )

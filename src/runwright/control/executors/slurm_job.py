@@ -11,8 +11,9 @@ job's first node and lives as long as the allocation:
    ALLOCATION_READY.
 3. It waits for the controller's launch request of a generation (`attempts/gen<G>/launch.json`
    naming this request), runs it as one `srun` step with one task per node (`slurm_node run`,
-   c10d rendezvous hosted on this node at a free port), and writes the generation's exit status
-   when the step ends. Then it waits for the next generation: a restart in place reuses the
+   c10d rendezvous hosted on this node at a free port), and writes, when the step ends, each
+   node's exit (`node_exits.json`, as the local supervisor does) and the generation's exit
+   status. Then it waits for the next generation: a restart in place reuses the
    allocation without queueing again.
 4. A newer generation's request, or the controller's release, ends a step still running
    (`scancel --signal=KILL JOB.STEP`) before anything else starts, so two generations never run
@@ -36,7 +37,7 @@ from typing import Any
 
 from runwright.control.executors import slurm_cli
 from runwright.control.executors.slurm_node import write_json
-from runwright.control.supervise import write_exit
+from runwright.control.supervise import AgentExit, GroupExit, write_atomically, write_exit
 from runwright.layout import AllocationPaths, AttemptPaths, RunPaths, parse_generation
 
 POLL_SECONDS = 0.25
@@ -190,21 +191,41 @@ class Agent:
         began = time.time()
         with open(attempt.launcher_log, "ab") as log:
             step = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        killed = False
         while step.poll() is None:
             newer = self.next_launch()
             if self.released() or newer is not None:
                 self.kill_step(name, step)
+                killed = True
                 break
             time.sleep(POLL_SECONDS)
         code = step.wait()
-        nodes = {}
-        for host in self.hosts:
+        nodes: dict[str, int | None] = {}
+        ended: list[tuple[float, AgentExit]] = []
+        for slot, host in enumerate(self.hosts):
             try:
-                record = json.loads(attempt.node(host).record.read_text())
-                nodes[host] = record.get("exit_status")
+                record = json.loads(attempt.node(slot).record.read_text())
             except (OSError, ValueError):
-                nodes[host] = None
+                record = {}
+            nodes[host] = record.get("exit_status")
+            if nodes[host] is not None:
+                ended.append(
+                    (
+                        float(record.get("ended_unix_s") or 0),
+                        AgentExit(node=slot, exit_code=int(nodes[host]), stopped=killed),
+                    )
+                )
         status = combine(nodes, code, self.sigterm_unix_s >= began)
+        # Each node's agent's exit in the order they ended, as the local supervisor records it
+        # (supervise.GroupExit), so evidence and node-loss classification read both the same
+        # way; a node that left no status of its own is missing from it (executors/slurm.py
+        # asks Slurm about those).
+        write_atomically(
+            attempt.node_exits_file,
+            GroupExit(
+                exit_code=status, agents=[a for _, a in sorted(ended, key=lambda e: e[0])]
+            ).model_dump_json(indent=1),
+        )
         write_exit(attempt.exit_status_file, status)
         self.report("idle", generation=generation, exit_status=status, node_status=nodes)
 

@@ -6,9 +6,12 @@ The allocation's agent (slurm_job.py) starts this on every node with `srun`, one
   same path: read the allocation's token (a nonce the controller wrote) and write it back under
   `probe/<node>.json`, which the agent on the first node must then see. Prints one JSON line.
 - `run ATTEMPT_FOLDER ENDPOINT`: run this node's torchrun agent of the generation whose launch
-  request is in ATTEMPT_FOLDER, joining the c10d rendezvous at ENDPOINT (hosted by node 0), and
-  record in `nodes/<node>/node.json` which node rank the rendezvous gave it, its ranks' global
-  ranks and pids (read from this node's /proc), and torchrun's exit status.
+  request is in ATTEMPT_FOLDER, joining the c10d rendezvous at ENDPOINT (hosted by node 0), with
+  the files every executor's node agent has (layout.NodePaths, `nodes/node<N>/`: N is the node's
+  slot in the allocation, its index in the launch request's hosts), and record in its node.json
+  the engine's name for the node, its ranks' global ranks and pids (read from this node's /proc),
+  and torchrun's exit status. Ranks get their node's index as RUNWRIGHT_NODE, as under the local
+  executor, so ingest places them in the rank manifest the same way (protocol.placed_entry).
 
 Signals: Slurm sends SIGTERM to every process of the step before a time limit (`--signal`), on a
 preemption or `scancel --signal=TERM`. The ranks must see it and stop at a step boundary; torchrun
@@ -32,7 +35,7 @@ from runwright.control.executors.torchrun import Rendezvous, torchrun_argv
 from runwright.control.processes import processes_tagged, signal_all
 from runwright.layout import AllocationPaths, AttemptPaths, NodePaths, parse_generation
 from runwright.lifetime import die_with_pid, environ_of
-from runwright.protocol import ENV_GENERATION, ENV_NODE_NAME, ENV_RUN_DIR, ENV_SPEC_FILE
+from runwright.protocol import ENV_GENERATION, ENV_NODE, ENV_RUN_DIR, ENV_SPEC_FILE
 from runwright.spec import spec_from_mapping
 
 RANK_DISCOVERY_SECONDS = 0.5
@@ -56,6 +59,12 @@ def node_identity() -> tuple[str, int]:
     return os.environ.get("SLURMD_NODENAME") or socket.gethostname(), int(
         os.environ.get("SLURM_NODEID", "0")
     )
+
+
+def node_slot(name: str, step_index: int, hosts: list[str]) -> int:
+    """This node's slot in the allocation: its place in the launch request's hosts (the job's
+    nodes in Slurm's order, which is also the step's), else Slurm's index of it in the step."""
+    return hosts.index(name) if name in hosts else step_index
 
 
 def probe(folder: Path) -> int:
@@ -93,10 +102,11 @@ def run(attempt_folder: Path, endpoint: str) -> int:
     assert generation is not None, attempt_folder
     attempt = AttemptPaths(attempt_folder, generation)
     launch = json.loads(attempt.launch_file.read_text())
-    node, node_id = node_identity()
+    name, step_index = node_identity()
+    node = node_slot(name, step_index, list(launch.get("hosts") or []))
     paths: NodePaths = attempt.node(node)
     paths.folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **launch["env"], ENV_NODE_NAME: node}
+    env = {**os.environ, **launch["env"], ENV_NODE: str(node)}
     env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = TORCHRUN_SIGNALS
     spec = spec_from_mapping(json.loads(Path(env[ENV_SPEC_FILE]).read_text()), "the run's spec")
     nodes = int(launch["nodes"])
@@ -106,12 +116,12 @@ def run(attempt_folder: Path, endpoint: str) -> int:
         Path(launch["workdir"]),
         log_dir=paths.rank_logs,
         rendezvous=rendezvous,
-        hosts_rendezvous=node_id == 0,
+        hosts_rendezvous=node == 0,
         python=sys.executable,
     )
     record: dict[str, Any] = {
         "node": node,
-        "node_id": node_id,
+        "name": name,
         "host": socket.gethostname(),
         "pid": os.getpid(),
         "step_id": f"{os.environ.get('SLURM_JOB_ID', '')}.{os.environ.get('SLURM_STEP_ID', '')}",
@@ -121,7 +131,7 @@ def run(attempt_folder: Path, endpoint: str) -> int:
         "exit_status": None,
     }
     write_json(paths.record, record)
-    tags = {ENV_RUN_DIR: env[ENV_RUN_DIR], ENV_GENERATION: str(generation), ENV_NODE_NAME: node}
+    tags = {ENV_RUN_DIR: env[ENV_RUN_DIR], ENV_GENERATION: str(generation), ENV_NODE: str(node)}
 
     def forward(signum: int, _frame: object) -> None:
         signal_all([entry["pid"] for entry in rank_map(tags).values()], signum)

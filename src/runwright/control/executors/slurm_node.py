@@ -17,8 +17,9 @@ Signals: Slurm sends SIGTERM to every process of the step before a time limit (`
 preemption or `scancel --signal=TERM`. The ranks must see it and stop at a step boundary; torchrun
 must not, since its own handler would tear the ranks down 30 s later whatever they are doing. So
 torchrun starts with SIGTERM ignored and left out of TORCHELASTIC_SIGNALS_TO_HANDLE, the ranks
-install their own handler (runtime/stop.py), and this process forwards a SIGTERM it gets to its
-node's ranks (found by their tags), which covers process trackers that signal only the task.
+install their own handler (runtime/stop.py), and a SIGTERM this process gets becomes the
+generation's stop request file (reason `preemption`), which covers process trackers that signal
+only the task without sending the ranks a second SIGTERM (a rank's "stop now, unsaved").
 """
 
 import json
@@ -32,10 +33,16 @@ from pathlib import Path
 from typing import Any
 
 from runwright.control.executors.torchrun import Rendezvous, torchrun_argv
-from runwright.control.processes import processes_tagged, signal_all
+from runwright.control.processes import processes_tagged
 from runwright.layout import AllocationPaths, AttemptPaths, NodePaths, parse_generation
 from runwright.lifetime import die_with_pid, environ_of
-from runwright.protocol import ENV_GENERATION, ENV_NODE, ENV_RUN_DIR, ENV_SPEC_FILE
+from runwright.protocol import (
+    ENV_GENERATION,
+    ENV_NODE,
+    ENV_RUN_DIR,
+    ENV_SPEC_FILE,
+    write_stop_request,
+)
 from runwright.spec import spec_from_mapping
 
 RANK_DISCOVERY_SECONDS = 0.5
@@ -133,8 +140,11 @@ def run(attempt_folder: Path, endpoint: str) -> int:
     write_json(paths.record, record)
     tags = {ENV_RUN_DIR: env[ENV_RUN_DIR], ENV_GENERATION: str(generation), ENV_NODE: str(node)}
 
-    def forward(signum: int, _frame: object) -> None:
-        signal_all([entry["pid"] for entry in rank_map(tags).values()], signum)
+    def forward(_signum: int, _frame: object) -> None:
+        # Not a second SIGTERM to the ranks: Slurm usually signalled them too, and a rank takes
+        # a second one as "stop now, unsaved" (runtime/stop.py). The stop file asks every rank
+        # of the generation to stop at the agreed step boundary and save, whoever got a signal.
+        write_stop_request(Path(env[ENV_RUN_DIR]), generation, "preemption")
 
     me = os.getpid()
 

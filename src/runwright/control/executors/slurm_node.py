@@ -16,7 +16,8 @@ The allocation's agent (slurm_job.py) starts this on every node with `srun`, one
 Signals: Slurm sends SIGTERM to every process of the step before a time limit (`--signal`), on a
 preemption or `scancel --signal=TERM`. The ranks must see it and stop at a step boundary; torchrun
 must not, since its own handler would tear the ranks down 30 s later whatever they are doing. So
-torchrun starts with SIGTERM ignored and left out of TORCHELASTIC_SIGNALS_TO_HANDLE, the ranks
+torchrun starts with SIGTERM ignored and left out of its `--signals-to-handle` (an option: torchrun
+overwrites the TORCHELASTIC_SIGNALS_TO_HANDLE environment variable with it), the ranks
 install their own handler (runtime/stop.py), and a SIGTERM this process gets becomes the
 generation's stop request file (reason `preemption`), which covers process trackers that signal
 only the task without sending the ranks a second SIGTERM (a rank's "stop now, unsaved").
@@ -114,7 +115,6 @@ def run(attempt_folder: Path, endpoint: str) -> int:
     paths: NodePaths = attempt.node(node)
     paths.folder.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, **launch["env"], ENV_NODE: str(node)}
-    env["TORCHELASTIC_SIGNALS_TO_HANDLE"] = TORCHRUN_SIGNALS
     spec = spec_from_mapping(json.loads(Path(env[ENV_SPEC_FILE]).read_text()), "the run's spec")
     nodes = int(launch["nodes"])
     rendezvous = Rendezvous(endpoint, launch["run_id"], generation, nodes) if nodes > 1 else None
@@ -125,6 +125,7 @@ def run(attempt_folder: Path, endpoint: str) -> int:
         rendezvous=rendezvous,
         hosts_rendezvous=node == 0,
         python=sys.executable,
+        signals_to_handle=TORCHRUN_SIGNALS,
     )
     record: dict[str, Any] = {
         "node": node,

@@ -72,12 +72,18 @@ def torchrun_argv(
     rendezvous: Rendezvous | None = None,
     hosts_rendezvous: bool = True,
     python: str = sys.executable,
+    signals_to_handle: str | None = None,
 ) -> list[str]:
     """The command that runs one node's agent of a generation.
 
     `rendezvous` None runs a one-node group (`--standalone`); otherwise this agent joins the
-    generation's c10d rendezvous, as its host when `hosts_rendezvous`."""
+    generation's c10d rendezvous, as its host when `hosts_rendezvous`. `signals_to_handle`
+    replaces torchrun's own list (it handles SIGTERM, SIGINT, SIGHUP and SIGQUIT by tearing its
+    workers down); torchrun takes it only as its option, and overwrites the
+    TORCHELASTIC_SIGNALS_TO_HANDLE environment variable with it."""
     argv = [python, "-m", "torch.distributed.run"]
+    if signals_to_handle is not None:
+        argv += ["--signals-to-handle", signals_to_handle]
     if rendezvous is None:
         argv += ["--standalone", "--nnodes", "1"]
     else:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from runwright.control.executors.torchrun import Rendezvous, torchrun_argv
 from runwright.control.processes import processes_tagged
@@ -104,6 +104,29 @@ def rank_map(tags: dict[str, str]) -> dict[int, dict[str, int]]:
     return found
 
 
+def start_torchrun(
+    argv: list[str], workdir: Path, env: dict[str, str], log: IO[bytes]
+) -> subprocess.Popen[bytes]:
+    """This node's torchrun, started with SIGTERM ignored (see the module docstring; `argv` must
+    also leave SIGTERM out of `--signals-to-handle`, or torchrun installs its handler anyway) and
+    ended with this process."""
+    me = os.getpid()
+
+    def child_setup() -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        die_with_pid(me)
+
+    return subprocess.Popen(
+        argv,
+        cwd=workdir,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=child_setup,
+    )
+
+
 def run(attempt_folder: Path, endpoint: str) -> int:
     """This node's torchrun for the generation; returns (and records) its exit status."""
     generation = parse_generation(attempt_folder.name)
@@ -147,22 +170,8 @@ def run(attempt_folder: Path, endpoint: str) -> int:
         # of the generation to stop at the agreed step boundary and save, whoever got a signal.
         write_stop_request(Path(env[ENV_RUN_DIR]), generation, "preemption")
 
-    me = os.getpid()
-
-    def child_setup() -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # torchrun ignores it; see the docstring
-        die_with_pid(me)
-
     with open(paths.torchrun_log, "ab") as log:
-        child = subprocess.Popen(
-            argv,
-            cwd=launch["workdir"],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            preexec_fn=child_setup,
-        )
+        child = start_torchrun(argv, Path(launch["workdir"]), env, log)
     signal.signal(signal.SIGTERM, forward)
     expected = spec.resources.devices_per_node
     while True:

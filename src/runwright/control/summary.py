@@ -81,7 +81,7 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
             **{k: e.attributes.get(k) for k in INCIDENT_KEYS if k in e.attributes},
         }
         for e in events
-        if e.type in INCIDENT_TYPES
+        if e.type in INCIDENT_TYPES and e.type != EventType.STALE_WRITE_REJECTED
     ]
     pending = next(
         (
@@ -109,6 +109,7 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "transitions": history,
         "attempts": attempts,
         "incidents": incidents,
+        "stale_writes": stale_writes(events),
         "pending_recovery": (
             pending.attributes
             if pending is not None and pending.type == EventType.RECOVERY_STARTED
@@ -117,6 +118,54 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "event_count": len(events) if with_events else None,
         "events": [e.model_dump(mode="json") for e in events] if with_events else [],
     }
+
+
+def stale_writes(events: list[EventRecord]) -> list[dict[str, Any]]:
+    """The rejected writes of fenced-off generations, counted: one entry per writer generation
+    with how many of each type and the steps they span. A fenced group may report for a while
+    after its fence (until its ranks reach the agreed stop step); `status` printed each one
+    (issue 19: ~44,000 lines), where what the reader needs is that it happened and how much."""
+    groups: dict[int, dict[str, Any]] = {}
+    for event in events:
+        if event.type != EventType.STALE_WRITE_REJECTED:
+            continue
+        writer = int(event.attributes.get("writer_generation") or 0)
+        group = groups.setdefault(
+            writer,
+            {
+                "writer_generation": writer,
+                "run_generation": event.attributes.get("run_generation", event.generation),
+                "count": 0,
+                "types": {},
+                "first_step": None,
+                "last_step": None,
+                "first_unix_s": event.time_unix_s,
+                "last_unix_s": event.time_unix_s,
+            },
+        )
+        group["count"] += 1
+        kind = str(event.attributes.get("rejected_type"))
+        group["types"][kind] = group["types"].get(kind, 0) + 1
+        group["run_generation"] = event.attributes.get("run_generation", event.generation)
+        group["last_unix_s"] = event.time_unix_s
+        if event.step is not None:
+            first, last = group["first_step"], group["last_step"]
+            group["first_step"] = event.step if first is None else min(first, event.step)
+            group["last_step"] = event.step if last is None else max(last, event.step)
+    return [groups[g] for g in sorted(groups)]
+
+
+def _stale_line(group: dict[str, Any]) -> str:
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(group["types"].items(), key=lambda i: -i[1]))
+    steps = (
+        f" at steps {group['first_step']}-{group['last_step']}"
+        if group["first_step"] is not None
+        else ""
+    )
+    return (
+        f"  {group['count']} write(s) of fenced generation {group['writer_generation']} "
+        f"rejected{steps} ({kinds}); generation {group['run_generation']} holds the run"
+    )
 
 
 def describe_run(summary: dict[str, Any]) -> str:
@@ -144,6 +193,7 @@ def describe_run(summary: dict[str, Any]) -> str:
     for incident in summary["incidents"]:
         lines.append("  " + _incident_line(incident))
         lines += [f"      | {line}" for line in incident.get("error_lines") or []]
+    lines += [_stale_line(group) for group in summary.get("stale_writes") or []]
     if summary["state_detail"]:
         lines.append(f"why: {summary['state_detail']}")
     pending = summary["pending_recovery"]

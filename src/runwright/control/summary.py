@@ -3,6 +3,7 @@
 import time
 from typing import Any
 
+from runwright.control.leasing import describe_lease
 from runwright.control.states import TERMINAL, RunState
 from runwright.events import EventType
 from runwright.store import EventRecord, Store
@@ -29,6 +30,7 @@ INCIDENT_TYPES = (
     EventType.STOP_REQUESTED,
     EventType.ORPHAN_KILLED,
     EventType.STORE_UNAVAILABLE,
+    EventType.CONTROLLER_TAKEOVER,
 )
 INCIDENT_KEYS = (
     "failure_class",
@@ -47,6 +49,9 @@ INCIDENT_KEYS = (
     "outage_seconds",
     "attempts",
     "error",
+    "old_holder",
+    "new_holder",
+    "uncontrolled_seconds",
 )
 
 
@@ -84,6 +89,7 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
         None,
     )
     latest = store.checkpoints.latest(run.run_id)  # the fence's pointer
+    lease, db_now = store.leases.get(run.run_id)
     return {
         "run_id": run.run_id,
         "name": run.name,
@@ -101,6 +107,12 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
         "transitions": history,
         "attempts": attempts,
         "incidents": incidents,
+        "controller": {
+            **(lease.model_dump(mode="json") if lease else {"holder": None}),
+            "live": bool(lease and lease.live(db_now)),
+            "expires_in_seconds": round(lease.expires_unix_s - db_now, 3) if lease else None,
+            "described": describe_lease(lease, db_now) if lease else "no controller took it yet",
+        },
         "pending_recovery": (
             pending.attributes
             if pending is not None and pending.type == EventType.RECOVERY_STARTED
@@ -133,6 +145,8 @@ def describe_run(summary: dict[str, Any]) -> str:
         )
     if summary["latest_checkpoint_id"]:
         lines.append(f"latest committed checkpoint {summary['latest_checkpoint_id']}")
+    if state not in TERMINAL or summary["controller"]["live"]:
+        lines.append(f"controller: {summary['controller']['described']}")
     for incident in summary["incidents"]:
         lines.append("  " + _incident_line(incident))
     if summary["state_detail"]:
@@ -193,6 +207,12 @@ def _incident_line(incident: dict[str, Any]) -> str:
             f"gen {incident['generation']}: the store was unavailable for "
             f"{incident.get('outage_seconds')} s ({incident.get('attempts')} failed attempts: "
             f"{incident.get('error')}); the controller waited and carried on"
+        )
+    if kind == EventType.CONTROLLER_TAKEOVER:
+        return (
+            f"gen {incident['generation']}: controller {incident.get('new_holder')} took over "
+            f"from {incident.get('old_holder')} ({incident.get('reason')}) after "
+            f"{incident.get('uncontrolled_seconds')} s without a controller"
         )
     details = {k: v for k, v in incident.items() if k not in ("type", "generation", "step")}
     return f"gen {incident['generation']}: {kind} {details}"

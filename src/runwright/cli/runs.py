@@ -1,6 +1,7 @@
 """`runwright submit|status|events|list|controller`: start runs and look at them."""
 
 import difflib
+import signal
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from runwright.cli.options import (
 from runwright.cli.render import console, guarded, print_json
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
+from runwright.control.leasing import LEASE_SECONDS
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line, run_summary
 from runwright.events import EventType
@@ -38,6 +40,20 @@ MAX_KEY_CHARS = 200
 MAX_REASON_CHARS = 2000
 """Longest cancel reason recorded with a run."""
 EVENT_TYPES = [str(t) for t in EventType]
+MIN_LEASE_SECONDS = 1.0
+"""Shortest controller lease: it is renewed every pass (0.2 s apart), and a lease much shorter
+than a busy machine's slowest pass would change hands while its holder is alive."""
+MAX_LEASE_SECONDS = 3600.0
+
+LeaseOption = typer.Option(
+    LEASE_SECONDS,
+    "--lease-seconds",
+    min=MIN_LEASE_SECONDS,
+    max=MAX_LEASE_SECONDS,
+    help="How long this controller's lease of each run it drives lasts unless renewed (every "
+    "pass). Another controller sharing the store takes a run over this long after its "
+    "controller died; a controller stopping cleanly hands its runs over at once.",
+)
 
 
 def _event_types(values: list[str]) -> list[str]:
@@ -69,6 +85,7 @@ def submit(
         callback=bounded_text("--idempotency-key", MAX_KEY_CHARS),
     ),
     detach: bool = typer.Option(False, "--detach", help="Run the controller in the background."),
+    lease_seconds: float = LeaseOption,
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -76,8 +93,12 @@ def submit(
     """Submit a run and drive it to a terminal state (Ctrl-C cancels it)."""
     spec = load_spec(spec_file)
     resolved, st = open_store(root, store)
-    controller = Controller(st, resolved, on_event=_printer(json_out))
-    run, created = controller.submit(spec, spec_file.resolve().parent, idempotency_key)
+    controller = Controller(st, resolved, on_event=_printer(json_out), lease_seconds=lease_seconds)
+    # In the foreground this controller holds the new run's lease from its first moment; a
+    # detached one leaves it to the controller it starts.
+    run, created = controller.submit(
+        spec, spec_file.resolve().parent, idempotency_key, hold=not detach
+    )
     if not created:
         if json_out:
             print_json({"run_id": run.run_id, "created": False, "state": run.state})
@@ -99,6 +120,8 @@ def submit(
                 run.run_id,
                 "--root",
                 str(resolved),
+                "--lease-seconds",
+                str(lease_seconds),
             ]
             if store:
                 argv += ["--store", store]
@@ -177,13 +200,18 @@ def controller_cmd(
         "Drive this run only; without it, every unfinished run in the store.", None
     ),
     daemon: bool = typer.Option(False, "--daemon", help="Keep watching for new runs."),
+    lease_seconds: float = LeaseOption,
     root: Path | None = RootOption,
     store: str | None = StoreOption,
 ) -> None:
     """Run the controller: reconcile runs from the store (what `submit --detach` starts). A
-    restarted controller adopts live worker groups and kills orphans of older generations."""
+    restarted controller adopts live worker groups and kills orphans of older generations.
+    Several controllers may share one store (on several hosts): each run is driven by the one
+    holding its lease, and the others stand by to take it over if that one dies. SIGTERM stops
+    this controller cleanly: it hands its runs over and leaves their workers running."""
     resolved, st = open_store(root, store, ride_out_outage=True)
-    controller = Controller(st, resolved, on_event=_printer(False))
+    controller = Controller(st, resolved, on_event=_printer(False), lease_seconds=lease_seconds)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if run_id is not None:
         controller.drive(run_id)
         return
@@ -196,6 +224,13 @@ def controller_cmd(
         )
         return
     console.print(f"{len(finished)} run(s) reached a terminal state")
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM unwinds the controller (its `finally` hands the leases back), unlike the default
+    action, which ends the process on the spot. Not KeyboardInterrupt: to `drive` that means
+    cancel the run."""
+    raise SystemExit(128 + signum)
 
 
 @app.command()

@@ -113,6 +113,8 @@ class Controller:
         of that generation is expected."""
         self._standing_by: dict[str, tuple[str | None, int]] = {}
         """run id -> (holder, epoch) of the other controller's lease this one was told of."""
+        self._takeovers: dict[str, LeaseResult] = {}
+        """run id -> the take of another controller's lease, until its event is recorded."""
 
     # -- entry points ---------------------------------------------------------------------------
 
@@ -555,46 +557,37 @@ class Controller:
             return False
         self._standing_by.pop(run_id, None)
         if result.outcome is LeaseOutcome.TAKEN_OVER:
-            self._record_takeover(result)
+            reason, uncontrolled_seconds = _takeover_reason(result)
+            log.warning(
+                "took run %s over from controller %s (%s; %.1f s without a controller), epoch %d",
+                run_id,
+                result.previous.holder,
+                reason,
+                uncontrolled_seconds,
+                result.lease.epoch,
+            )
+            self._takeovers[run_id] = result  # recorded by the next pass, under the new lease
         return self.leases.holds(run_id)
 
     def _record_takeover(self, result: LeaseResult) -> None:
         """CONTROLLER_TAKEOVER: who held the run, why it was free, how long it went without a
-        controller (database clock). The run is then adopted where its records say it is."""
-        old, new, now = result.previous, result.lease, result.db_now_unix_s
-        if old.released:
-            reason, last_seen = "released", old.expires_unix_s
-        else:
-            expired = old.expires_unix_s <= now
-            reason = "expired" if expired else "holder_gone"
-            last_seen = old.renewed_unix_s or old.expires_unix_s
-        log.warning(
-            "took run %s over from controller %s (%s; %.1f s without a controller), epoch %d",
-            new.run_id,
-            old.holder,
-            reason,
-            now - last_seen,
-            new.epoch,
+        controller (database clock). The pass then adopts the run where its records say."""
+        run = self.store.get_run(result.lease.run_id)
+        if RunState(run.state) in TERMINAL and self.logs.of(run.run_id).finished:
+            return  # RUN_FINISHED stays the last event of a finished run's log
+        reason, uncontrolled_seconds = _takeover_reason(result)
+        self.journal.record(
+            run,
+            EventType.CONTROLLER_TAKEOVER,
+            op=f"epoch{result.lease.epoch}",
+            per_step=False,
+            old_holder=result.previous.holder,
+            new_holder=result.lease.holder,
+            epoch=result.lease.epoch,
+            reason=reason,
+            uncontrolled_seconds=round(uncontrolled_seconds, 3),
+            old_lease_seconds=result.previous.lease_seconds,
         )
-        try:
-            with self.leases.fenced(new.run_id):
-                run = self.store.get_run(new.run_id)
-                if RunState(run.state) in TERMINAL and self.logs.of(run.run_id).finished:
-                    return  # RUN_FINISHED stays the last event of a finished run's log
-                self.journal.record(
-                    run,
-                    EventType.CONTROLLER_TAKEOVER,
-                    op=f"epoch{new.epoch}",
-                    per_step=False,
-                    old_holder=old.holder,
-                    new_holder=new.holder,
-                    epoch=new.epoch,
-                    reason=reason,
-                    uncontrolled_seconds=round(now - last_seen, 3),
-                    old_lease_seconds=old.lease_seconds,
-                )
-        except LeaseLostError as exc:
-            self._drop(new.run_id, exc)
 
     def _leased_pass(self, run_id: str) -> PassOutcome:
         """One reconcile pass under the run's lease. A write or act the lease no longer allows
@@ -606,6 +599,9 @@ class Controller:
             return PassOutcome.LOST
         try:
             with self.leases.fenced(run_id):
+                if run_id in self._takeovers:
+                    self._record_takeover(self._takeovers[run_id])
+                    del self._takeovers[run_id]
                 done = self.reconcile(run_id)
         except LeaseLostError as exc:
             self._drop(run_id, exc)
@@ -620,6 +616,7 @@ class Controller:
         next (this one included, after a new take) starts from the records."""
         log.warning("%s", why or f"controller {self.leases.holder} lost the lease of run {run_id}")
         self.leases.forget(run_id)
+        self._takeovers.pop(run_id, None)
         self._sup.pop(run_id, None)
         self._ingest.pop(run_id, None)
         self._orphans_checked.discard(run_id)
@@ -659,3 +656,13 @@ class Controller:
         for event in self.store.events(run_id, after_seq=self._seen_seq.get(run_id, 0)):
             self._seen_seq[run_id] = event.seq
             self.on_event(event)
+
+
+def _takeover_reason(result: LeaseResult) -> tuple[str, float]:
+    """Why a taken lease was free (released, expired, holder_gone) and how long the run had gone
+    without a controller: since the old holder's release or its last renewal (database clock)."""
+    old, now = result.previous, result.db_now_unix_s
+    if old.released:
+        return "released", now - old.expires_unix_s
+    reason = "expired" if old.expires_unix_s <= now else "holder_gone"
+    return reason, now - (old.renewed_unix_s or old.expires_unix_s)

@@ -173,6 +173,7 @@ def test_postgres_holder_killed_mid_run_the_other_controller_finishes_it(tmp_pat
     kill_the_holder_mid_run(tmp_path, fresh_database(pg_base_url))
 
 
+@pytest.mark.slow  # the same path as PostgreSQL's; SQLite leases between stores: tests/store
 def test_sqlite_holder_killed_mid_run_the_other_controller_finishes_it(tmp_path):
     kill_the_holder_mid_run(tmp_path, f"sqlite:///{tmp_path / 'state.db'}")
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import runwright.store as store_module
+import runwright.store.leases as leases_module
 from runwright.errors import LeaseLostError, NotFoundError
 from runwright.store import NewEvent, Outcome, Store
 from runwright.store.fence import fence_generation
@@ -275,3 +276,16 @@ def test_every_write_transaction_of_the_store_goes_through_store_begin():
         "leases.py": 3,
         "engine.py": 1,
     }
+
+
+def test_renew_covers_many_runs_and_only_at_the_epoch_held(store, tmp_path, monkeypatch):
+    monkeypatch.setattr(leases_module, "_PAIR_CHUNK", 2)  # several statements for five runs
+    runs = [make_run(store, tmp_path, f"run-{i}") for i in range(5)]
+    for run in runs:
+        store.leases.acquire(run, A, 30.0)
+    epochs = {run: 1 for run in runs}
+    epochs["run-3"] = 9  # not the epoch A holds
+    renewed = store.leases.renew(A, epochs, 60.0)
+    assert sorted(renewed) == ["run-0", "run-1", "run-2", "run-4"]
+    assert all(lease.lease_seconds == 60.0 for lease in renewed.values())
+    assert store.leases.get("run-3")[0].lease_seconds == 30.0

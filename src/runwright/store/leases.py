@@ -47,6 +47,8 @@ JULIAN_DAY_OF_UNIX_EPOCH = 2440587.5
 SECONDS_PER_DAY = 86400.0
 _ID_CHUNK = 500
 """Run ids per IN (...) list: under SQLite's smallest host-parameter limit (999)."""
+_PAIR_CHUNK = 250
+"""(run id, epoch) pairs per IN (...) list: two parameters each."""
 
 
 class LeaseOutcome(StrEnum):
@@ -216,15 +218,17 @@ class RunLeases:
         self, holder: str, epochs: Mapping[str, int], lease_seconds: float
     ) -> dict[str, Lease]:
         """Extend every lease in `epochs` (run id -> the epoch held) that `holder` still holds at
-        that epoch, in one statement; returns those renewed (the rest are lost)."""
+        that epoch, in one transaction; returns those renewed (the rest are lost)."""
         renewed: dict[str, Lease] = {}
-        ids = sorted(epochs)
+        pairs = sorted(epochs.items())
         with self._engine.begin() as conn:
-            for start in range(0, len(ids), _ID_CHUNK):
+            for start in range(0, len(pairs), _PAIR_CHUNK):
                 rows = conn.execute(
                     run_leases.update()
                     .where(
-                        run_leases.c.run_id.in_(ids[start : start + _ID_CHUNK]),
+                        sa.tuple_(run_leases.c.run_id, run_leases.c.epoch).in_(
+                            pairs[start : start + _PAIR_CHUNK]
+                        ),
                         run_leases.c.holder == holder,
                         run_leases.c.released.is_(False),
                     )
@@ -236,11 +240,7 @@ class RunLeases:
                     .returning(*run_leases.c)
                 )
                 for row in rows:
-                    lease = Lease.model_validate(row._asdict())
-                    # A holder id names one controller and every change of holder raises the
-                    # epoch, so the holder's rows carry the epochs it took; checked all the same.
-                    if lease.epoch == epochs[lease.run_id]:
-                        renewed[lease.run_id] = lease
+                    renewed[row.run_id] = Lease.model_validate(row._asdict())
         return renewed
 
     def release(self, holder: str, epochs: Mapping[str, int]) -> list[str]:

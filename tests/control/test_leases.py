@@ -150,6 +150,7 @@ def test_a_holder_gone_on_this_node_is_taken_over_at_once(store, tmp_path):
     # On this node a holder whose process has ended cannot act: its lease is taken at once.
     store.leases.release(dead, {run_id: 1})
     store.leases.acquire(run_id, dead, 30.0, holder_node=controller.node)
+    assert "that process has ended" in describe_run(run_summary(store, run_id))
     result = take(controller, run_id)
     assert result.outcome is LeaseOutcome.TAKEN_OVER and result.previous.holder == dead
     assert controller.holds(run_id)

@@ -99,6 +99,19 @@ def holder_pid(holder: str) -> int | None:
     return int(parts[1]) if len(parts) == 3 and parts[1].isdigit() else None
 
 
+def holder_gone(lease: Lease, node: str | None) -> bool:
+    """The lease's holder is a controller on `node` (this process's) whose process has ended: a
+    dead process cannot act, so its lease need not be waited out."""
+    pid = holder_pid(lease.holder or "")
+    return (
+        node is not None
+        and lease.holder_node == node
+        and pid is not None
+        and pid != os.getpid()
+        and not is_alive(pid)
+    )
+
+
 def describe_lease(lease: Lease, now_unix_s: float) -> str:
     """One line on who drives a run and until when, for logs and `runwright status`."""
     if lease.holder is None:
@@ -111,7 +124,13 @@ def describe_lease(lease: Lease, now_unix_s: float) -> str:
     left = lease.expires_unix_s - now_unix_s
     if left <= 0:
         return f"no controller holds it: the lease of {who} ran out at {until} ({-left:.0f} s ago)"
-    return f"driven by {who}, lease epoch {lease.epoch}, until {until} (in {left:.0f} s)"
+    held = f"lease epoch {lease.epoch}, until {until} (in {left:.0f} s)"
+    if holder_gone(lease, node_id()):
+        return (
+            f"held by {who}, {held}, but that process has ended: the next controller started "
+            "on this host takes the run over at once"
+        )
+    return f"driven by {who}, {held}"
 
 
 @dataclass
@@ -150,7 +169,7 @@ class ControllerLeases:
         shows another live controller holding it: None then, and nothing written."""
         gone: LeaseToken | None = None
         if lease is not None and lease.live(now_unix_s) and lease.holder != self.holder:
-            if not self._holder_gone(lease):
+            if not holder_gone(lease, self.node):
                 return None
             gone = lease.token()
         started = time.monotonic()
@@ -222,17 +241,6 @@ class ControllerLeases:
             f"({self.lease_seconds:g} s) was last renewed more than {self.window_seconds:g} s "
             "ago, so another controller may take the run over; it starts and stops no process "
             "of the run until the lease is renewed"
-        )
-
-    def _holder_gone(self, lease: Lease) -> bool:
-        """The lease's holder is a controller on this node whose process has ended."""
-        pid = holder_pid(lease.holder or "")
-        return (
-            self.node is not None
-            and lease.holder_node == self.node
-            and pid is not None
-            and pid != os.getpid()
-            and not is_alive(pid)
         )
 
 

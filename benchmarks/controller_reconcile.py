@@ -70,11 +70,12 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import NamedTuple
+
+from revision import baseline_src
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "controller_reconcile.json"
@@ -387,22 +388,6 @@ def forwarded(args: argparse.Namespace) -> list[str]:
         f"--poll-seconds={args.poll_seconds}",
         f"--deadline-seconds={args.deadline_seconds}",
     ]
-
-
-def baseline_src(rev: str, into: Path) -> Path:
-    """`src/` of git revision `rev`, unpacked under `into` (the built C kernels copied in)."""
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", rev, "src"], capture_output=True, check=True
-    ).stdout
-    tar = into / "src.tar"
-    tar.write_bytes(archive)
-    with tarfile.open(tar) as t:
-        t.extractall(into, filter="data")
-    for built in (REPO / "src").rglob("*.so"):
-        target = into / built.relative_to(REPO)
-        if target.parent.is_dir() and not target.exists():
-            shutil.copy2(built, target)
-    return into / "src"
 
 
 def ratios(cur: dict, base: dict) -> dict:

@@ -44,7 +44,12 @@ for step in range((restored.step if restored else 0) + 1, int(plan.total_steps.v
     optimizer.zero_grad()
     loss.backward()
     optimizer.step()
-    ctx.step_healthy(step, loss=loss.item())  # reported to the controller through a file channel
+    try:
+        ctx.step_healthy(step, loss=loss.item())  # reported; a stop asked for ends the run here
+    except runwright.StopRun as stop:  # cancel, SIGTERM, Ctrl-C: every rank stops after `step`
+        ckpt.maybe_save(step, state, stopping=stop.request.save)  # so it resumes from here
+        ckpt.close()
+        raise  # ends the process quietly (exit 0, or 128 + the signal)
     ckpt.maybe_save(step, state)
 ckpt.close()
 ctx.close()  # (also at exit) the final parameter digests, for `runwright compare`

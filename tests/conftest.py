@@ -168,3 +168,62 @@ def running_run(tmp_path):
     store.transition("run-a", "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
     yield store
     store.close()
+
+
+def _s3_server_module():
+    """tests/s3_server.py, loaded by path (the tests are not a package)."""
+    import importlib.util
+    import sys
+
+    name = "runwright_tests_s3_server"
+    if name not in sys.modules:
+        path = Path(__file__).with_name("s3_server.py")
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
+def require_s3() -> None:
+    if _s3_server_module().moto_command() is None:
+        if os.environ.get("RUNWRIGHT_REQUIRE_S3"):
+            pytest.fail("RUNWRIGHT_REQUIRE_S3 is set but moto_server is not installed")
+        pytest.skip("moto_server not installed; pip install -e '.[dev]' (moto[server], s3fs)")
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A moto S3 server shared by the whole session (tests make buckets of their own)."""
+    require_s3()
+    with _s3_server_module().moto_server() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3_server, monkeypatch):
+    """This test's environment points at the session's S3 server (workers inherit it)."""
+    for name, value in s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    _s3_server_module().forget_clients()
+    yield s3_server
+    _s3_server_module().forget_clients()
+
+
+@pytest.fixture
+def s3_bucket(s3_env):
+    """`s3://<a new bucket>` on the session's server."""
+    return f"s3://{_s3_server_module().new_bucket()}"
+
+
+@pytest.fixture
+def own_s3_server(monkeypatch):
+    """A moto S3 server of this test's own, which it may stop; the environment points at it."""
+    require_s3()
+    module = _s3_server_module()
+    with module.moto_server() as server:
+        for name, value in server.env.items():
+            monkeypatch.setenv(name, value)
+        module.forget_clients()
+        yield server
+    module.forget_clients()

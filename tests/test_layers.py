@@ -79,13 +79,25 @@ IMPORTS = [imp for path in sorted(SRC.rglob("*.py")) for imp in _imports_of(path
 
 
 def _public_names(package: str) -> set[str]:
-    """`__all__` of runwright/<package>/__init__.py, read from the source."""
+    """`__all__` of runwright/<package>/__init__.py, read from the source: a literal list, or
+    `sorted(NAME)` of a literal mapping NAME (a package that imports its names lazily)."""
     init = SRC / package / "__init__.py"
-    for node in ast.walk(ast.parse(init.read_text())):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
-        ):
-            return set(ast.literal_eval(node.value))
+    literals: dict[str, object] = {}
+    for node in ast.parse(init.read_text()).body:
+        if not isinstance(node, ast.Assign | ast.AnnAssign):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        names = [t.id for t in targets if isinstance(t, ast.Name)]
+        value = node.value
+        if "__all__" in names:
+            if isinstance(value, ast.Call) and getattr(value.func, "id", "") == "sorted":
+                return set(literals[value.args[0].id])  # type: ignore[arg-type]
+            return set(ast.literal_eval(value))
+        if value is not None:
+            try:
+                literals.update(dict.fromkeys(names, ast.literal_eval(value)))
+            except ValueError:
+                continue
     return set()
 
 
@@ -123,6 +135,13 @@ RULES = [
         None,
         "process-lifetime helpers (parent-death signals, launch tags) serve data/, runtime/ and "
         "control/ alike, so they sit at the bottom (not drawn in ARCHITECTURE.md)",
+    ),
+    Rule(
+        "remote",
+        None,
+        "object-store access (timeouts, retries, the s3fs check) serves ckpt/, data/ and the "
+        "store's fence alike, so it sits at the bottom (not drawn in ARCHITECTURE.md)",
+        allowed=frozenset({"errors"}),
     ),
     Rule(
         "records",
@@ -185,7 +204,7 @@ RULES = [
             frozenset(FACES),
             "cli/ and server/ are the faces: only parse, call one function, render",
         )
-        for package in ("plan", "govern", "demo")
+        for package in ("plan", "govern", "demo", "access")
     ),
     Rule(
         "train",

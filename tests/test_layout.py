@@ -53,10 +53,14 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         run.final_parameters: "final_parameters.json",
         attempt.folder: "attempts/gen<G>/",
         attempt.pid_file: "pid",
+        attempt.agents_file: "agents.json",
+        attempt.supervisor_log: "supervisor.log",
         attempt.exit_status_file: "exit_status",
+        attempt.node_exits_file: "node_exits.json",
         attempt.rank_manifest_file: "rank_manifest.json",
-        attempt.torchrun_log: "torchrun.log",
-        attempt.rank_logs: "ranks/",
+        attempt.node(1).folder: "nodes/node<N>/",
+        attempt.node(1).torchrun_log: "torchrun.log",
+        attempt.node(1).rank_logs: "ranks/",
         run.diagnostics_bundle(3): "diagnostics/gen<G>/bundle.json",
         run.report: "report/",
     }
@@ -64,9 +68,24 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         assert re.search(rf"^\s*{re.escape(entry)}\s", tree, re.M), entry
         spelled = entry.replace("<root>", str(tmp_path)).replace("<run_id>", "r1")
         spelled = spelled.replace("<dataset_id>", "abc").replace("<recipe_key>", "k")
-        spelled = spelled.replace("<G>", "00003").replace("<R>", "00001").rstrip("/")
+        spelled = spelled.replace("<G>", "00003").replace("<R>", "00001").replace("<N>", "00001")
+        spelled = spelled.rstrip("/")
         assert str(path).endswith(spelled), (path, entry)
     assert attempt.folder.parent == run.attempts and attempt.generation == 3
+    assert attempt.node(1).folder.parent == attempt.nodes and attempt.node(1).node == 1
+
+
+def test_node_folders_are_found_and_an_older_attempt_reads_as_node_0(tmp_path):
+    attempt = layout.run_paths(tmp_path, "r1").attempt(2)
+    assert attempt.node_paths() == []
+    attempt.folder.mkdir(parents=True)
+    (attempt.folder / "torchrun.log").write_text("")  # the layout before per-node folders
+    assert attempt.node_paths() == [layout.NodePaths(attempt.folder, 0)]
+    for node in (1, 0):
+        attempt.node(node).rank_logs.mkdir(parents=True)
+    (attempt.nodes / "stray").mkdir()
+    assert attempt.node_paths() == [attempt.node(0), attempt.node(1)]
+    assert [layout.parse_node(n) for n in ("node00012", "node", "nodes")] == [12, None, None]
 
 
 @pytest.mark.parametrize(
@@ -84,6 +103,7 @@ LAYOUT_NAMES = {
     "runs", "local", "datasets", "recipes", ".work", "state.db", "spec.json", "controller.log",
     "checkpoints", "channel", "control", "timeline", "attempts", "diagnostics", "report",
     "pid", "exit_status", "rank_manifest.json", "torchrun.log", "ranks", "bundle.json",
+    "agents.json", "supervisor.log", "node_exits.json", "nodes",
 }  # fmt: skip
 
 

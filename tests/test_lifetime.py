@@ -7,6 +7,7 @@ import sys
 import time
 
 from runwright.control.processes import descendants, is_alive
+from runwright.control.supervise import Agent, AgentsPlan
 from runwright.lifetime import die_with_parent, environ_of, has_tags
 
 SLEEPER = "import time; print('up', flush=True); time.sleep(60)"
@@ -24,29 +25,63 @@ def test_a_child_whose_parent_is_already_gone_dies_at_once():
     assert child.returncode == -signal.SIGKILL and child.stdout == b""
 
 
-def test_torchrun_dies_with_a_sigkilled_supervisor(tmp_path):
-    """The supervisor's preexec_fn arms torchrun's parent-death signal (here a sleeper stands
-    in for torchrun): nothing else is there to end it."""
+def _plan(tmp_path, *argvs):
+    """A supervisor plan running each argv as one node's agent, its output in agent<N>.log."""
+    agents = [
+        Agent(node=i, host="here", argv=argv, log=str(tmp_path / f"agent{i}.log"))
+        for i, argv in enumerate(argvs)
+    ]
+    plan = AgentsPlan(
+        agents=agents,
+        tags={},
+        exit_file=str(tmp_path / "exit_status"),
+        node_exits_file=str(tmp_path / "node_exits.json"),
+    )
+    path = tmp_path / "agents.json"
+    path.write_text(plan.model_dump_json())
+    return path
+
+
+def _wait_for_output(path, text, timeout_seconds=120):
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{path} never said {text!r}")
+
+
+def test_agents_die_with_a_sigkilled_supervisor(tmp_path):
+    """The supervisor's preexec_fn arms every agent's parent-death signal (here sleepers stand
+    in for two nodes' torchrun agents): nothing else is there to end them."""
     sleeper = [sys.executable, "-c", SLEEPER]
     started = time.monotonic()
     supervisor = subprocess.Popen(
-        [sys.executable, "-m", "runwright.control.supervise", str(tmp_path / "x"), "--", *sleeper],
-        stdout=subprocess.PIPE,
+        [
+            sys.executable,
+            "-m",
+            "runwright.control.supervise",
+            str(_plan(tmp_path, sleeper, sleeper)),
+        ],
         start_new_session=True,
     )
     try:
-        assert supervisor.stdout.readline() == b"up\n"
+        for node in (0, 1):
+            _wait_for_output(tmp_path / f"agent{node}.log", "up")
         startup_seconds = time.monotonic() - started
-        (child,) = descendants(supervisor.pid)
+        children = descendants(supervisor.pid)
+        assert len(children) == 2
         os.kill(supervisor.pid, signal.SIGKILL)
         supervisor.wait(timeout=60)
-        # Dying is one kernel signal; starting took an interpreter: the child gets that long
+        # Dying is one kernel signal; starting took an interpreter: the children get that long
         # (at least a second, as a warm interpreter starts in tens of milliseconds).
         deadline = time.monotonic() + max(startup_seconds, 1.0)
-        while is_alive(child) and time.monotonic() < deadline:
+        while any(is_alive(c) for c in children) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert not is_alive(child), f"still alive {startup_seconds:.2f} s after its supervisor"
-        assert not (tmp_path / "x").exists()
+        assert not any(is_alive(c) for c in children), (
+            f"still alive {startup_seconds:.2f} s after their supervisor"
+        )
+        assert not (tmp_path / "exit_status").exists()
     finally:
         for pid in descendants(supervisor.pid):
             os.kill(pid, signal.SIGKILL)

@@ -22,6 +22,7 @@ from runwright.protocol import (
     encode_message,
     encode_rank_manifest,
     encode_skip_steps,
+    placed_entry,
     read_stop_request,
     write_stop_request,
 )
@@ -135,3 +136,18 @@ def test_a_worker_refuses_a_controller_of_a_newer_protocol(tmp_path, monkeypatch
 def test_messages_reject_unknown_fields():
     with pytest.raises(ValueError, match="extra"):
         ChannelMessage.model_validate(_message(surprise=1))
+
+
+def test_a_rank_is_placed_where_it_really_runs():
+    """c10d may give the agent started as node 1 node rank 0: rank 0's entry then says node 1 and
+    the allocation's host of node 1, and keeps its grid coordinates, local rank and device."""
+    entries = build_rank_manifest(
+        nodes=2, devices_per_node=2, dp=2, tp=2, pp=1, device_type="cuda", hosts=["a", "b"]
+    )
+    moved = placed_entry(entries, 0, node=1, host="machine-b")
+    assert moved == entries[0].model_copy(update={"node": 1, "host": "b"})
+    assert (moved.local_rank, moved.device, moved.dp, moved.tp) == (0, "cuda:0", 0, 0)
+    # A node the allocation does not name keeps the machine's own name.
+    assert placed_entry(entries, 1, node=5, host="machine-x").host == "machine-x"
+    assert placed_entry(entries, 3, node=None, host="b") == entries[3]  # no executor said
+    assert placed_entry(entries, 4, node=0, host="a") is None

@@ -54,7 +54,8 @@ class EventType(StrEnum):
 
     # -- the controller: recovery, stops and budgets ---------------------------------------------
     FAILURE_CLASSIFIED = "FAILURE_CLASSIFIED"
-    """A generation ended badly; its class (failure_class), evidence and the policy's decision."""
+    """A generation ended badly; its class (failure_class), evidence and the policy's decision;
+    `node` and `host` when the failure is pinned on a node (a lost one)."""
     DIAGNOSTICS_WRITTEN = "DIAGNOSTICS_WRITTEN"
     """A diagnostics bundle was written for a failure (path)."""
     RECOVERY_STARTED = "RECOVERY_STARTED"
@@ -77,7 +78,9 @@ class EventType(StrEnum):
 
     # -- a worker: runwright.init(), the step loop and the context's close ----------------------
     WORKER_STARTED = "WORKER_STARTED"
-    """A rank joined its generation (pid, host, local_rank, python/torch versions, platform)."""
+    """A rank joined its generation (pid, host, local_rank, node, group_rank, python/torch
+    versions, platform). `node` is the node whose agent started it: the controller corrects the
+    run's rank manifest with it (c10d rendezvous, not launch order, assigns node ranks)."""
     RESTORED = "RESTORED"
     """A rank's state as it starts training: the step it resumes after (0 for a fresh start),
     checkpoint_id and mode. Sent by the checkpointer's restore; recovery's lost steps, the

@@ -21,23 +21,33 @@ learns the other's file names. It imports nothing of runwright, so every layer m
   final_parameters.json                  parameter digests once the last step is done
   attempts/gen<G>/                       generation G's worker group (AttemptPaths)
     pid                                  supervisor pid and launch time (unix seconds)
-    exit_status                          torchrun's exit status, written by the supervisor
+    agents.json                          what the supervisor runs: one torchrun agent per node
+    supervisor.log                       the supervisor's own output
+    exit_status                          the group's exit status, written by the supervisor
+    node_exits.json                      each node's agent exit status, in the order they ended
     rank_manifest.json                   the rank manifest the group was launched with
-    torchrun.log                         torchrun's own output
-    ranks/                               torchrun --log-dir: each rank's stdout, stderr, error file
+    nodes/node<N>/                       node N's torchrun agent (NodePaths)
+      torchrun.log                       the agent's own output
+      ranks/                             its --log-dir: each local rank's stdout, stderr, error file
   diagnostics/gen<G>/bundle.json         failure evidence of generation G
   report/                                report.json and report.html (runwright report)
 ```
 
-`<G>` and `<R>` are zero-padded to five digits (`gen00003-rank00001`), so names sort in order.
-Inside `checkpoints/` the layout belongs to the checkpoint protocol (`runwright.ckpt`), which
-works on any checkpoint root, under a run or not.
+`<G>`, `<R>` and `<N>` are zero-padded to five digits (`gen00003-rank00001`, `node00001`), so
+names sort in order. A generation launched before per-node folders existed has its one agent's
+`torchrun.log` and `ranks/` directly in `attempts/gen<G>/` (`AttemptPaths.node_paths` reads both).
+A spec's `checkpoint.location` moves a run's checkpoint root out of its folder, to
+`<location>/<run_id>` (a folder or `s3://bucket/prefix/<run_id>`): `checkpoint_root` is the one
+resolution. Inside the checkpoint root the layout belongs to the checkpoint protocol
+(`runwright.ckpt`), which works on any checkpoint root, under a run or not.
 """
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT_ENV = "RUNWRIGHT_ROOT"
 DEFAULT_ROOT = ".runwright"
@@ -47,6 +57,7 @@ ROOT_HELP = "runwright root folder (default: $RUNWRIGHT_ROOT, else ./.runwright)
 RANK_FILE_GLOB = "gen*-rank*.jsonl"
 """Matches every per-rank file of `channel/` and `timeline/`."""
 _GENERATION_NAME = re.compile(r"gen(\d+)")
+_NODE_NAME = re.compile(r"node(\d+)")
 
 
 def resolve_root(root: str | os.PathLike[str] | None = None) -> Path:
@@ -63,6 +74,17 @@ def generation_name(generation: int) -> str:
 def parse_generation(name: str) -> int | None:
     """The generation a `gen<G>` folder name stands for; None for any other name."""
     match = _GENERATION_NAME.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def node_name(node: int) -> str:
+    """`node00001`: the folder of node 1's agent in a generation."""
+    return f"node{node:05d}"
+
+
+def parse_node(name: str) -> int | None:
+    """The node a `node<N>` folder name stands for; None for any other name."""
+    match = _NODE_NAME.fullmatch(name)
     return int(match.group(1)) if match else None
 
 
@@ -100,6 +122,25 @@ def runs_dir(root: Path) -> Path:
 
 
 @dataclass(frozen=True)
+class NodePaths:
+    """The files of one node's torchrun agent in a generation, `attempts/gen<G>/nodes/node<N>/`."""
+
+    folder: Path
+    node: int
+
+    @property
+    def torchrun_log(self) -> Path:
+        """The agent's own output (its failure summary names each failed rank's global rank)."""
+        return self.folder / "torchrun.log"
+
+    @property
+    def rank_logs(self) -> Path:
+        """torchrun's `--log-dir`: `<rdzv id>_<random>/attempt_0/<local rank>/std{out,err}.log`
+        and error files, keyed by the rank's LOCAL rank on this node."""
+        return self.folder / "ranks"
+
+
+@dataclass(frozen=True)
 class AttemptPaths:
     """The files of one generation's worker group, `<run>/attempts/gen<G>/`."""
 
@@ -112,22 +153,47 @@ class AttemptPaths:
         return self.folder / "pid"
 
     @property
+    def agents_file(self) -> Path:
+        """The supervisor's plan: each node's agent command, host and tags (supervise.py)."""
+        return self.folder / "agents.json"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.folder / "supervisor.log"
+
+    @property
     def exit_status_file(self) -> Path:
-        """torchrun's exit status, written by the supervisor (control/supervise.py)."""
+        """The group's exit status, written by the supervisor (control/supervise.py) once every
+        agent ended: 0 only if every agent's was 0, else that of the first agent that failed."""
         return self.folder / "exit_status"
+
+    @property
+    def node_exits_file(self) -> Path:
+        """Each agent's exit status in the order they ended, written just before the exit
+        status."""
+        return self.folder / "node_exits.json"
 
     @property
     def rank_manifest_file(self) -> Path:
         return self.folder / "rank_manifest.json"
 
     @property
-    def torchrun_log(self) -> Path:
-        return self.folder / "torchrun.log"
+    def nodes(self) -> Path:
+        return self.folder / "nodes"
 
-    @property
-    def rank_logs(self) -> Path:
-        """torchrun's `--log-dir`: `<run id>/attempt_0/<rank>/std{out,err}.log`, error files."""
-        return self.folder / "ranks"
+    def node(self, node: int) -> NodePaths:
+        return NodePaths(self.nodes / node_name(node), node)
+
+    def node_paths(self) -> list[NodePaths]:
+        """Every node folder the generation has, in node order. A generation launched before
+        per-node folders existed kept its one agent's files in the attempt folder: node 0."""
+        if self.nodes.is_dir():
+            found = (parse_node(p.name) for p in self.nodes.iterdir())
+            return [self.node(n) for n in sorted(n for n in found if n is not None)]
+        legacy = NodePaths(self.folder, 0)
+        if legacy.torchrun_log.exists() or legacy.rank_logs.exists():
+            return [legacy]
+        return []
 
 
 @dataclass(frozen=True)
@@ -147,8 +213,13 @@ class RunPaths:
 
     @property
     def checkpoints(self) -> Path:
-        """The run's checkpoint root (its LocalFence and every checkpoint folder)."""
+        """The default checkpoint root, inside the run folder. Find a run's checkpoint root with
+        `checkpoint_root`, which honours the spec's `checkpoint.location`."""
         return self.folder / "checkpoints"
+
+    @property
+    def run_id(self) -> str:
+        return self.folder.name
 
     @property
     def channel(self) -> Path:
@@ -199,6 +270,26 @@ class RunPaths:
     def final_parameters(self) -> Path:
         """The parameter digests of a run that reached its last step (the context's close)."""
         return self.folder / "final_parameters.json"
+
+
+def checkpoint_location(spec: Mapping[str, Any] | None) -> str | None:
+    """`checkpoint.location` of a spec in its canonical (JSON) form, as the store keeps it and
+    `spec.json` holds it; None when the spec has none."""
+    section = (spec or {}).get("checkpoint") or {}
+    location = section.get("location") if isinstance(section, Mapping) else None
+    return str(location) if location else None
+
+
+def checkpoint_root(paths: RunPaths, location: str | None) -> str:
+    """The run's checkpoint root: `<location>/<run_id>` (a folder or a URL such as
+    `s3://bucket/prefix/<run_id>`) when the spec sets `checkpoint.location`, else
+    `<run folder>/checkpoints`. The one resolution: the controller, the workers, the store's
+    fence and catalog, the CLI and the report all call it, so they agree on where a run's
+    checkpoints are."""
+    if not location:
+        return str(paths.checkpoints)
+    base = location if location == "/" else location.rstrip("/")
+    return f"{base.rstrip('/')}/{paths.run_id}"
 
 
 RUN_ID_MAX_CHARS = 200

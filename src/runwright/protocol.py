@@ -16,6 +16,7 @@ a message naming both versions, rather than training with messages nobody can re
 import json
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,10 @@ ENV_RUN_DIR = "RUNWRIGHT_RUN_DIR"
 ENV_SPEC_FILE = "RUNWRIGHT_SPEC_FILE"
 ENV_RANK_MANIFEST = "RUNWRIGHT_RANK_MANIFEST"
 ENV_PROTOCOL_VERSION = "RUNWRIGHT_PROTOCOL_VERSION"
+# The executor's index of the node whose torchrun agent started the process (its slot in the
+# allocation, `RankEntry.node`); set per agent, so it also tags one node's processes. Under c10d
+# rendezvous it need not equal torchrun's GROUP_RANK (see `placed_entry`).
+ENV_NODE = "RUNWRIGHT_NODE"
 # JSON list of [first, last] step ranges whose batches a restarted group must skip (after a
 # non-finite loss, recovery.on_nan: rollback_skip).
 ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"
@@ -227,6 +232,39 @@ def build_rank_manifest(
             )
         )
     return entries
+
+
+def node_hosts(entries: list[RankEntry]) -> dict[int, str]:
+    """node -> its host, as a manifest names them."""
+    return {entry.node: entry.host for entry in entries}
+
+
+def placed_entry(
+    entries: list[RankEntry],
+    rank: int,
+    *,
+    node: int | None,
+    host: str,
+    hosts: Mapping[int, str] | None = None,
+) -> RankEntry | None:
+    """Global rank `rank`'s entry as it really runs: started by node `node`'s agent.
+
+    The manifest is built before launch in launch order (rank r on node r // devices_per_node),
+    but under c10d rendezvous torchrun assigns node ranks (GROUP_RANK, and with them the global
+    ranks) from the rendezvous, not from the order the agents were started
+    (pytorch/pytorch#182223): global rank 0 may run on the agent the executor started as node 1.
+    The grid coordinates (dp, tp, pp), the local rank and the device follow from the global and
+    local rank and stay; the node is the one that started the rank, and the host the
+    allocation's name for that node (`hosts`, node -> host; by default as `entries` name them),
+    else `host`, the name the rank's machine gives itself. `node` None (a process no executor
+    placed) keeps the entry as it is."""
+    if rank >= len(entries):
+        return None
+    entry = entries[rank]
+    if node is None:
+        return entry
+    named = (node_hosts(entries) if hosts is None else hosts).get(node, host)
+    return entry.model_copy(update={"node": node, "host": named})
 
 
 def encode_rank_manifest(entries: list[RankEntry]) -> str:

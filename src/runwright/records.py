@@ -12,4 +12,6 @@ from pydantic import BaseModel, ConfigDict
 class Record(BaseModel):
     """Frozen, `extra="forbid"`, field docstrings as descriptions (STYLE.md, point 2)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
+    model_config = ConfigDict(
+        frozen=True, extra="forbid", use_attribute_docstrings=True, defer_build=True
+    )

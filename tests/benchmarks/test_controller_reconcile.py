@@ -1,12 +1,15 @@
 """The controller benchmark's arithmetic: percentiles, RUNNING spans and their overlap."""
 
 import importlib.util
+import sys
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-PATH = Path(__file__).resolve().parents[2] / "benchmarks" / "controller_reconcile.py"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+PATH = BENCHMARKS / "controller_reconcile.py"
+sys.path.insert(0, str(BENCHMARKS))  # what `python benchmarks/x.py` puts first: its helpers
 spec = importlib.util.spec_from_file_location("controller_reconcile", PATH)
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)

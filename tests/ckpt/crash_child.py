@@ -1,7 +1,8 @@
 """Child process of the crash-consistency tests: commit step 1, then die during step 2's save.
 
 Usage: python crash_child.py ROOT KILL_AT KILL_BYTES
-KILL_AT is a CommitStep value; with `write_shards`, the process dies once KILL_BYTES bytes of
+ROOT is a folder or an s3:// URL (the fence is the root's own: `open_fence`). KILL_AT is a
+CommitStep value; with `write_shards`, the process dies once KILL_BYTES bytes of
 shards are written. The process SIGKILLs itself, so nothing after the kill point runs.
 """
 
@@ -11,7 +12,8 @@ import sys
 
 from ckpt_helpers import make_state
 
-from runwright.ckpt import Checkpointer, CommitStep, LocalFence, MemorySink
+from runwright.ckpt import Checkpointer, CommitStep, MemorySink
+from runwright.ckpt.fence import open_fence
 from runwright.spec.policies import CheckpointSpec
 
 
@@ -28,7 +30,7 @@ class KillAt:
 
 def main() -> None:
     root, kill_at, kill_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    fence = LocalFence(root)
+    fence = open_fence(root)
     fence.advance_generation()
     probe = KillAt(kill_at, kill_bytes)
     saver = Checkpointer(

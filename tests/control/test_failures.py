@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from runwright.control.executors.local import evidence_from
 from runwright.control.executors.protocol import EXIT_LOST, LostSupervisor
+from runwright.control.executors.torchrun_logs import evidence_from
 from runwright.control.failures import classify, platform_fault
 from runwright.spec import FailureClass
 
@@ -60,6 +60,12 @@ EXPECTED = {
     "user_oserror": (FailureClass.USER_CODE, None),
     "user_sqlite": (FailureClass.USER_CODE, None),
     "user_wraps_platform_error": (FailureClass.USER_CODE, None),
+    # An object store still failing after runwright.remote's bounded retries: storage, whether
+    # it is a dataset read (DataStorageError, not the data's fault), a listing (RemoteStorageError)
+    # or the fence (CheckpointStorageError).
+    "unreachable_dataset": (FailureClass.STORAGE, None),
+    "unreachable_checkpoint_root": (FailureClass.STORAGE, None),
+    "unreachable_fence": (FailureClass.STORAGE, None),
 }
 
 

@@ -9,6 +9,7 @@ from runwright.control import ingest
 from runwright.control.ingest import Ingestor
 from runwright.errors import StoreUnavailableError
 from runwright.layout import run_paths
+from runwright.protocol import build_rank_manifest
 from runwright.runtime import ChannelWriter
 from runwright.store import Outcome
 
@@ -211,3 +212,32 @@ def test_stale_messages_in_a_batch_are_rejected_without_follow_ups(setup, tmp_pa
     assert rejection.attributes["writer_generation"] == 0 and rejection.step == 50
     Ingestor(store, run).poll()  # a new controller re-reads the channel: nothing twice
     assert len(store.events("run-a")) == 2
+
+
+def test_the_rank_manifest_follows_where_the_ranks_report_they_run(setup, tmp_path):
+    """Under c10d the rendezvous, not launch order, decides which node runs which global rank:
+    the run record's manifest ends up saying what the ranks found (rank 0 on node 1, whose host
+    the allocation calls h1, whatever the machine calls itself)."""
+    store, ingestor, writer = setup
+    planned = build_rank_manifest(
+        nodes=2, devices_per_node=1, dp=2, tp=1, pp=1, device_type="cpu", hosts=["h0", "h1"]
+    )
+    store.update_run(
+        "run-a",
+        allocation={"hosts": ["h0", "h1"]},
+        rank_manifest=[e.model_dump() for e in planned],
+    )
+    writer.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "vm", "node": 1})
+    ingestor.poll()  # for now both ranks say node 1: the next one is still named by allocation
+    other = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=1, rank=1)
+    other.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "vm", "node": 0})
+    other.close()
+    stale = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=0, rank=1)
+    stale.send("WORKER_STARTED", attributes={"local_rank": 0, "host": "old", "node": 7})
+    stale.close()
+    ingestor.poll()
+    manifest = store.get_run("run-a").rank_manifest
+    assert [(e["rank"], e["node"], e["host"], e["dp"]) for e in manifest] == [
+        (0, 1, "h1", 0),
+        (1, 0, "h0", 1),
+    ]

@@ -2,8 +2,8 @@
 
 import json
 
-from runwright.control.executors.local import evidence_from
 from runwright.control.executors.protocol import EXIT_LOST
+from runwright.control.executors.torchrun_logs import evidence_from
 from runwright.control.failures import classify
 from runwright.control.policy import PastFailure, decide
 from runwright.control.watchdog import Watchdog

@@ -256,3 +256,30 @@ def test_reopen_keeps_records_and_schema(store_url):
 def test_bad_store_url_is_a_clear_error(tmp_path):
     with pytest.raises(StoreError, match="RUNWRIGHT_STORE"):
         Store.open(tmp_path, store="mysql://x")
+
+
+def test_schema_head_is_alembics_head():
+    """The store skips importing Alembic when the schema is at the head it reads from the
+    migration files; that head must be the one Alembic itself computes."""
+    from alembic.config import Config
+    from alembic.script import ScriptDirectory
+
+    from runwright.store.engine import MIGRATIONS_DIR, schema_head
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    assert schema_head() == ScriptDirectory.from_config(config).get_current_head()
+
+
+def test_opening_a_store_at_the_head_does_not_import_alembic(tmp_path):
+    import subprocess
+    import sys
+
+    url = f"sqlite:///{tmp_path / 'state.db'}"
+    Store(url).close()  # creates and migrates
+    code = (
+        "import sys; from runwright.store import Store; "
+        f"Store({url!r}).close(); print('alembic' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

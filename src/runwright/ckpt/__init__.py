@@ -2,90 +2,65 @@
 
 Usable inside any training script without the control plane: `Checkpointer` with a `LocalFence`
 by default, or a fence the runtime provides. Never imports store/, control/, cli/ or server/.
+
+Every name below is imported on first use (PEP 562): the checkpoint engine needs torch, and
+what only reads the fence or a manifest (the CLI, `runwright status`, the store) must not pay
+for it (runwright/lazy.py).
 """
 
-from runwright.ckpt.catalog import CommittedCheckpoint, restore_candidates, scan
-from runwright.ckpt.checkpointer import Checkpointer
-from runwright.ckpt.commit import CommitProbe, CommitStep
-from runwright.ckpt.compat import CurrentRun, RestoreMode
-from runwright.ckpt.errors import (
-    BackgroundSaveError,
-    CheckpointCorruptError,
-    CheckpointError,
-    CheckpointIncompleteError,
-    CheckpointRootError,
-    CheckpointStorageError,
-    IncompatibleCheckpointError,
-    NoUsableCheckpointError,
-)
-from runwright.ckpt.events import (
-    CheckpointEvent,
-    EventSink,
-    LoggingSink,
-    MemorySink,
-)
-from runwright.ckpt.fence import Fence, LocalFence, PublishOutcome
-from runwright.ckpt.gc import GcReport, Residue, collect_residue, find_residue
-from runwright.ckpt.interval import IntervalChoice, IntervalPolicy
-from runwright.ckpt.manifest import (
-    CheckpointManifest,
-    CommitRecord,
-    FileEntry,
-    HealthVerdict,
-    LatestPointer,
-    LogicalKey,
-)
-from runwright.ckpt.records import DurabilityLag, SaveResult, SaveStatus, StorageFailure
-from runwright.ckpt.restore import Fallback, RestoreResult, SmokeCheck
-from runwright.ckpt.start import start_generation
-from runwright.ckpt.state import TrainState
-from runwright.ckpt.verify import VerifyReport, verify_checkpoint
+from runwright.lazy import lazy_exports
 
-__all__ = [
-    "BackgroundSaveError",
-    "CheckpointCorruptError",
-    "CheckpointError",
-    "CheckpointEvent",
-    "CheckpointIncompleteError",
-    "CheckpointManifest",
-    "CheckpointRootError",
-    "CheckpointStorageError",
-    "Checkpointer",
-    "CommitProbe",
-    "CommitRecord",
-    "CommitStep",
-    "CommittedCheckpoint",
-    "CurrentRun",
-    "DurabilityLag",
-    "EventSink",
-    "Fallback",
-    "Fence",
-    "FileEntry",
-    "GcReport",
-    "HealthVerdict",
-    "IncompatibleCheckpointError",
-    "IntervalChoice",
-    "IntervalPolicy",
-    "LatestPointer",
-    "LocalFence",
-    "LoggingSink",
-    "LogicalKey",
-    "MemorySink",
-    "NoUsableCheckpointError",
-    "PublishOutcome",
-    "Residue",
-    "RestoreMode",
-    "RestoreResult",
-    "SaveResult",
-    "SaveStatus",
-    "SmokeCheck",
-    "StorageFailure",
-    "TrainState",
-    "VerifyReport",
-    "collect_residue",
-    "find_residue",
-    "restore_candidates",
-    "scan",
-    "start_generation",
-    "verify_checkpoint",
-]
+_HOME = {
+    "BackgroundSaveError": "errors",
+    "CheckpointCorruptError": "errors",
+    "CheckpointError": "errors",
+    "CheckpointEvent": "events",
+    "CheckpointIncompleteError": "errors",
+    "CheckpointManifest": "manifest",
+    "CheckpointRootError": "errors",
+    "CheckpointStorageError": "errors",
+    "Checkpointer": "checkpointer",
+    "CommitProbe": "commit",
+    "CommitRecord": "manifest",
+    "CommitStep": "commit",
+    "CommittedCheckpoint": "catalog",
+    "CurrentRun": "compat",
+    "DurabilityLag": "records",
+    "EventSink": "events",
+    "Fallback": "restore",
+    "Fence": "fence",
+    "FileEntry": "manifest",
+    "GcReport": "gc",
+    "HealthVerdict": "manifest",
+    "IncompatibleCheckpointError": "errors",
+    "IntervalChoice": "interval",
+    "IntervalPolicy": "interval",
+    "LatestPointer": "manifest",
+    "LocalFence": "fence",
+    "LoggingSink": "events",
+    "LogicalKey": "manifest",
+    "MemorySink": "events",
+    "NoUsableCheckpointError": "errors",
+    "PublishOutcome": "fence",
+    "Residue": "gc",
+    "RestoreMode": "compat",
+    "RestoreResult": "restore",
+    "SaveResult": "records",
+    "SaveStatus": "records",
+    "SmokeCheck": "restore",
+    "StorageFailure": "records",
+    "TrainState": "state",
+    "VerifyReport": "verify",
+    "collect_residue": "gc",
+    "find_residue": "gc",
+    "restore_candidates": "catalog",
+    "scan": "catalog",
+    "start_generation": "start",
+    "verify_checkpoint": "verify",
+}
+"""public name -> the submodule of runwright.ckpt that defines it."""
+
+__all__ = sorted(_HOME)
+
+
+__getattr__, __dir__ = lazy_exports(__name__, _HOME)

@@ -31,7 +31,7 @@ from runwright.ckpt.commit import (
 )
 from runwright.ckpt.errors import BackgroundSaveError, CheckpointStorageError
 from runwright.ckpt.events import CheckpointEvent, EventSink, LoggingSink
-from runwright.ckpt.fence import Fence, LocalFence, PublishOutcome
+from runwright.ckpt.fence import Fence, PublishOutcome, open_fence
 from runwright.ckpt.gc import GcReport, collect_residue
 from runwright.ckpt.interval import IntervalChoice, IntervalPolicy
 from runwright.ckpt.manifest import HealthVerdict, checkpoint_id_for
@@ -68,7 +68,7 @@ class Checkpointer:
     ) -> None:
         self.policy = policy
         self.storage = CheckpointStorage(checkpoint_root)
-        self.fence: Fence = fence if fence is not None else LocalFence(checkpoint_root)
+        self.fence: Fence = fence if fence is not None else open_fence(checkpoint_root)
         self.generation = self.fence.current_generation() if generation is None else generation
         self.events: EventSink = events if events is not None else LoggingSink()
         self.last_state: TrainState | None = None

@@ -34,7 +34,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 
 from runwright.ckpt.errors import CheckpointError, CheckpointStorageError
-from runwright.ckpt.failures import SAVE_FAILURES, describe, free_bytes, payload_bytes, root_cause
+from runwright.ckpt.failures import describe, free_bytes, payload_bytes, root_cause
 from runwright.ckpt.fence import Fence, PublishOutcome
 from runwright.ckpt.manifest import (
     COMMIT_FILE,
@@ -50,6 +50,10 @@ from runwright.ckpt.records import StorageFailure
 from runwright.ckpt.storage import CheckpointStorage, folder_name
 from runwright.ckpt.verify import check_staged
 from runwright.ckpt.writer import DCP_METADATA, make_writer
+
+SAVE_FAILURES: tuple[type[BaseException], ...] = (OSError, CheckpointException)
+"""What a failed save raises below runwright: storage errors, and DCP's wrapper of every rank's
+error (which derives from BaseException: catch it by name)."""
 
 
 class CommitStep(StrEnum):
@@ -153,6 +157,7 @@ def persist(
         rank=facts.rank,
         probe=_probe_bytes(probe),
         thread_count=thread_count,
+        options=storage.options,
     )
     result: list[Any] = [None]
     try:

@@ -11,23 +11,27 @@ space of the volume (os.statvfs), so the message says how much to free.
 
 import os
 import pickle
+import sys
 from collections.abc import Iterator
 from typing import Any
-
-import torch
-from torch.distributed.checkpoint.api import CheckpointException
-from torch.distributed.tensor import DTensor
 
 from runwright.ckpt.errors import CheckpointStorageError
 from runwright.ckpt.records import StorageFailure
 
-SAVE_FAILURES: tuple[type[BaseException], ...] = (OSError, CheckpointException)
-"""What a failed save raises below runwright: storage errors, and DCP's wrapper of every rank's
-error (which derives from BaseException: catch it by name)."""
+DCP_API_MODULE = "torch.distributed.checkpoint.api"
+
+
+def _checkpoint_exception() -> type[BaseException] | None:
+    """DCP's `CheckpointException` once DCP is loaded, else None: no such exception can exist
+    before, and the fence and storage paths that use this module must not import torch (the CLI
+    reads fences to answer `runwright status`)."""
+    module = sys.modules.get(DCP_API_MODULE)
+    return getattr(module, "CheckpointException", None) if module is not None else None
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
     """`exc`, the errors DCP collected from every rank, and their cause/context chains."""
+    dcp_exception = _checkpoint_exception()
     seen: set[int] = set()
     pending = [exc]
     while pending:
@@ -36,7 +40,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
             continue
         seen.add(id(current))
         yield current
-        if isinstance(current, CheckpointException):
+        if dcp_exception is not None and isinstance(current, dcp_exception):
             pending += [wrapped[0] for _, wrapped in sorted(current.failures.items())]
         pending += [e for e in (current.__cause__, current.__context__) if e is not None]
 
@@ -49,7 +53,8 @@ def root_cause(exc: BaseException) -> BaseException:
     with_errno = [e for e in oserrors if e.errno is not None]
     if with_errno or oserrors:
         return (with_errno or oserrors)[0]
-    inner = [e for e in chain if not isinstance(e, CheckpointException)]
+    dcp_exception = _checkpoint_exception()
+    inner = [e for e in chain if dcp_exception is None or not isinstance(e, dcp_exception)]
     return inner[0] if inner else exc
 
 
@@ -77,6 +82,9 @@ def free_bytes(path: str) -> int | None:
 
 def payload_bytes(state_dict: Any) -> int:
     """Bytes of the tensors (a DTensor's local shard) and byte blobs in a state dict."""
+    import torch
+    from torch.distributed.tensor import DTensor
+
     if isinstance(state_dict, DTensor):
         local = state_dict.to_local()
         return local.numel() * local.element_size()

@@ -38,6 +38,8 @@ from runwright.ckpt.storage import read_local_record, replace_file
 LOCK_FILE = "FENCE.lock"
 GENERATION_FILE = "GENERATION"
 LATEST_FILE = "LATEST.json"
+FENCE_OBJECT = "FENCE.json"
+"""The object-store fence's one object: generation and latest pointer together (object_fence.py)."""
 _GENERATION_TEXT = re.compile(r"\s*(?P<generation>[0-9]{1,18})\s*", re.ASCII)
 """What `GENERATION` holds: ASCII digits (at most 18, so any value fits in an int64) and
 whitespace; `int()` alone would also take `-3`, `+3`, `1_0` and non-ASCII digits."""
@@ -77,6 +79,46 @@ class Fence(Protocol):
     def publish(self, record: CommitRecord, generation: int) -> PublishOutcome:
         """Make `record` the latest checkpoint iff `generation` is current (see module doc)."""
         ...
+
+
+@runtime_checkable
+class GenerationFence(Fence, Protocol):
+    """A Fence that is also the generation authority of its checkpoint root: what a standalone
+    start advances, the control plane's store raises, and the operator commands read."""
+
+    def peek_generation(self) -> int:
+        """The current generation, read without taking anything (commands that only look)."""
+        ...
+
+    def advance_generation(self, make_room: Callable[[int], object] | None = None) -> int:
+        """Bump and return the generation (a standalone start)."""
+        ...
+
+    def raise_to(self, generation: int) -> int:
+        """Raise the generation to at least `generation`; returns the fence's generation."""
+        ...
+
+    def latest_published(self) -> tuple[LatestPointer, float] | None:
+        """The latest pointer and when it was published (unix seconds); None before the first
+        publish."""
+        ...
+
+
+def open_fence(checkpoint_root: str | os.PathLike[str]) -> GenerationFence:
+    """The fence of a checkpoint root: `LocalFence` for a folder, `ObjectFence` for `s3://`
+    (docs/ckpt.md, "Object stores"). Any other URL raises `CheckpointError`: the fence needs a
+    lock or conditional writes, which runwright uses on these two only."""
+    text = os.fspath(checkpoint_root)
+    if "://" not in text or text.startswith("file://"):
+        return LocalFence(text)
+    if text.split("://", 1)[0].lower() == "s3":
+        from runwright.ckpt.object_fence import ObjectFence  # s3fs only when a URL needs it
+
+        return ObjectFence(text)
+    raise CheckpointError(
+        f"no fence for {text}: runwright's fence needs a local folder (flock) or s3:// "
+        "(conditional writes); keep checkpoints there, or pass a Fence of your own"
+    )
 
 
 class LocalFence:
@@ -193,6 +235,16 @@ class LocalFence:
                 f"cannot choose without it. Put back a copy, or move it aside to "
                 f"{_WITHOUT[LATEST_FILE]}."
             ) from exc
+
+    def latest_published(self) -> tuple[LatestPointer, float] | None:
+        """The latest pointer and its file's mtime (when the last publish replaced it)."""
+        pointer = self.latest()
+        if pointer is None:
+            return None
+        try:
+            return pointer, os.stat(self.root / LATEST_FILE).st_mtime
+        except FileNotFoundError:
+            return None
 
     def publish(self, record: CommitRecord, generation: int) -> PublishOutcome:
         with self._locked():

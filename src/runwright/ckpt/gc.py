@@ -2,9 +2,9 @@
 stopped by what it finds.
 
 Residue is every entry of a checkpoint root that is neither one of the fence's files
-(`FENCE.lock`, `GENERATION`, `LATEST.json`), nor the `staging/` folder itself, nor a committed
-checkpoint. `find_residue` classifies each entry (files and folders alike, links never
-followed) and `collect_residue` removes what the rules allow:
+(`FENCE.lock`, `GENERATION`, `LATEST.json`; `FENCE.json` on an object store), nor the `staging/`
+folder itself, nor a committed checkpoint. `find_residue` classifies each entry (files and
+folders alike, links never followed) and `collect_residue` removes what the rules allow:
 
 - Checkpoint residue: `staging/<id>` (a folder or a file), `<step>-<id>` folders without a valid
   commit record or with a REJECTED marker, a file where a `<step>-<id>/` folder belongs, and
@@ -35,12 +35,12 @@ from pydantic import Field
 
 from runwright.ckpt.catalog import Uncommitted, read_committed
 from runwright.ckpt.errors import CheckpointError
-from runwright.ckpt.fence import GENERATION_FILE, LATEST_FILE, LOCK_FILE
+from runwright.ckpt.fence import FENCE_OBJECT, GENERATION_FILE, LATEST_FILE, LOCK_FILE
 from runwright.ckpt.manifest import generation_of
 from runwright.ckpt.storage import STAGING, CheckpointStorage, EntryKind, parse_folder
 from runwright.records import Record
 
-FENCE_FILES = frozenset({LOCK_FILE, GENERATION_FILE, LATEST_FILE})
+FENCE_FILES = frozenset({LOCK_FILE, GENERATION_FILE, LATEST_FILE, FENCE_OBJECT})
 _TMP_PID = re.compile(r"\.tmp-(?P<pid>\d+)$")
 
 

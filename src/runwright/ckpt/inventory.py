@@ -3,6 +3,7 @@
 Each function takes a checkpoint root, does one thing, and returns a record the CLI renders.
 """
 
+import json
 import math
 import os
 from collections.abc import Callable
@@ -14,21 +15,31 @@ from pydantic import Field
 from runwright.ckpt.catalog import CommittedCheckpoint, Uncommitted, scan
 from runwright.ckpt.errors import CheckpointError, CheckpointRootError
 from runwright.ckpt.export import ReleaseManifest, export_model
-from runwright.ckpt.fence import GENERATION_FILE, LATEST_FILE, LocalFence
+from runwright.ckpt.fence import (
+    FENCE_OBJECT,
+    GENERATION_FILE,
+    LATEST_FILE,
+    GenerationFence,
+    LocalFence,
+    open_fence,
+)
 from runwright.ckpt.gc import FENCE_FILES, GcReport, Residue, collect_residue, find_residue
 from runwright.ckpt.manifest import COMMIT_FILE, MANIFEST_FILE, HealthVerdict, LatestPointer
 from runwright.ckpt.storage import STAGING, CheckpointStorage, parse_folder
 from runwright.ckpt.verify import VerifyMode, VerifyReport, verify_checkpoint
 from runwright.errors import NotFoundError
-from runwright.layout import resolve_root, run_paths, validate_run_id
+from runwright.layout import checkpoint_location, resolve_root, run_paths, validate_run_id
+from runwright.layout import checkpoint_root as run_checkpoint_root
 from runwright.records import Record
+from runwright.remote import scheme_of
 
 
 def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> str:
     """Without `root`: a checkpoint folder path or URL as given (a name with `/` or `://`, or an
     existing folder), else the checkpoints of run `target` under the default runwright root.
     With `root` (a command's `--root`), `target` is a run id under it. A run id must be a plain
-    name, so it never reaches outside `<root>/runs/`."""
+    name, so it never reaches outside `<root>/runs/`. A run's checkpoints are where its spec's
+    `checkpoint.location` puts them (`layout.checkpoint_root`), read from the run's spec.json."""
     if "\0" in target:
         raise CheckpointError(f"{target!r} holds a NUL byte; pass a run id or a folder path")
     if root is None and ("/" in target or "://" in target or os.path.isdir(target)):
@@ -39,7 +50,17 @@ def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> 
         raise CheckpointError(
             f"run id {target!r}: {exc}; to name a checkpoint folder by its path, leave out --root"
         ) from None
-    return str(run_paths(resolve_root(root), target).checkpoints)
+    paths = run_paths(resolve_root(root), target)
+    return run_checkpoint_root(paths, checkpoint_location(_submitted_spec(paths.spec_file)))
+
+
+def _submitted_spec(path: Path) -> dict[str, Any] | None:
+    """The run's canonical spec (written at its first launch: no launch, no checkpoints)."""
+    try:
+        spec = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return spec if isinstance(spec, dict) else None
 
 
 def checkpoint_target(
@@ -111,10 +132,19 @@ class Inventory(Record):
     """Residue and rejected folders, with reasons."""
 
 
-def _local_fence(storage: CheckpointStorage) -> LocalFence | None:
-    if storage.is_local and os.path.isdir(storage.root):
-        return LocalFence(storage.root)
-    return None
+def _local_fence(storage: CheckpointStorage) -> GenerationFence | None:
+    """The root's fence for commands that only look: a local folder's (when it exists, so
+    looking creates nothing) or an `s3://` root's; None on other URLs."""
+    if storage.is_local:
+        return LocalFence(storage.root) if os.path.isdir(storage.root) else None
+    return open_fence(storage.root) if scheme_of(storage.root) == "s3" else None
+
+
+def _fence_names(fence: GenerationFence | None) -> tuple[str, str]:
+    """The names of the files holding the generation and the pointer, for messages."""
+    if fence is None or isinstance(fence, LocalFence):
+        return GENERATION_FILE, LATEST_FILE
+    return FENCE_OBJECT, FENCE_OBJECT
 
 
 def inventory(root: str) -> Inventory:
@@ -211,11 +241,14 @@ def _pointer_problems(
     committed: list[CommittedCheckpoint],
     other: list[Uncommitted],
     generation: int | None,
+    names: tuple[str, str] = (GENERATION_FILE, LATEST_FILE),
 ) -> list[str]:
-    """Whether the latest pointer names a committed folder and agrees with its commit record."""
-    where = f"{storage.path(LATEST_FILE)} names {latest.folder}"
+    """Whether the latest pointer names a committed folder and agrees with its commit record.
+    `names`: the files holding the generation and the pointer."""
+    generation_file, latest_file = names
+    where = f"{storage.path(latest_file)} names {latest.folder}"
     fix = (
-        f"put back the pointer the last publish wrote, or move {LATEST_FILE} aside so restore "
+        f"put back the pointer the last publish wrote, or move {latest_file} aside so restore "
         "takes the newest committed checkpoint"
     )
     named = next((c for c in committed if c.folder == latest.folder), None)
@@ -236,7 +269,7 @@ def _pointer_problems(
         return [f"{where}, but disagrees with it on " + "; ".join(differ) + f"; {fix}"]
     if generation is not None and latest.generation > generation:
         return [
-            f"{storage.path(GENERATION_FILE)} says generation {generation}, but {LATEST_FILE} was "
+            f"{storage.path(generation_file)} says generation {generation}, but {latest_file} was "
             f"published by generation {latest.generation}: the generation went back, so a fenced "
             f"writer could publish again. Write {latest.generation} or more into it"
         ]
@@ -274,10 +307,11 @@ def verify(
         problems.append(str(exc))
         committed, other = [], []
     problems += [f"{storage.path(u.folder)}: {u.reason}" for u in other if u.damaged]
-    written = storage.kind(storage.path(GENERATION_FILE)) is not None
+    names = _fence_names(fence)
+    written = storage.kind(storage.path(names[0])) is not None
     if latest is not None:
         problems += _pointer_problems(
-            storage, latest, committed, other, generation if written else None
+            storage, latest, committed, other, generation if written else None, names
         )
     residue, uninspectable = find_residue(
         storage,

@@ -43,6 +43,7 @@ from runwright.ckpt.manifest import (
     plain_name,
 )
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.remote import bound
 
 _SHOWN = 5
 """How many offending keys or files one problem names before it only counts the rest."""
@@ -134,7 +135,12 @@ class SafeFileSystemReader(_SafeMetadata, FileSystemReader):
 
 
 class SafeFsspecReader(_SafeMetadata, FsspecReader):
-    """DCP's fsspec reader, reading `.metadata` with the allow-list."""
+    """DCP's fsspec reader, reading `.metadata` with the allow-list; `options` are the root's
+    fsspec options (timeouts and retries: runwright.remote)."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        FsspecReader.__init__(self, path, **options)
+        bound(self.fs.fs)
 
 
 def logical_keys(metadata: Metadata) -> dict[str, LogicalKey]:

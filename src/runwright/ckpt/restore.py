@@ -28,6 +28,7 @@ from runwright.ckpt.errors import (
     IncompatibleCheckpointError,
     NoUsableCheckpointError,
 )
+from runwright.ckpt.failures import root_cause, storage_error
 from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import CheckpointManifest
 from runwright.ckpt.metadata import SafeFileSystemReader, SafeFsspecReader
@@ -37,6 +38,7 @@ from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.values import SafeLoadPlanner
 from runwright.ckpt.verify import VerifyMode, verify_checkpoint
 from runwright.records import Record
+from runwright.remote import remote_errors
 
 
 class Fallback(Record):
@@ -164,7 +166,11 @@ def load_into(
     CheckpointCorruptError when a value holds code or does not load (nothing of it is run)."""
     source_rank = rank if mode == RestoreMode.EXACT else None
     sd = skeleton(state, rank, source_rank)
-    reader = SafeFileSystemReader(path) if storage.is_local else SafeFsspecReader(path)
+    reader = (
+        SafeFileSystemReader(path)
+        if storage.is_local
+        else SafeFsspecReader(path, **storage.options)
+    )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="torch.distributed is disabled")
         try:
@@ -180,6 +186,12 @@ def load_into(
             for failure, _ in exc.failures.values():
                 if isinstance(failure, CheckpointCorruptError):
                     raise failure from None
+            # A read storage refused (an object store still unreachable after its retries, an
+            # I/O error): a storage failure with its cause, not DCP's multi-rank dump.
+            if isinstance(root_cause(exc), (OSError, *remote_errors())):
+                raise storage_error(
+                    f"restore of {manifest.checkpoint_id} (step {manifest.step})", path, exc
+                ) from exc
             raise
     progress = apply(state, sd, source_rank)
     if source_rank is None and state.data_loader is not None and manifest.data_cursor is not None:

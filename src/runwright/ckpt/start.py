@@ -10,13 +10,13 @@ and what may be deleted, and no tmp file is left behind to trouble the next star
 
 from runwright.ckpt.catalog import scan
 from runwright.ckpt.errors import CheckpointError, CheckpointStorageError
-from runwright.ckpt.fence import LocalFence
+from runwright.ckpt.fence import GenerationFence
 from runwright.ckpt.gc import GcReport, collect_residue
 from runwright.ckpt.storage import CheckpointStorage
 
 
 def start_generation(
-    fence: LocalFence, storage: CheckpointStorage, *, gc_min_age_seconds: float = 3600.0
+    fence: GenerationFence, storage: CheckpointStorage, *, gc_min_age_seconds: float = 3600.0
 ) -> tuple[int, GcReport]:
     """Collect what the new generation fences off, then advance the generation; returns the new
     generation and what GC did."""

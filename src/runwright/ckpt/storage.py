@@ -7,7 +7,10 @@ moved, with shards + manifest.json + COMMITTED.
 Local disks get the POSIX durability rules: every file is fsynced before it is renamed, every
 rename is followed by an fsync of the folders involved, and a file is replaced with `os.replace`
 (never delete-then-rename). Object stores have no atomic rename: shards are written straight into
-the final folder and the commit record, written last, is what makes the checkpoint visible.
+the final folder and the commit record, written last, is what makes the checkpoint visible (a PUT
+makes an object appear whole or not at all). Remote calls go through `runwright.remote`: timeouts
+and bounded retries on every request, and a failure after them is a `RemoteStorageError` (an
+OSError), so every `except OSError` below handles a failing store as it handles a failing disk.
 """
 
 import contextlib
@@ -24,6 +27,7 @@ import fsspec
 
 from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.failures import storage_error
+from runwright.remote import open_filesystem, storage_options, translated
 
 STAGING = "staging"
 EntryKind = Literal["file", "folder", "symlink", "other"]
@@ -110,6 +114,34 @@ def local_kind(mode: int) -> EntryKind:
     return "file" if stat.S_ISREG(mode) else "other"
 
 
+def _stamp_seconds(info: dict[str, object]) -> float | None:
+    """The modification time in an fsspec `info` record, unix seconds; None if it has none."""
+    stamp = info.get("mtime") or info.get("LastModified") or info.get("created")
+    if stamp is None:
+        return None
+    timestamp = getattr(stamp, "timestamp", None)
+    return float(timestamp()) if callable(timestamp) else float(stamp)  # type: ignore[arg-type]
+
+
+class _Translating:
+    """An fsspec file system whose calls raise `RemoteStorageError` (an OSError) instead of the
+    driver's own errors once its bounded retries are spent (`runwright.remote.translated`)."""
+
+    def __init__(self, fs: object, root: str) -> None:
+        self._fs, self._root = fs, root
+
+    def __getattr__(self, name: str) -> object:
+        attribute = getattr(self._fs, name)
+        if not callable(attribute):
+            return attribute
+
+        def call(*args: object, **kwargs: object) -> object:
+            with translated(str(args[0]) if args else self._root):
+                return attribute(*args, **kwargs)
+
+        return call
+
+
 class CheckpointStorage:
     """File operations on one run's checkpoint root, local or fsspec."""
 
@@ -121,8 +153,11 @@ class CheckpointStorage:
             self.root = str(local)
             self.fs = fsspec.filesystem("file")
         else:
-            self.fs, _ = fsspec.core.url_to_fs(text)
+            fs, _ = open_filesystem(text)
+            self.fs = _Translating(fs, text)
             self.root = text.rstrip("/")
+        self.options = {} if self.is_local else storage_options(text)
+        """fsspec options DCP's own readers and writers open this root with."""
 
     # paths -----------------------------------------------------------------------------------
     def path(self, *parts: str) -> str:
@@ -150,7 +185,7 @@ class CheckpointStorage:
         return self.fs.exists(path)
 
     def read_bytes(self, path: str) -> bytes:
-        with self.fs.open(path, "rb") as handle:
+        with translated(path), self.fs.open(path, "rb") as handle:
             return handle.read()
 
     def read_record(self, path: str, limit_bytes: int) -> bytes:
@@ -163,7 +198,7 @@ class CheckpointStorage:
             raise RecordReadError(
                 f"{path} is {size} bytes, more than the {limit_bytes} a record may be"
             )
-        with self.fs.open(path, "rb") as handle:
+        with translated(path), self.fs.open(path, "rb") as handle:
             data = handle.read(limit_bytes + 1)
         if len(data) > limit_bytes:
             raise RecordReadError(f"{path} grew past the {limit_bytes} bytes a record may be")
@@ -182,7 +217,7 @@ class CheckpointStorage:
 
     @contextlib.contextmanager
     def open_read(self, path: str) -> Iterator[IO[bytes]]:
-        with self.fs.open(path, "rb") as handle:
+        with translated(path), self.fs.open(path, "rb") as handle:
             yield handle
 
     def size_bytes(self, path: str) -> int:
@@ -230,13 +265,15 @@ class CheckpointStorage:
             return time.time() - max(stamps)
         try:
             info = self.fs.info(path)
+            stamps = [info]
+            if info.get("type") == "directory":
+                # an object store's folder is a key prefix with no time of its own: its age is
+                # that of the newest object directly in it, as a local folder's is
+                stamps = self.fs.ls(path, detail=True)
         except FileNotFoundError:
             return 0.0
-        stamp = info.get("mtime") or info.get("LastModified") or info.get("created")
-        if stamp is None:
-            return float("inf")
-        seconds = stamp.timestamp() if hasattr(stamp, "timestamp") else float(stamp)
-        return time.time() - seconds
+        seconds = [s for s in (_stamp_seconds(i) for i in stamps) if s is not None]
+        return time.time() - max(seconds) if seconds else float("inf")
 
     # writes ----------------------------------------------------------------------------------
     def makedirs(self, path: str) -> None:

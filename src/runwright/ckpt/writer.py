@@ -37,6 +37,7 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from runwright.ckpt.checksum import DEFAULT_CHECKSUM, new_hasher
+from runwright.remote import bound
 
 SIDECAR_SUFFIX = "_files.json"
 DCP_METADATA = ".metadata"
@@ -317,16 +318,37 @@ class MeasuringFsspecWriter(_MeasuringMixin, FsspecWriter):
     so there is no fsync), measuring every file."""
 
     def __init__(
-        self, path: str, rank: int, probe: ByteProbe | None = None, thread_count: int = 1
+        self,
+        path: str,
+        rank: int,
+        probe: ByteProbe | None = None,
+        thread_count: int = 1,
+        options: dict[str, Any] | None = None,
     ) -> None:
+        """`options`: the fsspec options of the root (timeouts, retries: runwright.remote)."""
         FsspecWriter.__init__(
-            self, path, sync_files=False, thread_count=thread_count, overwrite=False
+            self,
+            path,
+            sync_files=False,
+            thread_count=thread_count,
+            overwrite=False,
+            **(options or {}),
         )
+        bound(self.fs.fs)
         self._setup(rank, probe, thread_count, follow=False)
 
 
 def make_writer(
-    path: str, *, is_local: bool, rank: int, probe: ByteProbe | None, thread_count: int
+    path: str,
+    *,
+    is_local: bool,
+    rank: int,
+    probe: ByteProbe | None,
+    thread_count: int,
+    options: dict[str, Any] | None = None,
 ) -> MeasuringFileSystemWriter | MeasuringFsspecWriter:
-    cls = MeasuringFileSystemWriter if is_local else MeasuringFsspecWriter
-    return cls(path, rank=rank, probe=probe, thread_count=thread_count)
+    if is_local:
+        return MeasuringFileSystemWriter(path, rank=rank, probe=probe, thread_count=thread_count)
+    return MeasuringFsspecWriter(
+        path, rank=rank, probe=probe, thread_count=thread_count, options=options
+    )

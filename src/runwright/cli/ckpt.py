@@ -12,6 +12,8 @@ from rich.table import Table
 
 from runwright.ckpt import inventory as inv
 from runwright.ckpt.export import read_model_config
+from runwright.ckpt.manifest import CheckpointManifest
+from runwright.cli.backend import open_backend
 from runwright.cli.options import RootOption
 from runwright.cli.render import console, guarded, print_json
 
@@ -41,10 +43,11 @@ def _finite(value: float) -> float:
 @guarded
 def list_(target: Target, root: Path | None = RootOption, json_out: Json = False) -> None:
     """List committed checkpoints (newest first) and uncommitted residue with reasons."""
-    found = inv.inventory(inv.checkpoint_root(target, root))
+    answer = open_backend(root, None).ckpt_list(target)
     if json_out:
-        print_json(found.model_dump(mode="json"))
+        print_json(answer)
         return
+    found = inv.Inventory.model_validate(answer)
     table = Table(title=f"checkpoints in {found.root} (generation {found.generation})")
     for column in ("folder", "step", "gen", "MiB", "health", "latest"):
         table.add_column(column)
@@ -72,14 +75,13 @@ def inspect(
     json_out: Json = False,
 ) -> None:
     """Show a committed checkpoint's manifest (TARGET may be the checkpoint's own folder)."""
-    folder, own = inv.checkpoint_target(target, root)
-    _, found = inv.find(folder, own or checkpoint)
-    manifest = found.manifest
+    answer = open_backend(root, None).ckpt_inspect(target, checkpoint)
     if json_out:
-        print_json({"record": found.record.model_dump(), "manifest": manifest.model_dump()})
+        print_json(answer)
         return
+    manifest = CheckpointManifest.model_validate(answer["manifest"])
     console.print(
-        f"[bold]{found.folder}[/] step {manifest.step}, generation {manifest.generation}, "
+        f"[bold]{answer['folder']}[/] step {manifest.step}, generation {manifest.generation}, "
         f"world size {manifest.world_size} {manifest.parallel_layout}, "
         f"{manifest.total_bytes / 2**20:.1f} MiB in {len(manifest.files)} files, "
         f"health {manifest.health.value}, loss {manifest.loss_at_save}, "
@@ -105,23 +107,23 @@ def verify(
     and check every checkpoint against its manifest and DCP's metadata; exit status 1 if
     anything is damaged, could not be inspected, or there was nothing to verify. TARGET may be
     one checkpoint's own folder: that checkpoint is verified in its root."""
-    folder, own = inv.checkpoint_target(target, root)
-    checkpoint = checkpoint or own
-    verify_mode = mode.value
+    be = open_backend(root, None)
     if json_out:
-        report = inv.verify(folder, checkpoint, verify_mode)
-        print_json(report.model_dump(mode="json") | {"ok": report.ok})
+        answer = be.ckpt_verify(target, checkpoint, mode.value)
+        print_json(answer)
+        report = inv.RootReport.model_validate({k: v for k, v in answer.items() if k != "ok"})
     else:
         columns = (BarColumn(), DownloadColumn(), TimeRemainingColumn())
         with Progress(*columns, console=console) as progress:
             task = progress.add_task("verify", total=None)
-            report = inv.verify(
-                folder,
+            answer = be.ckpt_verify(
+                target,
                 checkpoint,
-                verify_mode,
+                mode.value,
                 lambda n: progress.advance(task, n),
                 lambda total: progress.update(task, total=total),
             )
+        report = inv.RootReport.model_validate({k: v for k, v in answer.items() if k != "ok"})
         for problem in report.problems:
             console.print(f"[bold red]problem:[/] {escape(problem)}", highlight=False)
         for item in report.residue:
@@ -158,15 +160,15 @@ def gc(
     json_out: Json = False,
 ) -> None:
     """Remove staging residue (never a committed checkpoint, never outside the run)."""
-    report = inv.collect(inv.checkpoint_root(target, root), min_age_seconds, max_entries)
+    report = open_backend(root, None).ckpt_gc(target, min_age_seconds, max_entries)
     if json_out:
-        print_json(report.model_dump())
+        print_json(report)
         return
-    for path, reason in report.removed.items():
+    for path, reason in report["removed"].items():
         console.print(f"removed {path}: {reason}")
-    for path, reason in report.kept.items():
+    for path, reason in report["kept"].items():
         console.print(f"kept {path}: {reason}")
-    console.print(f"{report.bytes_freed / 2**20:.1f} MiB freed")
+    console.print(f"{report['bytes_freed'] / 2**20:.1f} MiB freed")
 
 
 @app.command()
@@ -184,16 +186,20 @@ def export(
 ) -> None:
     """Write safetensors weights + config + tokenizer + release.json (hashes) for inference."""
     config = read_model_config(model_config) if model_config else {}
-    release = inv.export(
-        inv.checkpoint_root(target, root),
+    be = open_backend(root, None)
+    release = be.ckpt_export(
+        target,
+        # Through a server the export goes under its root: --out names the folder there.
+        out.name if be.remote else str(out),
         checkpoint,
-        str(out),
         config,
         str(tokenizer) if tokenizer else None,
     )
+    where = release.pop("destination")
     if json_out:
-        print_json(release.model_dump())
+        print_json(release if not be.remote else release | {"destination": where})
         return
     console.print(
-        f"exported step {release.source_step} ({release.parameters:,} parameters) to {out}"
+        f"exported step {release['source_step']} ({release['parameters']:,} parameters) to "
+        f"{where if be.remote else out}"
     )

@@ -5,11 +5,16 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from runwright.cli.options import RootOption
+from runwright.cli.backend import open_backend
+from runwright.cli.options import RootOption, StoreOption
 from runwright.cli.render import console, guarded, print_json
 from runwright.layout import resolve_root
 
 app = typer.Typer(help="Build, inspect and verify datasets.", no_args_is_help=True)
+DATASET_HELP = (
+    "Dataset folder or fsspec URL, or a dataset id (under <root>/datasets/; through --server, "
+    "a dataset of your project)."
+)
 
 
 def _variables(pairs: list[str]) -> dict[str, str]:
@@ -177,13 +182,11 @@ def export_megatron_command(
 @app.command()
 @guarded
 def inspect(
-    path: str = typer.Argument(..., help="Dataset folder or fsspec URL."),
+    path: str = typer.Argument(..., help=DATASET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the statistics as JSON."),
 ) -> None:
     """Show a dataset's identity and statistics."""
-    from runwright.data.format.report import describe_dataset
-
-    info = describe_dataset(path)
+    info = open_backend(None, None).dataset_inspect(path)
     if as_json:
         print_json(info)
         return
@@ -227,15 +230,16 @@ def inspect(
 @app.command()
 @guarded
 def verify(
-    path: str = typer.Argument(..., help="Dataset folder or fsspec URL."),
+    path: str = typer.Argument(..., help=DATASET_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the verdicts as JSON."),
 ) -> None:
     """Re-hash every shard against the manifest; exit status 1 names any that do not match."""
-    from runwright.data.format.report import verify_dataset
+    from runwright.data.format.report import VerifyReport
 
-    report = verify_dataset(path)
+    answer = open_backend(None, None).dataset_verify(path)
+    report = VerifyReport.model_validate(answer)
     if as_json:
-        print_json(report.model_dump())
+        print_json(answer)
     else:
         for shard in report.shards:
             mark = "[green]ok[/]" if shard.ok else "[red]CORRUPT[/]"
@@ -254,3 +258,38 @@ def verify(
         )
     if not report.ok:
         raise typer.Exit(code=1)
+
+
+@app.command("list")
+@guarded
+def list_datasets(
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+) -> None:
+    """List datasets: those under the root, or through --server those your project may read."""
+    rows = open_backend(root, store).datasets()
+    if as_json:
+        print_json(rows)
+        return
+    for row in rows:
+        present = "" if row["present"] else "  (its folder is missing)"
+        console.print(f"{row['dataset_id']}  {row['name'] or '-'}{present}", highlight=False)
+
+
+@app.command()
+@guarded
+def grant(
+    dataset_id: str = typer.Argument(..., help="Dataset id (64 hex digits), under the root."),
+    project: str = typer.Option(..., "--project", help="The project that may read it."),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+) -> None:
+    """Let a project read a dataset through the server and name it in its specs (site admins;
+    audited)."""
+    result = open_backend(root, store).grant_dataset(project, dataset_id)
+    if as_json:
+        print_json(result)
+        return
+    console.print(f"project {project} may read dataset {dataset_id}")

@@ -4,13 +4,14 @@ Every command's `--root` is `RootOption`, resolved by `runwright.layout.resolve_
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from runwright.control.outage import OutageRider
 from runwright.layout import ROOT_HELP, resolve_root, validate_run_id
-from runwright.store import Store
+
+if TYPE_CHECKING:
+    from runwright.store import Store
 
 RootOption = typer.Option(None, "--root", help=ROOT_HELP, show_default=False)
 StoreOption = typer.Option(
@@ -21,13 +22,23 @@ StoreOption = typer.Option(
     show_default=False,
 )
 JsonOption = typer.Option(False, "--json", help="Machine-readable output.")
+SetOption = typer.Option(
+    [],
+    "--set",
+    metavar="KEY=VALUE",
+    help="Set one spec field before validation, e.g. --set training.steps=200 (repeatable; the "
+    "value is read as YAML; the hash is of the resulting spec).",
+)
 
 
 def open_store(
     root: Path | None, store: str | None, *, ride_out_outage: bool = False
-) -> tuple[Path, Store]:
+) -> "tuple[Path, Store]":
     """The root and the store. A command fails at once on a store that is unavailable; the
     controller (`ride_out_outage`) waits for it, since a detached one has nobody to retry it."""
+    from runwright.control.outage import OutageRider
+    from runwright.store import Store
+
     resolved = resolve_root(root)
     if ride_out_outage:
         return resolved, OutageRider().call(lambda: Store.open(resolved, store))

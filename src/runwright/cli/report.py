@@ -1,13 +1,15 @@
 """`runwright report RUN`: write a run's evidence chain as report.json and report.html."""
 
+import json
 from pathlib import Path
 
 import typer
 
-from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store, run_id_argument
+from runwright.cli.backend import open_backend
+from runwright.cli.options import JsonOption, RootOption, StoreOption, run_id_argument
 from runwright.cli.render import console, guarded, print_json
 from runwright.errors import RunwrightError
-from runwright.govern.report import build_report
+from runwright.govern.report import ReportPaths
 from runwright.layout import run_paths
 
 app = typer.Typer()
@@ -29,14 +31,19 @@ def report(
     """Write a run's report: code, environment, spec, plan, data, checkpoint lineage, incidents,
     interventions, cost split and final metrics, with loss, throughput, system and data charts
     on one time axis."""
-    resolved, st = open_store(root, store)
-    run = st.get_run(run_id)
-    folder = out or run_paths(resolved, run.run_id).report
+    be = open_backend(root, store)
+    content, html = be.report(run_id)
+    full_id = content["run"]["run_id"]
+    # Through a server the report is written here, in ./report-RUN/ unless --out says where.
+    folder = out or (Path(f"report-{full_id}") if be.remote else run_paths(be.root, full_id).report)
+    paths = ReportPaths(json_path=folder / "report.json", html_path=folder / "report.html")
     try:
-        paths = build_report(st, run.run_id, folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths.json_path.write_text(json.dumps(content, indent=2) + "\n", encoding="utf-8")
+        paths.html_path.write_text(html, encoding="utf-8")
     except OSError as exc:  # --out is a file, unwritable, or on a full volume
         raise RunwrightError(f"cannot write the report to {folder}: {exc}") from None
     if json_out:
-        print_json({"run_id": run.run_id, **paths.model_dump(mode="json")})
+        print_json({"run_id": full_id, **paths.model_dump(mode="json")})
         return
-    console.print(f"report of run {run.run_id}:\n  {paths.json_path}\n  {paths.html_path}")
+    console.print(f"report of run {full_id}:\n  {paths.json_path}\n  {paths.html_path}")

@@ -1,6 +1,10 @@
-"""`runwright submit|status|events|list|controller`: start runs and look at them."""
+"""`runwright submit|status|events|list|controller`: start runs and look at them.
+
+What only some commands need (the controller, the spec loader, compare) is imported inside them,
+so `status`, `list` and `events` start fast (tests/cli/test_startup.py)."""
 
 import difflib
+import json
 import signal
 import subprocess
 import sys
@@ -10,25 +14,23 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from runwright.cli.backend import drive, open_backend, server_url
 from runwright.cli.options import (
     JsonOption,
     RootOption,
+    SetOption,
     StoreOption,
     bounded_text,
     open_store,
     run_id_argument,
 )
-from runwright.cli.render import console, guarded, print_json
-from runwright.control.cancel import request_cancel
-from runwright.control.controller import Controller
+from runwright.cli.render import console, guarded, print_json, print_unclipped
 from runwright.control.leasing import LEASE_SECONDS
 from runwright.control.states import TERMINAL
-from runwright.control.summary import describe_run, event_line, run_summary
-from runwright.events import EventType
-from runwright.govern.compare import compare_runs
+from runwright.control.summary import describe_run, event_line
+from runwright.errors import RunwrightError
+from runwright.events import EventRecord, EventType
 from runwright.layout import run_paths
-from runwright.spec import load_spec
-from runwright.store import EventRecord
 
 app = typer.Typer()
 
@@ -44,16 +46,6 @@ MIN_LEASE_SECONDS = 1.0
 """Shortest controller lease: it is renewed every pass (0.2 s apart), and a lease much shorter
 than a busy machine's slowest pass would change hands while its holder is alive."""
 MAX_LEASE_SECONDS = 3600.0
-
-LeaseOption = typer.Option(
-    LEASE_SECONDS,
-    "--lease-seconds",
-    min=MIN_LEASE_SECONDS,
-    max=MAX_LEASE_SECONDS,
-    help="How long this controller's lease of each run it drives lasts unless renewed (every "
-    "pass). Another controller sharing the store takes a run over this long after its "
-    "controller died; a controller stopping cleanly hands its runs over at once.",
-)
 
 
 def _event_types(values: list[str]) -> list[str]:
@@ -85,31 +77,47 @@ def submit(
         callback=bounded_text("--idempotency-key", MAX_KEY_CHARS),
     ),
     detach: bool = typer.Option(False, "--detach", help="Run the controller in the background."),
-    lease_seconds: float = LeaseOption,
+    overrides: list[str] = SetOption,
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
 ) -> None:
-    """Submit a run and drive it to a terminal state (Ctrl-C cancels it)."""
-    spec = load_spec(spec_file)
-    resolved, st = open_store(root, store)
-    controller = Controller(st, resolved, on_event=_printer(json_out), lease_seconds=lease_seconds)
-    # In the foreground this controller holds the new run's lease from its first moment; a
-    # detached one leaves it to the controller it starts.
-    run, created = controller.submit(
-        spec, spec_file.resolve().parent, idempotency_key, hold=not detach
+    """Submit a run and drive it to a terminal state (Ctrl-C cancels it).
+
+    Prints the events a person reads (state changes, checkpoints, failures, recoveries) and one
+    progress line for the steps, with the loss and an ETA."""
+    from runwright.cli.progress import SubmitProgress
+    from runwright.spec import load_spec
+
+    spec = load_spec(spec_file, overrides)
+    be = open_backend(root, store)
+    # --- server seam: the backend records the run (locally, or through --server) ---
+    submitted = be.submit(
+        spec,
+        idempotency_key=idempotency_key,
+        workdir=None if be.remote else spec_file.resolve().parent,
+        source=str(spec_file),
     )
-    if not created:
+    run_id, state = submitted["run_id"], submitted["state"]
+    progress = SubmitProgress(console, spec.plan.total_steps.value)
+    if not submitted["created"]:
         if json_out:
-            print_json({"run_id": run.run_id, "created": False, "state": run.state})
+            print_json({"run_id": run_id, "created": False, "state": state})
         else:
             console.print(
-                f"idempotency key already used: existing run {run.run_id} "
-                f"({run.state}); nothing started"
+                f"idempotency key already used: existing run {run_id} ({state}); nothing started"
             )
         return
+    if detach and be.remote:
+        if json_out:
+            print_json({"run_id": run_id, "created": True, "detached": True})
+        else:
+            console.print(f"submitted {run_id}; the server's controller drives it")
+        return
+    # ---
     if detach:
-        log = run_paths(resolved, run.run_id).controller_log
+        resolved = be.root
+        log = run_paths(resolved, run_id).controller_log
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             argv = [
@@ -117,11 +125,9 @@ def submit(
                 "-m",
                 "runwright.cli.main",
                 "controller",
-                run.run_id,
+                run_id,
                 "--root",
                 str(resolved),
-                "--lease-seconds",
-                str(lease_seconds),
             ]
             if store:
                 argv += ["--store", store]
@@ -135,23 +141,24 @@ def submit(
         if json_out:
             print_json(
                 {
-                    "run_id": run.run_id,
+                    "run_id": run_id,
                     "created": True,
                     "detached": True,
                     "controller_log": str(log),
                 }
             )
         else:
-            console.print(f"submitted {run.run_id}; controller log {log}")
+            console.print(f"submitted {run_id}; controller log {log}")
         return
     if not json_out:
-        console.print(f"run {run.run_id} (spec {spec.spec_hash[:12]})")
-    final = controller.drive(run.run_id)
+        console.print(f"run {run_id} (spec {spec.spec_hash[:12]})")
+    with progress:
+        final = drive(be, run_id, None if json_out else progress.on_event)
     if json_out:
-        print_json(run_summary(st, final.run_id))
+        print_json(final)
     else:
-        console.print(f"run {final.run_id} ended {final.state} ({final.terminal_reason})")
-    if final.state != "SUCCEEDED":
+        console.print(f"run {run_id} ended {final['state']} ({final['terminal_reason']})")
+    if final["state"] != "SUCCEEDED":
         raise typer.Exit(code=1)
 
 
@@ -171,26 +178,18 @@ def cancel(
 ) -> None:
     """Cancel a run: record the intent and fence the workers first, then let them save at the
     next step boundary; the controller kills them after recovery.stop_grace_seconds."""
-    _, st = open_store(root, store)
-    result = request_cancel(st, run_id, reason)
+    result = open_backend(root, store).cancel(run_id, reason)
     if json_out:
-        print_json(
-            {
-                "run_id": result.run.run_id if result.run else run_id,
-                "outcome": str(result.outcome),
-                "detail": result.detail,
-                "state": result.run.state if result.run else None,
-            }
-        )
+        print_json({k: result[k] for k in ("run_id", "outcome", "detail", "state")})
         return
-    if result.outcome.value == "APPLIED":
+    if result["outcome"] == "APPLIED":
         console.print(
-            f"cancel recorded for {result.run.run_id}; generation "
-            f"{result.run.generation} fences the old workers, which stop at their next "
+            f"cancel recorded for {result['run_id']}; generation "
+            f"{result['generation']} fences the old workers, which stop at their next "
             "step boundary"
         )
     else:
-        console.print(f"nothing to cancel: {result.detail or result.outcome}")
+        console.print(f"nothing to cancel: {result['detail'] or result['outcome']}")
 
 
 @app.command("controller")
@@ -200,7 +199,15 @@ def controller_cmd(
         "Drive this run only; without it, every unfinished run in the store.", None
     ),
     daemon: bool = typer.Option(False, "--daemon", help="Keep watching for new runs."),
-    lease_seconds: float = LeaseOption,
+    lease_seconds: float = typer.Option(
+        LEASE_SECONDS,
+        "--lease-seconds",
+        min=MIN_LEASE_SECONDS,
+        max=MAX_LEASE_SECONDS,
+        help="How long this controller's lease of each run it drives lasts unless renewed "
+        "(every pass). Another controller sharing the store takes a run over this long after "
+        "its controller died; a controller that stops cleanly hands its runs over at once.",
+    ),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
 ) -> None:
@@ -210,6 +217,8 @@ def controller_cmd(
     holding its lease, and the others stand by to take it over if that one dies. SIGTERM stops
     this controller cleanly: it hands its runs over and leaves their workers running."""
     resolved, st = open_store(root, store, ride_out_outage=True)
+    from runwright.control.controller import Controller
+
     controller = Controller(st, resolved, on_event=_printer(False), lease_seconds=lease_seconds)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if run_id is not None:
@@ -242,8 +251,7 @@ def status(
     json_out: bool = JsonOption,
 ) -> None:
     """Show a run's state, history and what it is doing, in words."""
-    _, st = open_store(root, store)
-    summary = run_summary(st, run_id)
+    summary = open_backend(root, store).status(run_id, with_events=json_out)
     if json_out:
         print_json(summary)
         return
@@ -265,34 +273,109 @@ def events(
     json_out: bool = JsonOption,
 ) -> None:
     """Print a run's append-only event log in order."""
+    be = open_backend(root, store)
+
+    def show(batch: list[dict]) -> None:
+        # One write per batch, not one rich print per event: a long log prints in a blink, and an
+        # attribute holding "[...]" is printed as it is, never read as rich markup.
+        def render(e: dict) -> str:
+            if json_out:
+                return json.dumps(e, separators=(",", ":"))
+            return event_line(EventRecord.model_validate(e))
+
+        if batch:
+            sys.stdout.write("".join(render(event) + "\n" for event in batch))
+            sys.stdout.flush()
+
+    if not follow:
+        batch = be.events(run_id, 0, event_type or None)
+        if json_out:
+            print_json(batch)
+        else:
+            show(batch)
+        return
+    # Until the run has finished (or, its controller gone, a terminal run stays quiet).
+    for event in be.follow(run_id, 0, event_type or None):
+        show([event])
+
+
+@app.command()
+@guarded
+def logs(
+    run_id: str = run_id_argument(RUN_HELP),
+    rank: list[int] = typer.Option(
+        [], "--rank", min=0, help="Only this global rank (repeatable); default every rank."
+    ),
+    generation: int | None = typer.Option(
+        None, "--generation", "-g", min=0, help="Generation to show; default the newest."
+    ),
+    stream: str = typer.Option("both", "--stream", help="stderr, stdout or both."),
+    lines: int = typer.Option(40, "--lines", "-n", min=0, max=1_000_000, help="Last N lines each."),
+    agent: bool = typer.Option(False, "--agent", help="Also each node's torchrun agent output."),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Keep printing new lines until the run ends."
+    ),
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+) -> None:
+    """Print what a run's ranks wrote (stderr and stdout), by global rank, newest generation
+    first shown unless --generation says otherwise; --follow keeps printing."""
+    from runwright.control import logs as run_logs
+
+    if stream not in ("both", *run_logs.STREAMS):
+        raise typer.BadParameter(f"--stream {stream!r}: use stderr, stdout or both")
+    if server_url() is not None:  # the ranks' files may quote training data: not served
+        raise RunwrightError(
+            "`logs` reads the ranks' output files where the run ran: run it there, without "
+            "--server (through a server, `status` shows a failure's last error lines to "
+            "operators)"
+        )
     _, st = open_store(root, store)
     run = st.get_run(run_id)
-    seen = 0
-
-    def show(batch: list[EventRecord]) -> None:
-        for event in batch:
-            if json_out:
-                sys.stdout.write(event.model_dump_json() + "\n")
-            else:
-                console.print(event_line(event), highlight=False)
-
-    quiet_polls = 0
+    run_root = Path(run.root)
+    known = run_logs.generations(run_root, run.run_id)
+    if not known:
+        console.print(f"run {run.run_id} has launched no worker group yet; nothing to show")
+        return
+    gen = known[-1] if generation is None else generation
+    if gen not in known:
+        raise RunwrightError(
+            f"run {run.run_id} has no generation {gen}; its generations are {known}"
+        )
+    files = [
+        log
+        for log in run_logs.rank_logs(run_root, run.run_id, gen)
+        if (not rank or log.rank in rank) and stream in ("both", log.stream)
+    ]
+    agents = run_logs.agent_logs(run_root, run.run_id, gen) if agent else []
+    if rank and not files:
+        raise RunwrightError(f"generation {gen} of {run.run_id} has no output of rank(s) {rank}")
+    named = [(f"gen {gen} node {a.node} torchrun agent", a.path) for a in agents] + [
+        (f"gen {gen} rank {f.rank} (node {f.node}) {f.stream}", f.path) for f in files
+    ]
+    offsets = {}
+    for title, path in named:
+        tail_lines = run_logs.last_lines(path, lines)
+        console.print(f"== {title}: {path} ==", highlight=False, markup=False, soft_wrap=True)
+        if tail_lines:
+            sys.stdout.write("\n".join(tail_lines) + "\n")
+            sys.stdout.flush()
+        offsets[path] = path.stat().st_size if path.exists() else 0
+    if not follow:
+        return
+    quiet = 0
     while True:
-        batch = st.events(run.run_id, after_seq=seen)
-        if json_out and not follow:
-            print_json(
-                [e.model_dump(mode="json") for e in batch if not event_type or e.type in event_type]
-            )
-            return
-        show([e for e in batch if not event_type or e.type in event_type])
-        if batch:
-            seen = batch[-1].seq
-        if not follow or any(e.type == EventType.RUN_FINISHED for e in batch):
-            return
-        # A terminal run whose controller is gone writes nothing more: stop after a quiet second.
+        printed = False
+        for title, path in named:
+            for line, offset in run_logs.follow(path, offsets[path]):
+                sys.stdout.write(f"[{title}] {line}\n")
+                offsets[path] = offset
+                printed = True
+        sys.stdout.flush()
+        # A finished run writes nothing more: stop after a quiet second.
         terminal = st.get_run(run.run_id).state in TERMINAL
-        quiet_polls = quiet_polls + 1 if terminal and not batch else 0
-        if quiet_polls >= 2:
+        quiet = quiet + 1 if terminal and not printed else 0
+        if quiet >= 2:
             return
         time.sleep(0.5)
 
@@ -308,25 +391,26 @@ def list_runs(
     json_out: bool = JsonOption,
 ) -> None:
     """List runs, newest first."""
-    _, st = open_store(root, store)
-    runs = st.list_runs(limit=limit)
+    runs = open_backend(root, store).list_runs(limit)
     if json_out:
-        print_json([r.model_dump(mode="json", exclude={"spec", "plan"}) for r in runs])
+        print_json(runs)
         return
     table = Table(title="runs")
     for col in ("run id", "name", "state", "reason", "gen", "step", "created"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=True)
     for r in runs:
         table.add_row(
-            r.run_id,
-            r.name,
-            r.state,
-            r.terminal_reason or "",
-            str(r.generation),
-            "" if r.last_step is None else str(r.last_step),
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_unix_s)),
+            r["run_id"],
+            r["name"],
+            r["state"],
+            r["terminal_reason"] or "",
+            str(r["generation"]),
+            "" if r["last_step"] is None else str(r["last_step"]),
+            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r["created_unix_s"])),
         )
-    console.print(table)
+    # The id is what every other command takes: never cut a cell, however narrow the terminal
+    # (which wraps the long lines instead, as it does `docker ps`).
+    print_unclipped(table)
 
 
 @app.command()
@@ -340,16 +424,19 @@ def compare(
 ) -> None:
     """Prove recovery equivalence: final parameters bit-identical, consumed-sample ledgers
     identical, loss curves identical after the restored step. Exit 1 when they differ."""
-    _, st = open_store(root, store)
-    result = compare_runs(st, run_a, run_b)
+    result = open_backend(root, store).compare(run_a, run_b)
     if json_out:
-        print_json(result.model_dump(mode="json"))
+        print_json(result)
     else:
         console.print(
-            f"{result.equivalence}: {result.parameters_compared} parameters, "
-            f"{result.steps_compared} steps compared (restored steps "
-            f"{result.restored_steps or '-'})"
-            + (f"; first difference {result.first_difference}" if result.first_difference else "")
+            f"{result['equivalence']}: {result['parameters_compared']} parameters, "
+            f"{result['steps_compared']} steps compared (restored steps "
+            f"{result['restored_steps'] or '-'})"
+            + (
+                f"; first difference {result['first_difference']}"
+                if result["first_difference"]
+                else ""
+            )
         )
-    if result.equivalence != "bitwise-equal":
+    if result["equivalence"] != "bitwise-equal":
         raise typer.Exit(code=1)

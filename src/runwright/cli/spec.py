@@ -6,6 +6,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
+from runwright.cli.options import SetOption
 from runwright.cli.render import console, guarded, print_json
 from runwright.errors import RunwrightError
 from runwright.spec import JobSpec, load_spec
@@ -19,40 +20,49 @@ SpecFile = typer.Argument(..., help="Job spec file (.yaml, .yml, .toml or .json)
 @guarded
 def validate(
     file: Path = SpecFile,
+    overrides: list[str] = SetOption,
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Check a spec; exit 2 with one line per problem if it is invalid."""
-    spec = load_spec(file)
+    """Check a spec; exit 2 with one line per problem if it is invalid.
+
+    Also checks it against the dataset it names (model vocabulary against the tokenizer, dataset
+    and tokenizer hashes, mixture sources), as `submit` does."""
+    from runwright.govern.preflight import require_preflight
+
+    spec = load_spec(file, overrides)
+    preflight = require_preflight(spec, file)
+    notes = [*spec.plan.notes, *preflight.not_checked]
     if json_out:
         print_json(
             {
                 "valid": True,
                 "name": spec.name,
                 "spec_hash": spec.spec_hash,
-                "notes": spec.plan.notes,
+                "notes": notes,
             }
         )
         return
     console.print(f"[green]valid[/] {file} (name {spec.name}, hash {spec.spec_hash[:16]})")
-    for note in spec.plan.notes:
+    for note in notes:
         console.print(f"[yellow]note:[/] {note}")
 
 
 @app.command("hash")
 @guarded
-def hash_(file: Path = SpecFile) -> None:
+def hash_(file: Path = SpecFile, overrides: list[str] = SetOption) -> None:
     """Print the spec hash (sha256 of the canonical JSON) alone on the last line."""
-    print(load_spec(file).spec_hash)
+    print(load_spec(file, overrides).spec_hash)
 
 
 @app.command()
 @guarded
 def explain(
     file: Path = SpecFile,
+    overrides: list[str] = SetOption,
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Show the resolved plan: every derived value and why it has that value."""
-    spec = load_spec(file)
+    spec = load_spec(file, overrides)
     plan = spec.plan
     if json_out:
         print_json(

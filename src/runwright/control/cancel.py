@@ -22,8 +22,13 @@ from runwright.store import Outcome, Store, WriteResult
 ACTIVE = {RunState.STARTING, RunState.RUNNING, RunState.CHECKPOINTING}
 
 
-def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user") -> WriteResult:
+def request_cancel(
+    store: Store, run_id: str, why: str = "cancelled by the user", *, actor: str | None = None
+) -> WriteResult:
+    """`actor` (who asked, when known) is written into the run's own log with the cancel, so
+    the run report lists the intervention with its actor."""
     run = store.get_run(run_id)
+    who = {"actor": actor} if actor is not None else {}
     if RunState(run.state) in TERMINAL:
         return WriteResult(
             outcome=Outcome.ALREADY_APPLIED, run=run, detail=f"run is already {run.state}"
@@ -42,6 +47,7 @@ def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user"
         to_state="CANCELLED",
         reason="USER_CANCELLED",
         detail=why,
+        **who,
     )
     if RunState(run.state) in ACTIVE:
         spec = spec_from_mapping(run.spec)
@@ -60,5 +66,6 @@ def request_cancel(store: Store, run_id: str, why: str = "cancelled by the user"
             reason="cancel",
             save=save,
             stopping_generation=run.generation,
+            **who,
         )
     return result

@@ -6,11 +6,18 @@ keeps it for the next poll and remembers the error, which the ingestor records o
 an upgraded worker is visible instead of silently dropped.
 """
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from runwright.layout import RANK_FILE_GLOB
 from runwright.protocol import ChannelMessage, ProtocolVersionError, decode_message
+
+READ_CHUNK_BYTES = 1 << 18
+"""How much of one rank's file is read before the next rank's: files are read in turns, so a
+poll cut short by its deadline has advanced every rank alike (a backlog in one rank's file must
+not hide another rank's heartbeats from the watchdog), and memory stays bounded whatever the
+backlog."""
 
 
 class ChannelReader:
@@ -24,6 +31,9 @@ class ChannelReader:
     def __init__(self, channel_dir: Path) -> None:
         self.channel_dir = channel_dir
         self._offsets: dict[Path, int] = {}
+        self._last_turn: Path | None = None
+        """The file whose turn began last: the next poll starts with the file after it, so a
+        poll cut at its deadline does not begin with the same rank every time."""
         self.unreadable: dict[Path, ProtocolVersionError] = {}
         """Files stopped at a line of a newer protocol, with the error that names the versions."""
 
@@ -34,10 +44,14 @@ class ChannelReader:
                 yield message
             self._offsets[path] = next_offset
 
-    def poll_batches(self, max_messages: int) -> Iterator[list[ChannelMessage]]:
+    def poll_batches(
+        self, max_messages: int, until: float | None = None
+    ) -> Iterator[list[ChannelMessage]]:
         """Every new message, in lists of at most `max_messages`, in the order `poll` yields them.
         The cursor passes a whole list when the next one is asked for (or the generator ends),
-        so a consumer that raises while storing a list gets all of it again next poll."""
+        so a consumer that raises while storing a list gets all of it again next poll. Past
+        `until` (time.monotonic()) no further list is read once the consumer has handled one: the
+        rest waits for the next poll."""
         batch: list[ChannelMessage] = []
         pending: dict[Path, int] = {}
         for path, message, next_offset in self._lines():
@@ -48,27 +62,47 @@ class ChannelReader:
                 yield batch
                 self._offsets.update(pending)
                 batch, pending = [], {}
+                if until is not None and time.monotonic() >= until:
+                    return
         if batch:
             yield batch
         self._offsets.update(pending)
 
     def _lines(self) -> Iterator[tuple[Path, ChannelMessage | None, int]]:
         """(file, decoded message or None for a line to skip, offset just past the line) for
-        every complete new line; the caller moves the cursor."""
+        every complete new line, the files read in turns of READ_CHUNK_BYTES; the caller moves
+        the cursor."""
         if not self.channel_dir.is_dir():
             return
-        for path in sorted(self.channel_dir.glob(RANK_FILE_GLOB)):
-            offset = self._offsets.get(path, 0)
-            with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read()
-            start = 0
-            # A line without its newline is still being written; read it next time.
-            while (end := data.find(b"\n", start)) >= 0:
-                try:
-                    message = decode_message(data[start:end])
-                except ProtocolVersionError as error:
-                    self.unreadable[path] = error
-                    break
-                start = end + 1
-                yield path, message, offset + start
+        paths = sorted(self.channel_dir.glob(RANK_FILE_GLOB))
+        if self._last_turn in paths:
+            after = paths.index(self._last_turn) + 1
+            paths = paths[after:] + paths[:after]
+        positions = {path: self._offsets.get(path, 0) for path in paths}
+        turn = paths
+        while turn:
+            again = []
+            for path in turn:
+                self._last_turn = path
+                offset = positions[path]
+                with open(path, "rb") as f:
+                    f.seek(offset)
+                    data = f.read(READ_CHUNK_BYTES)
+                    if len(data) == READ_CHUNK_BYTES and b"\n" not in data:
+                        data += f.read()  # one line longer than a turn: take it whole
+                full = len(data) >= READ_CHUNK_BYTES
+                start = 0
+                # A line without its newline is still being written; read it next time.
+                while (end := data.find(b"\n", start)) >= 0:
+                    try:
+                        message = decode_message(data[start:end])
+                    except ProtocolVersionError as error:
+                        self.unreadable[path] = error
+                        full = False
+                        break
+                    start = end + 1
+                    yield path, message, offset + start
+                positions[path] = offset + start
+                if full:
+                    again.append(path)
+            turn = again

@@ -18,15 +18,17 @@ second attempt from storing any of it twice.
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from runwright.ckpt import CheckpointError, LocalFence
-from runwright.ckpt.manifest import COMMIT_FILE, MANIFEST_FILE, CheckpointManifest, CommitRecord
+from runwright.ckpt import CheckpointError
+from runwright.ckpt.catalog import CommittedCheckpoint, read_committed
+from runwright.ckpt.fence import open_fence
+from runwright.ckpt.storage import CheckpointStorage
 from runwright.control.channel import ChannelReader
 from runwright.events import EventType
 from runwright.layout import run_paths
-from runwright.protocol import HEARTBEAT, ChannelMessage
+from runwright.protocol import HEARTBEAT, ChannelMessage, RankEntry, node_hosts, placed_entry
 from runwright.store import NewEvent, Outcome, RunRecord, Store
+from runwright.store.fence import run_checkpoint_root
 
 BATCH_MESSAGES = 500
 """Channel messages per store transaction. One commit (an fsync on SQLite) costs milliseconds
@@ -41,6 +43,8 @@ class Ingestor:
         self.store = store
         self.run_id = run.run_id
         self.paths = run_paths(Path(run.root), run.run_id)
+        self.checkpoint_root = run_checkpoint_root(run)
+        """The run's checkpoint root, folder or URL (`layout.checkpoint_root`)."""
         self.reader = ChannelReader(self.paths.channel)
         self.last_step = run.last_step or 0
         self._beats: dict[int, float] = {}
@@ -53,12 +57,14 @@ class Ingestor:
     def poll(
         self,
         on_message: Callable[[ChannelMessage, Outcome | None], None] | None = None,
+        until: float | None = None,
     ) -> int:
         """Ingest new messages, `BATCH_MESSAGES` per store transaction; returns how many there
         were. `on_message(message, outcome)` sees every message once its batch is stored, with
-        the event's outcome (None for a heartbeat)."""
+        the event's outcome (None for a heartbeat). Past `until` (time.monotonic()) the rest
+        stays in the channel for the next poll."""
         count = 0
-        for batch in self.reader.poll_batches(BATCH_MESSAGES):
+        for batch in self.reader.poll_batches(BATCH_MESSAGES, until=until):
             outcomes = self._ingest(batch)
             count += len(batch)
             if on_message is not None:
@@ -107,7 +113,7 @@ class Ingestor:
         a commit it names that no event reported (the writer was lost between its publish and
         its report) is recorded now, by the controller, with the commit's own facts."""
         try:
-            latest = LocalFence(self.paths.checkpoints).latest()
+            latest = open_fence(self.checkpoint_root).latest()
         except (CheckpointError, OSError):
             return  # nothing published, or a root restore will report on
         if latest is None:
@@ -169,29 +175,66 @@ class Ingestor:
         step is written once per generation (its highest step), the checkpoint catalog once
         per commit or deletion, in the channel's order."""
         highest: dict[int, int] = {}
+        placed = [
+            m
+            for m in stored
+            if m.type == EventType.WORKER_STARTED
+            and isinstance(m.attributes.get("node"), int)
+            and isinstance(m.attributes.get("host"), str)
+        ]
+        if placed:
+            self._place_ranks(placed)
         for message in stored:
             if message.type == EventType.STEP_HEALTHY and message.step is not None:
                 highest[message.generation] = max(highest.get(message.generation, 0), message.step)
             elif message.type == EventType.CHECKPOINT_COMMITTED and message.checkpoint_id:
                 self._committed(message)
             elif message.type == EventType.CHECKPOINT_DELETED and message.attributes.get("folder"):
-                folder = self.paths.checkpoints / str(message.attributes["folder"])
-                self.store.checkpoints.mark_deleted(self.run_id, str(folder))
+                folder = f"{self.checkpoint_root}/{message.attributes['folder']}"
+                self.store.checkpoints.mark_deleted(self.run_id, folder)
         for generation, step in sorted(highest.items()):
             if step > self.last_step:
                 self.store.fenced_update(self.run_id, generation, last_step=step)
                 self.last_step = step
 
+    def _place_ranks(self, started: list[ChannelMessage]) -> None:
+        """The run's rank manifest says on which node each rank of the current generation really
+        runs, as the rank reported it: under c10d rendezvous torchrun, not launch order, decides
+        which node runs which global rank (`protocol.placed_entry`). One write per batch, and
+        none when the manifest already says it (every one-node run)."""
+        run = self.store.get_run(self.run_id)
+        entries = [RankEntry.model_validate(e) for e in run.rank_manifest or []]
+        # Each node's host as the allocation names it, taken before any entry moves (a manifest
+        # half corrected may, for a moment, have no rank on some node).
+        allocated = (run.allocation or {}).get("hosts")
+        if isinstance(allocated, list) and all(isinstance(h, str) for h in allocated):
+            hosts = dict(enumerate(allocated))
+        else:
+            hosts = node_hosts(entries)
+        changed = False
+        for message in started:
+            if message.generation != run.generation or message.rank >= len(entries):
+                continue
+            node, host = message.attributes["node"], message.attributes["host"]
+            placed = placed_entry(entries, message.rank, node=node, host=host, hosts=hosts)
+            if placed is not None and placed != entries[message.rank]:
+                entries[message.rank] = placed
+                changed = True
+        if changed:
+            self.store.update_run(self.run_id, rank_manifest=[e.model_dump() for e in entries])
+
     def _committed(self, message: ChannelMessage) -> None:
         """A stored CHECKPOINT_COMMITTED: its catalog row and the data cursor it carries."""
-        folder = self.paths.checkpoints / str(message.attributes.get("folder") or "")
+        name = str(message.attributes.get("folder") or "")
+        committed = self._read_committed(name)
         self.store.checkpoints.record_committed(
             run_id=self.run_id,
             checkpoint_id=str(message.checkpoint_id),
             step=int(message.step or 0),
             generation=message.generation,
-            path=str(folder),
-            manifest_sha256=_manifest_sha256(folder),
+            path=f"{self.checkpoint_root}/{name}",
+            # The commit record binds the checkpoint to one manifest; the store keeps that hash.
+            manifest_sha256=committed.record.manifest_sha256 if committed else "",
             attributes={
                 k: v
                 for k, v in message.attributes.items()
@@ -200,24 +243,17 @@ class Ingestor:
         )
         # The run record alone says where the run can resume (ARCHITECTURE.md): the committed
         # data cursor travels with every commit, fenced like the step.
-        cursor = _data_cursor(folder)
+        cursor = committed.manifest.data_cursor if committed else None
         if cursor is not None:
             self.store.fenced_update(self.run_id, message.generation, data_cursor=cursor)
 
-
-def _data_cursor(folder: Path) -> dict[str, Any] | None:
-    """The data cursor a committed checkpoint's manifest recorded, if it has one."""
-    try:
-        return CheckpointManifest.model_validate_json(
-            (folder / MANIFEST_FILE).read_bytes()
-        ).data_cursor
-    except (OSError, ValueError):
-        return None
-
-
-def _manifest_sha256(folder: Path) -> str:
-    """The commit record binds the checkpoint to one manifest; the store keeps that hash."""
-    try:
-        return CommitRecord.model_validate_json((folder / COMMIT_FILE).read_bytes()).manifest_sha256
-    except (OSError, ValueError):
-        return ""
+    def _read_committed(self, folder: str) -> CommittedCheckpoint | None:
+        """The committed checkpoint in `folder` of the run's checkpoint root (local or on an
+        object store), or None when it cannot be read (restore will report on it)."""
+        if not folder:
+            return None
+        try:
+            found = read_committed(CheckpointStorage(self.checkpoint_root), folder)
+        except (OSError, CheckpointError):
+            return None
+        return found if isinstance(found, CommittedCheckpoint) else None

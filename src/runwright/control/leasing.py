@@ -37,15 +37,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runwright.control.executors.protocol import Executor, GroupHandle, LostSupervisor
 from runwright.control.processes import is_alive
 from runwright.errors import LeaseLostError
-from runwright.protocol import RankEntry
-from runwright.spec import JobSpec
 from runwright.store import Store
 from runwright.store.leases import Lease, LeaseOutcome, LeaseResult, LeaseToken
+
+if TYPE_CHECKING:  # `runwright status` imports this module for describe_lease: keep it light
+    from runwright.control.executors.protocol import Executor
 
 log = logging.getLogger(__name__)
 
@@ -244,54 +244,29 @@ class ControllerLeases:
         )
 
 
-class LeaseGuardedExecutor:
-    """An Executor that starts and ends processes only while the controller's lease of the run
-    being reconciled is surely its own (`ControllerLeases.check_may_act`). Everything else (the
-    engine's name, hosts, adopt, poll, evidence, launched_generations: reads) is the wrapped
-    executor's, unchanged."""
+ACTS = frozenset({"launch", "stop", "kill_generations_below", "repair_lost"})
+"""The Executor methods that start or end processes; an executor method added later that does
+either belongs here."""
 
-    def __init__(self, inner: Executor, leases: ControllerLeases) -> None:
+
+class LeaseGuardedExecutor:
+    """An Executor that starts and ends processes (`ACTS`) only while the controller's lease of
+    the run being reconciled is surely its own (`ControllerLeases.check_may_act`). Everything
+    else (the engine's name, hosts, adopt, poll, evidence, launched_generations: reads) is the
+    wrapped executor's, unchanged; the signatures are the wrapped executor's own."""
+
+    def __init__(self, inner: "Executor", leases: ControllerLeases) -> None:
         self.inner = inner
         self.name = inner.name
         self._leases = leases
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        attribute = getattr(self.inner, name)
+        if name not in ACTS:
+            return attribute
 
-    def launch(
-        self,
-        *,
-        spec: JobSpec,
-        run_id: str,
-        generation: int,
-        root: Path,
-        workdir: Path,
-        rank_manifest: list[RankEntry],
-        extra_env: dict[str, str] | None = None,
-    ) -> GroupHandle:
-        self._leases.check_may_act()
-        return self.inner.launch(
-            spec=spec,
-            run_id=run_id,
-            generation=generation,
-            root=root,
-            workdir=workdir,
-            rank_manifest=rank_manifest,
-            extra_env=extra_env,
-        )
+        def act(*args: Any, **kwargs: Any) -> Any:
+            self._leases.check_may_act()
+            return attribute(*args, **kwargs)
 
-    def kill_generations_below(
-        self, root: Path, run_id: str, generation: int
-    ) -> dict[int, list[int]]:
-        self._leases.check_may_act()
-        return self.inner.kill_generations_below(root, run_id, generation)
-
-    def stop(
-        self, group: GroupHandle, grace_seconds: float, worker_pids: list[int] | None = None
-    ) -> int | None:
-        self._leases.check_may_act()
-        return self.inner.stop(group, grace_seconds, worker_pids)
-
-    def repair_lost(self, group: GroupHandle) -> LostSupervisor:
-        self._leases.check_may_act()
-        return self.inner.repair_lost(group)
+        return act

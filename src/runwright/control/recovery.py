@@ -98,6 +98,7 @@ def write_diagnostics(
         "spec": run.spec,
         "rank_manifest": run.rank_manifest,
         "error_records": errors,
+        "node_exits": [n.model_dump() for n in evidence.node_exits],
         "recent_events": [e.model_dump(mode="json") for e in events[-RECENT_EVENTS:]],
         "log_tails": logs,
     }
@@ -180,6 +181,8 @@ class RecoverySequence:
             exit_code=exit_code,
             last_step=run.last_step,
             restored_step=restored,
+            error_lines=list(failure.error_lines) or None,
+            **({"node": failure.node, "host": failure.host} if failure.node is not None else {}),
         )
         self.journal.move(
             run, RunState.RECOVERING, detail=f"{failure.failure_class}: {failure.message}"

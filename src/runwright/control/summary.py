@@ -49,15 +49,23 @@ INCIDENT_KEYS = (
     "outage_seconds",
     "attempts",
     "error",
+    "error_lines",
     "old_holder",
     "new_holder",
     "uncontrolled_seconds",
 )
 
 
-def run_summary(store: Store, run_id: str) -> dict[str, Any]:
+SUMMARY_TYPES = (EventType.STATE_CHANGED, *INCIDENT_TYPES)
+"""What the summary is computed from: a summary without the event log reads only these."""
+
+
+def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[str, Any]:
+    """The run as data. `with_events=False` leaves the event log out (`events` empty,
+    `event_count` None) and reads only the events the summary is made of: what `status` prints,
+    at a cost that does not grow with every step a long run reports."""
     run = store.get_run(run_id)
-    events = store.events(run.run_id)
+    events = store.events(run.run_id, types=None if with_events else SUMMARY_TYPES)
     history = [
         {
             "state": e.attributes.get("to_state"),
@@ -118,8 +126,8 @@ def run_summary(store: Store, run_id: str) -> dict[str, Any]:
             if pending is not None and pending.type == EventType.RECOVERY_STARTED
             else None
         ),
-        "event_count": len(events),
-        "events": [e.model_dump(mode="json") for e in events],
+        "event_count": len(events) if with_events else None,
+        "events": [e.model_dump(mode="json") for e in events] if with_events else [],
     }
 
 
@@ -145,10 +153,12 @@ def describe_run(summary: dict[str, Any]) -> str:
         )
     if summary["latest_checkpoint_id"]:
         lines.append(f"latest committed checkpoint {summary['latest_checkpoint_id']}")
-    if state not in TERMINAL or summary["controller"]["live"]:
-        lines.append(f"controller: {summary['controller']['described']}")
+    controller = summary.get("controller")
+    if controller and (state not in TERMINAL or controller["live"]):
+        lines.append(f"controller: {controller['described']}")
     for incident in summary["incidents"]:
         lines.append("  " + _incident_line(incident))
+        lines += [f"      | {line}" for line in incident.get("error_lines") or []]
     if summary["state_detail"]:
         lines.append(f"why: {summary['state_detail']}")
     pending = summary["pending_recovery"]
@@ -170,10 +180,18 @@ def event_line(event: EventRecord) -> str:
     clock = time.strftime("%H:%M:%S", time.localtime(event.time_unix_s))
     attrs = dict(event.attributes)
     attrs.pop("log_tail", None)
+    said = attrs.pop("error_lines", None) or []
     if event.type == EventType.STATE_CHANGED:
         text = f"{attrs.get('from_state')} -> {attrs.get('to_state')}"
         if attrs.get("reason"):
             text += f" ({attrs['reason']})"
+    elif event.type == EventType.FAILURE_CLASSIFIED:
+        # The cause in full, where the user looks: class, rank, message, and the rank's own
+        # last error lines (issue 19: they used to sit only in the diagnostics bundle).
+        text = (
+            f"{attrs.get('failure_class')} on rank {attrs.get('rank')}: {attrs.get('message')}"
+            + "".join(f"\n      | {line}" for line in said)
+        )
     else:
         text = " ".join(f"{k}={_short(v)}" for k, v in sorted(attrs.items()))
     step = f" step {event.step}" if event.step is not None else ""

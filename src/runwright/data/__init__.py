@@ -8,76 +8,54 @@ Never imports the control plane, the store, the CLI or the server.
     for batch in loader:            # batch.tokens, .labels, .loss_mask, .position_ids, ...
         ...
         state = loader.state_dict()  # commit with the optimizer step
+
+Every name below is imported on first use (runwright/lazy.py): the loader and the builder need
+torch, and what only reads a manifest must not pay for it.
 """
 
-from runwright.data.builder.megatron import (
-    ExportResult,
-    ImportResult,
-    export_megatron,
-    import_megatron,
-)
-from runwright.data.builder.pipeline import BuildResult, build_dataset
-from runwright.data.builder.recipe import Recipe, load_recipe
-from runwright.data.errors import (
-    BuildError,
-    CursorMismatchError,
-    DataError,
-    ManifestError,
-    RecipeError,
-    ShardCorruptError,
-    SourceExhaustedError,
-    UnknownAlgorithmError,
-)
-from runwright.data.format.indexed_shard import IndexedWriter, open_shard
-from runwright.data.format.manifest import DatasetManifest, read_manifest
-from runwright.data.format.pretokenized import write_pretokenized
-from runwright.data.format.report import VerifyReport, describe_dataset, verify_dataset
-from runwright.data.read.batch import Batch, LoaderStats
-from runwright.data.read.cursor import DataCursor, PackerResidual
-from runwright.data.read.ledger import ConsumptionLedger, LedgerRange, gaps_and_overlaps, join
-from runwright.data.read.loader import DataLoader
-from runwright.data.read.mixture import MIXTURES, mixture_sequence
-from runwright.data.read.packing import PACKERS
-from runwright.data.read.rows import pack_documents
-from runwright.data.read.shuffle import SHUFFLES
+from runwright.lazy import lazy_exports
 
-__all__ = [
-    "MIXTURES",
-    "PACKERS",
-    "SHUFFLES",
-    "Batch",
-    "BuildError",
-    "BuildResult",
-    "ConsumptionLedger",
-    "CursorMismatchError",
-    "DataCursor",
-    "DataError",
-    "DataLoader",
-    "DatasetManifest",
-    "ExportResult",
-    "ImportResult",
-    "IndexedWriter",
-    "LedgerRange",
-    "LoaderStats",
-    "ManifestError",
-    "PackerResidual",
-    "Recipe",
-    "RecipeError",
-    "ShardCorruptError",
-    "SourceExhaustedError",
-    "UnknownAlgorithmError",
-    "VerifyReport",
-    "build_dataset",
-    "describe_dataset",
-    "export_megatron",
-    "gaps_and_overlaps",
-    "import_megatron",
-    "join",
-    "load_recipe",
-    "mixture_sequence",
-    "open_shard",
-    "pack_documents",
-    "read_manifest",
-    "verify_dataset",
-    "write_pretokenized",
-]
+_HOME = {
+    "Batch": "read.batch",
+    "BuildError": "errors",
+    "BuildResult": "builder.pipeline",
+    "ConsumptionLedger": "read.ledger",
+    "CursorMismatchError": "errors",
+    "DataCursor": "read.cursor",
+    "DataError": "errors",
+    "DataLoader": "read.loader",
+    "DatasetManifest": "format.manifest",
+    "ExportResult": "builder.megatron",
+    "ImportResult": "builder.megatron",
+    "IndexedWriter": "format.indexed_shard",
+    "LedgerRange": "read.ledger",
+    "LoaderStats": "read.batch",
+    "MIXTURES": "read.mixture",
+    "ManifestError": "errors",
+    "PACKERS": "read.packing",
+    "PackerResidual": "read.cursor",
+    "Recipe": "builder.recipe",
+    "RecipeError": "errors",
+    "SHUFFLES": "read.shuffle",
+    "ShardCorruptError": "errors",
+    "SourceExhaustedError": "errors",
+    "UnknownAlgorithmError": "errors",
+    "VerifyReport": "format.report",
+    "build_dataset": "builder.pipeline",
+    "describe_dataset": "format.report",
+    "export_megatron": "builder.megatron",
+    "gaps_and_overlaps": "read.ledger",
+    "import_megatron": "builder.megatron",
+    "join": "read.ledger",
+    "load_recipe": "builder.recipe",
+    "mixture_sequence": "read.mixture",
+    "open_shard": "format.indexed_shard",
+    "pack_documents": "read.rows",
+    "read_manifest": "format.manifest",
+    "verify_dataset": "format.report",
+    "write_pretokenized": "format.pretokenized",
+}
+"""public name -> the submodule of runwright.data that defines it."""
+
+__all__ = sorted(_HOME)
+__getattr__, __dir__ = lazy_exports(__name__, _HOME)

@@ -33,3 +33,9 @@ class SourceExhaustedError(DataError):
 
 class UnknownAlgorithmError(DataError):
     """A versioned algorithm name is not registered in this runwright version."""
+
+
+class DataStorageError(DataError):
+    """A dataset's storage could not be read: an object store unreachable or timing out after the
+    bounded retries (`runwright.remote`), or the local cache unwritable. Not the data's fault:
+    the control plane classifies it as `storage`, and a retry may succeed."""

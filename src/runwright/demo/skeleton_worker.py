@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.fail_at_step == step and ctx.rank == args.fail_rank:
                 print(f"rank {ctx.rank}: injected failure at step {step}", file=sys.stderr)
                 return 3
-            ctx.step_healthy(step, loss=float(loss), samples=per_rank)
+            ctx.step_healthy(step, loss=float(loss.detach()), samples=per_rank)
         dist.barrier()
         return 0
     finally:

@@ -33,6 +33,8 @@ class Incident(Record):
     """Rank blamed, if any."""
     message: str | None
     """Classifier's message."""
+    error_lines: tuple[str, ...] = ()
+    """The root-cause rank's last error-output lines, as the classifier kept them."""
     last_healthy_step: int | None
     """Highest healthy step before detection."""
     detection_seconds: float | None
@@ -68,6 +70,9 @@ class Intervention(Record):
     """Step at the time."""
     detail: str
     """What happened, in words."""
+    actor: str | None = None
+    """Who did it: a principal through the server, `local:<user>` from a CLI; None when the
+    platform itself acted or the log predates actors."""
 
 
 def _int(value: Any) -> int | None:
@@ -104,6 +109,7 @@ def incidents(
             "failure_class": attrs.get("failure_class"),
             "rank": _int(attrs.get("rank")),
             "message": str(attrs["message"]) if attrs.get("message") else None,
+            "error_lines": tuple(str(line) for line in attrs.get("error_lines") or ()),
             "last_healthy_step": max(p.step for p in before) if before else None,
             "detection_seconds": failure.time_unix_s - last.end_unix_s if last else None,
             "time_to_healthy_seconds": to_healthy.get(failure.generation),
@@ -159,6 +165,7 @@ def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Interve
                 generation=event.generation,
                 step=event.step,
                 detail=detail,
+                actor=a.get("actor"),
             )
         )
     reason = run.terminal_reason

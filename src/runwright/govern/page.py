@@ -185,16 +185,16 @@ def render_page(report: "RunReport", timeline: Timeline) -> str:
                     i.replayed_tokens,
                     i.recovery_seconds,
                     i.time_to_healthy_seconds,
-                    i.message,
+                    " | ".join([i.message or "", *i.error_lines[-3:]]).strip(" |"),
                 )
                 for i in report.incidents
             ],
         ),
         "<h2>Interventions</h2>",
         table(
-            ["time", "kind", "gen", "step", "detail"],
+            ["time", "kind", "by", "gen", "step", "detail"],
             [
-                (clock(i.time_unix_s), i.kind, i.generation, i.step, i.detail)
+                (clock(i.time_unix_s), i.kind, i.actor or "", i.generation, i.step, i.detail)
                 for i in report.interventions
             ],
         ),

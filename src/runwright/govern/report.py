@@ -8,6 +8,7 @@ shared timeline. Everything here is read from the store; nothing is written back
 """
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +199,8 @@ def _run_section(run: RunRecord) -> dict[str, Any]:
         "latest_checkpoint_id",
         "workdir",
         "root",
+        "project",
+        "submitted_by",
         "created_unix_s",
         "updated_unix_s",
     )
@@ -249,12 +252,28 @@ def collect_report(store: Store, run_id: str) -> tuple[RunReport, Timeline]:
     return report, timeline
 
 
-def build_report(store: Store, run_id: str, out_dir: Path | str) -> ReportPaths:
-    """Write `report.json` and `report.html` for a run into `out_dir` (created if missing)."""
+ReportView = Callable[[dict[str, Any]], dict[str, Any]]
+"""What a reader may see of report.json (runwright.access.redaction: secrets, sample text)."""
+
+
+def render_report(
+    store: Store, run_id: str, view: ReportView | None = None
+) -> tuple[RunReport, str]:
+    """A run's report and report.html's text, both as `view` shows it."""
     report, timeline = collect_report(store, run_id)
+    if view is not None:
+        report = RunReport.model_validate(view(report.model_dump(mode="json")))
+    return report, render_page(report, timeline)
+
+
+def build_report(
+    store: Store, run_id: str, out_dir: Path | str, view: ReportView | None = None
+) -> ReportPaths:
+    """Write `report.json` and `report.html` for a run into `out_dir` (created if missing)."""
+    report, html = render_report(store, run_id, view)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths(json_path=out / "report.json", html_path=out / "report.html")
     paths.json_path.write_text(report.model_dump_json(indent=2) + "\n", encoding="utf-8")
-    paths.html_path.write_text(render_page(report, timeline), encoding="utf-8")
+    paths.html_path.write_text(html, encoding="utf-8")
     return paths

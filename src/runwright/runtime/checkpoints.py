@@ -2,23 +2,25 @@
 
 - Checkpoint events go to the controller through the file channel (`ChannelSink`), where the
   controller records each commit in the store's catalog (for queries; not a second pointer).
-- The fence is the run's `LocalFence` in its checkpoint root (`<run_dir>/checkpoints/`): the one
-  authority for which generation may publish and which checkpoint is latest. The store raises its
-  generation file inside every transaction that bumps the run's generation, so a stale worker
-  cannot publish even while the controller is down; no database connection is needed in the
-  worker.
+- The fence is the fence of the run's checkpoint root (`layout.checkpoint_root`: the spec's
+  `checkpoint.location`/<run id>, else `<run_dir>/checkpoints/`): a `LocalFence` in a folder, an
+  `ObjectFence` on `s3://` (`ckpt.fence.open_fence`). It is the one authority for which
+  generation may publish and which checkpoint is latest. The store raises its generation inside
+  every transaction that bumps the run's generation, so a stale worker cannot publish even while
+  the controller is down; no database connection is needed in the worker.
 """
 
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from runwright.ckpt import Checkpointer, CheckpointError, LocalFence
+from runwright.ckpt import Checkpointer, CheckpointError
 from runwright.ckpt.events import CheckpointEvent
+from runwright.ckpt.fence import open_fence
 from runwright.ckpt.start import start_generation
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.events import EventType
-from runwright.layout import RunPaths
+from runwright.layout import RunPaths, checkpoint_root
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
@@ -57,8 +59,10 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
                 "pp": spec.parallelism.pp,
             },
         }
-    root = RunPaths(ctx.run_dir).checkpoints
-    fence = LocalFence(root)
+    root = checkpoint_root(
+        RunPaths(ctx.run_dir), spec.checkpoint.location if spec is not None else None
+    )
+    fence = open_fence(root)
     if not ctx.managed:
         # Standalone: this start fences off any writer left from an earlier one, collecting
         # residue first so a full volume has room for the generation file. The other ranks read
@@ -69,7 +73,7 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
             try:
                 start_generation(
                     fence,
-                    CheckpointStorage(str(root)),
+                    CheckpointStorage(root),
                     gc_min_age_seconds=kwargs.get("gc_min_age_seconds", 3600.0),
                 )
             except CheckpointError as exc:

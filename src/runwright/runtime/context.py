@@ -13,6 +13,7 @@ import os
 import platform
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
@@ -26,6 +27,7 @@ from runwright.layout import RunPaths, local_run_paths, resolve_root
 from runwright.lifetime import die_with_parent, has_tags
 from runwright.protocol import (
     ENV_GENERATION,
+    ENV_NODE,
     ENV_PROTOCOL_VERSION,
     ENV_RANK_MANIFEST,
     ENV_RUN_DIR,
@@ -38,10 +40,11 @@ from runwright.protocol import (
     check_version,
     decode_rank_manifest,
     decode_skip_steps,
+    placed_entry,
 )
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.steploop import StepLoop
-from runwright.runtime.stop import StopWatcher
+from runwright.runtime.stop import StopAgreement, StopRun, StopWatcher
 from runwright.spec import JobSpec, ResolvedPlan, load_spec, spec_from_mapping
 
 if TYPE_CHECKING:
@@ -73,6 +76,7 @@ class RunContext:
     stop_request: StopRequest | None = None
     """The stop the group agreed on (the step loop sets it); a stopped run is not complete."""
     _checkpointers: list[Any] = field(default_factory=list, repr=False)
+    _agreement: StopAgreement | None = field(default=None, repr=False)
     _closed: bool = field(default=False, repr=False)
     _stop_heartbeat: threading.Event = field(default_factory=threading.Event, repr=False)
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
@@ -109,11 +113,18 @@ class RunContext:
             attributes=attributes,
         )
 
-    def step_healthy(self, step: int, *, loader_facts: bool = True, **metrics: Any) -> None:
+    def step_healthy(
+        self, step: int, *, loader_facts: bool = True, stop_check: bool = True, **metrics: Any
+    ) -> None:
         """Report that optimizer step `step` completed on this rank, with its metrics. With
         `loader_facts`, what the run's loaders know of the step's batch (sample range, tokens,
         input wait) is added where `metrics` does not say it (the step loop, which accounts for
-        itself, turns it off)."""
+        itself, turns it off).
+
+        This is also the two-line integration's step boundary: once a stop was asked for
+        (`runwright cancel`, SIGTERM, Ctrl-C, a budget), every rank stops after the same step,
+        and this call raises `StopRun` there (catch it to save). Call it on every rank. The step
+        loop, which agrees on stops itself, passes `stop_check=False`."""
         self.last_step = max(self.last_step, step)
         if loader_facts:
             metrics = {**events.step_facts(), **metrics}
@@ -123,6 +134,38 @@ class RunContext:
             event_id=f"g{self.generation}-r{self.rank}-step{step}",
             **metrics,
         )
+        if stop_check:
+            self._stop_at_boundary(step)
+
+    def _stop_at_boundary(self, step: int) -> None:
+        local = self.stop_watcher.local_request()
+        if self._agreement is None:
+            if local is None:
+                return  # the common case: no stop asked, no store connection made
+            self._agreement = StopAgreement(self.generation, self.world_size)
+        agreed = self._agreement.stop_after(step, local)
+        if agreed is None or step < agreed.last_step:
+            return
+        request = local or StopRequest(reason=agreed.reason, requested_unix_s=time.time())
+        raise StopRun(
+            self.acknowledge_stop(request, step), step, self.stop_watcher.signal_exit_code
+        )
+
+    def acknowledge_stop(self, request: StopRequest, step: int) -> StopRequest:
+        """Take the agreed stop: the controller's own request when there is one (a cancel's new
+        fencing token reaches the ranks that only saw a flag), STOP_ACKNOWLEDGED once per rank."""
+        request = self.stop_watcher.read_file() or request
+        if request.fence_generation is not None:
+            self.adopt_generation(request.fence_generation)
+        self.stop_request = request
+        self.event(
+            EventType.STOP_ACKNOWLEDGED,
+            step=step,
+            reason=request.reason,
+            save=request.save,
+            event_id=f"g{self.generation}-r{self.rank}-stop",
+        )
+        return request
 
     def adopt_generation(self, generation: int) -> None:
         """Take the fencing token a cancel handed over: later events and the final checkpoint
@@ -183,6 +226,7 @@ class RunContext:
                 self._training_complete()
         finally:
             events.detach(self.report)
+            self.stop_watcher.uninstall_signal_handler()
             self._stop_heartbeat.set()
             if self._heartbeat is not None:
                 self._heartbeat.join(timeout=5)
@@ -272,11 +316,16 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         spec = spec_from_mapping(json.loads(Path(spec_file).read_text()), spec_file)
     elif spec_path is not None:
         spec = load_spec(spec_path)
+    # Where this rank really runs: the node whose agent started it (the executor says which),
+    # else torchrun's node rank; under c10d either may differ from the manifest's launch order.
+    group_rank = _env_int("GROUP_RANK", -1)
+    node = _env_int(ENV_NODE, group_rank)
+    host = socket.gethostname()
     entry = None
     manifest_file = os.environ.get(ENV_RANK_MANIFEST)
     if manifest_file:
         entries = decode_rank_manifest(Path(manifest_file).read_text())
-        entry = entries[rank] if rank < len(entries) else None
+        entry = placed_entry(entries, rank, node=None if node < 0 else node, host=host)
     skip = decode_skip_steps(os.environ.get(ENV_SKIP_STEPS))
     watcher = StopWatcher(run_dir, generation)
     watcher.install_signal_handler()
@@ -299,7 +348,11 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         event_id=f"g{generation}-r{rank}-started",
         pid=os.getpid(),
         local_rank=local_rank,
-        host=socket.gethostname(),
+        host=host,
+        # The node whose agent started this rank and torchrun's rank of that node: the
+        # controller corrects the run's rank manifest with them (c10d assigns node ranks).
+        node=entry.node if entry is not None else (None if node < 0 else node),
+        group_rank=None if group_rank < 0 else group_rank,
         # The environment this rank actually runs in, for the run report's evidence chain.
         python_version=platform.python_version(),
         torch_version=_torch_version(),

@@ -89,19 +89,7 @@ class StepLoop:
             while step < self.total_steps:
                 request = agree_on_stop(self.ctx.stop_watcher.local_request())
                 if request is not None:
-                    # Every rank takes the controller's own request when there is one, so a
-                    # cancel's new fencing token reaches the ranks that only saw the flag.
-                    request = self.ctx.stop_watcher.read_file() or request
-                    if request.fence_generation is not None:
-                        self.ctx.adopt_generation(request.fence_generation)
-                    self.stop_request = self.ctx.stop_request = request
-                    self.ctx.event(
-                        EventType.STOP_ACKNOWLEDGED,
-                        step=step,
-                        reason=request.reason,
-                        save=request.save,
-                        event_id=f"g{self.ctx.generation}-r{self.ctx.rank}-stop",
-                    )
+                    self.stop_request = self.ctx.acknowledge_stop(request, step)
                     return
                 step += 1
                 self._phases = dict.fromkeys(PHASES, 0.0)
@@ -167,6 +155,7 @@ class StepLoop:
         self.ctx.step_healthy(
             step,
             loader_facts=False,
+            stop_check=False,
             **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")},
         )
         self._timeline.write(json.dumps(record) + "\n")

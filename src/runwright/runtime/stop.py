@@ -1,23 +1,57 @@
-"""Stop requests reach a worker two ways and are honoured only at a step boundary.
+"""Stop requests reach a worker three ways and are honoured only at a step boundary.
 
 1. The controller writes `<run_dir>/control/stop-gen<G>.json` (cancel, budget, preemption it
    decided on; `runwright.protocol.write_stop_request`). Only generation G's workers read it.
-2. The infrastructure sends SIGTERM (as Slurm and Kubernetes do before a preemption); the handler
-   only sets a flag, so nothing is interrupted mid-step.
+2. The infrastructure sends SIGTERM (as Slurm and Kubernetes do before a preemption): a
+   preemption stop.
+3. The user presses Ctrl-C under plain torchrun (SIGINT): a cancel.
+
+A signal handler only sets a flag, so nothing is interrupted mid-step. A second signal of the same
+kind takes the handler that was there before (Ctrl-C twice interrupts at once), and a handler the
+script installed itself is called on every signal too.
 
 All ranks of a data-parallel group must stop at the same step or the others would block in the
-next collective, so the decision is agreed with one all-reduce of a flag (MAX) at the boundary.
+next collective. Two boundaries agree on it:
+- the step loop (`StepLoop`, the full integration) all-reduces a flag at every boundary;
+- `step_healthy` (the two-line integration) may be called by some ranks only, so it cannot take
+  part in a collective: `StopAgreement` writes the step every rank stops after into torchrun's
+  store with compare-and-set (the first rank to see a stop at step s names s + 1, after which the
+  others read it). Ranks that synchronise every step cannot be a step apart, so every rank reads
+  the key before it finishes step s + 1, and all stop after it; the script sees `StopRun`.
 """
 
+import os
 import signal
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import Any, NamedTuple
 
 from runwright.layout import RunPaths
 from runwright.protocol import STOP_REASONS, StopRequest, read_stop_request
+
+SIGNAL_REASONS = {signal.SIGTERM: "preemption", signal.SIGINT: "cancel"}
+"""What each signal asks for, as a stop reason."""
+STORE_CONNECT_SECONDS = 30.0
+"""How long a rank waits to reach torchrun's store for the stop agreement before it gives up and
+stops on its own view (logged)."""
+
+
+class StopRun(SystemExit):
+    """Raised by `RunContext.step_healthy` at the step boundary where the run stops (cancel,
+    preemption, budget, Ctrl-C). Catch it to save a checkpoint before exiting; uncaught, it ends
+    the process quietly (it is a SystemExit, so `except Exception` does not swallow it) with
+    `exit_code`: 0 for a stop the controller asked for, 128 + the signal for a signal."""
+
+    def __init__(self, request: StopRequest, step: int, exit_code: int = 0) -> None:
+        self.request, self.step, self.exit_code = request, step, exit_code
+        super().__init__(exit_code)
+
+    def __str__(self) -> str:
+        return f"run stopped after step {self.step} ({self.request.reason})"
+
 
 # Reading the stop file costs a stat(); at most this often per process.
 STOP_FILE_POLL_SECONDS = 0.5
@@ -28,25 +62,60 @@ class StopWatcher:
 
     def __init__(self, run_dir: Path, generation: int) -> None:
         self.path = RunPaths(run_dir).stop_file(generation)
-        self._sigterm = threading.Event()
+        self._signalled: dict[int, float] = {}
+        """signal -> when it first came."""
         self._request: StopRequest | None = None
         self._next_poll = 0.0
-        self._previous: Any = None
+        self._previous: dict[int, Any] = {}
 
     def install_signal_handler(self) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        for signum in SIGNAL_REASONS:
+            previous = signal.signal(signum, self._on_signal)
+            # A second init() in one process replaces the first one's watcher rather than
+            # chaining to it: chain to what was there before runwright.
+            older = getattr(previous, "__self__", None)
+            if isinstance(older, StopWatcher):
+                previous = older._previous.get(signum, signal.SIG_DFL)
+            self._previous[signum] = previous
 
-    def _on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
-        self._sigterm.set()
+    def uninstall_signal_handler(self) -> None:
+        """Put back the handlers that were there before, where this watcher's are still
+        installed (the run context's close does this)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum, previous in self._previous.items():
+            if signal.getsignal(signum) == self._on_signal:
+                signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        first = signum not in self._signalled
+        self._signalled.setdefault(signum, time.time())
+        previous = self._previous.get(signum)
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signum, frame)  # the script's own handler
+        elif not first:
+            # A second Ctrl-C or SIGTERM: the default action, now.
+            signal.signal(signum, previous if previous is not None else signal.SIG_DFL)
+            if signum == signal.SIGINT and previous is signal.default_int_handler:
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signum)
+
+    @property
+    def signal_exit_code(self) -> int:
+        """128 + the first signal that asked for the stop, or 0 when none did."""
+        return 128 + min(self._signalled, key=self._signalled.__getitem__) if self._signalled else 0
 
     def local_request(self) -> StopRequest | None:
-        """This process's view: a stop file or a SIGTERM, without talking to other ranks."""
+        """This process's view: a stop file or a signal, without talking to other ranks."""
         if self._request is not None:
             return self._request
-        if self._sigterm.is_set():
-            self._request = StopRequest(reason="preemption", requested_unix_s=time.time())
+        if self._signalled:
+            first = min(self._signalled, key=self._signalled.__getitem__)
+            self._request = StopRequest(
+                reason=SIGNAL_REASONS[signal.Signals(first)], requested_unix_s=time.time()
+            )
             return self._request
         now = time.monotonic()
         if now >= self._next_poll:
@@ -82,3 +151,71 @@ def agree_on_stop(local: StopRequest | None) -> StopRequest | None:
     if local is not None:
         return local
     return StopRequest(reason=STOP_REASONS[code - 1], save=bool(save), requested_unix_s=time.time())
+
+
+class AgreedStop(NamedTuple):
+    last_step: int
+    """Every rank stops after this step."""
+    reason: str
+    """The reason of the rank that named it."""
+
+
+class StopAgreement:
+    """The step after which every rank stops, agreed through torchrun's store without a
+    collective (see the module doc). One per process and generation."""
+
+    def __init__(self, generation: int, world_size: int) -> None:
+        self.key = f"runwright/stop-after-step/g{generation}"
+        self.world_size = world_size
+        self._store: Any = None
+        self._unreachable = False
+        self.agreed: AgreedStop | None = None
+
+    def _connect(self) -> Any:
+        if self._store is None and not self._unreachable:
+            host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+            if host and port:
+                from torch.distributed import TCPStore
+
+                try:
+                    self._store = TCPStore(
+                        host,
+                        int(port),
+                        is_master=False,
+                        timeout=timedelta(seconds=STORE_CONNECT_SECONDS),
+                    )
+                except (RuntimeError, ValueError) as exc:
+                    import logging
+
+                    logging.getLogger(__name__).warning(
+                        "cannot reach torchrun's store at %s:%s (%s): this rank stops on its "
+                        "own view of stop requests",
+                        host,
+                        port,
+                        exc,
+                    )
+                    self._unreachable = True
+            else:
+                self._unreachable = True
+        return self._store
+
+    def stop_after(self, step: int, local: StopRequest | None) -> AgreedStop | None:
+        """The agreed stop, once any rank has named one; None while the run goes on. `local` is
+        this rank's own view at the end of `step`."""
+        if self.agreed is not None:
+            return self.agreed
+        store = self._connect() if self.world_size > 1 else None
+        if store is None:
+            if local is not None:
+                self.agreed = AgreedStop(step, local.reason)
+            return self.agreed
+        if local is not None:
+            # The first rank to ask names the next step; the value read back is whoever won.
+            value = store.compare_set(self.key, "", f"{step + 1} {local.reason}")
+        elif store.check([self.key]):
+            value = store.get(self.key)
+        else:
+            return None
+        last, reason = value.decode().split(" ", 1)
+        self.agreed = AgreedStop(int(last), reason)
+        return self.agreed

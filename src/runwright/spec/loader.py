@@ -14,6 +14,7 @@ import os
 import stat
 import tomllib
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -196,13 +197,32 @@ def spec_from_mapping(data: dict[str, Any], source: str = "<spec>") -> JobSpec:
         ) from None
 
 
-def load_spec(path: str | Path) -> JobSpec:
-    """Read and validate a spec file; raises SpecError for any problem."""
+def load_spec(path: str | Path, overrides: Sequence[str] = ()) -> JobSpec:
+    """Read and validate a spec file, with `--set KEY=VALUE` assignments applied first
+    (overrides.py); raises SpecError for any problem."""
+    from runwright.spec.overrides import apply_overrides
+
     p = Path(path)
     fmt = SUFFIXES.get(p.suffix.lower())
     if fmt is None:
         raise SpecError(f"{p}: unknown spec format {p.suffix!r}; use one of {sorted(SUFFIXES)}")
-    return spec_from_mapping(parse_text(read_spec_text(p), fmt, str(p)), str(p))
+    data = parse_text(read_spec_text(p), fmt, str(p))
+    if not overrides:
+        return spec_from_mapping(data, str(p))
+    source = f"{p} with --set {' '.join(overrides)}"
+    return spec_from_mapping(apply_overrides(data, overrides), source)
+
+
+def check_yaml_value(text: str, source: str) -> Any:
+    """One YAML value from the command line, bounded like a spec file."""
+    try:
+        _check_yaml_events(text, source)
+        value = yaml.load(text, Loader=_YAML_LOADER)
+    except yaml.YAMLError as exc:
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SpecError(f"{source}: not a valid YAML value: {problem}") from None
+    check_shape({"value": value}, source)
+    return value
 
 
 def read_spec_text(p: Path) -> str:
@@ -245,7 +265,7 @@ def _describe(err: Any) -> str:
     if kind == "extra_forbidden":
         valid = _fields_at(loc[:-1])
         close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = f"; did you mean {close[0]!r}?" if close else ";"
         return f"{field}: unknown key{hint} valid keys here: {', '.join(valid)}"
     if kind == "missing":
         return f"{field}: required field is missing"

@@ -4,10 +4,11 @@ governance."""
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
 from runwright.spec import limits
 from runwright.spec.base import Section
+from runwright.spec.location import checkpoint_location
 
 
 class CheckpointIntervalSpec(Section):
@@ -62,6 +63,15 @@ class CheckpointSpec(Section):
     on_save_failure: Literal["skip", "stop"] = "stop"
     """A save storage refuses (full volume): `stop` raises CheckpointStorageError, `skip` alerts
     (CHECKPOINT_FAILED) and trains on without that checkpoint."""
+    location: str | None = None
+    """Where the run's checkpoints go: an absolute folder or `s3://bucket/prefix`; the run's
+    checkpoint root is `<location>/<run id>`. None: `<run folder>/checkpoints`. Credentials and
+    endpoint come from the AWS environment (docs/ckpt.md, "Object stores")."""
+
+    @field_validator("location")
+    @classmethod
+    def _location_is_usable(cls, location: str | None) -> str | None:
+        return checkpoint_location(location)
 
 
 class FailureClass(StrEnum):

@@ -7,6 +7,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_v
 
 from runwright.spec import limits
 from runwright.spec.base import Section
+from runwright.spec.location import dataset_location
 from runwright.spec.resolve import divisors
 
 ALGORITHM_PATTERN = r"^[a-z][a-z0-9-]*-v[0-9]+$"
@@ -134,7 +135,8 @@ class DataSpec(Section):
     """The data contract: which dataset, in which order, packed how."""
 
     dataset: str | None = None
-    """Dataset folder or fsspec URL holding manifest.json; None for synthetic data."""
+    """Dataset folder or fsspec URL (`s3://bucket/datasets/<id>`) holding manifest.json; None for
+    synthetic data. A URL is copied into a verified local cache on each node."""
     manifest_id: str | None = None
     """Expected dataset id (sha256 of the canonical manifest); a mismatch refuses the run."""
     sequence_length: PositiveInt = Field(default=128, le=limits.MAX_SEQUENCE_LENGTH)
@@ -152,6 +154,11 @@ class DataSpec(Section):
     read_workers: PositiveInt = Field(default=2, le=limits.MAX_BACKLOG)
     """Parallel shard readers feeding the reorder buffer, besides the caller's thread; the
     loader starts at most one fewer than the cores the process may use."""
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset_url_names_a_bucket(cls, dataset: str | None) -> str | None:
+        return dataset_location(dataset)
 
 
 class OptimizerSpec(Section):

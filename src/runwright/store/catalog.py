@@ -10,13 +10,11 @@ CHECKPOINT_COMMITTED event by the store's fenced append (STALE_WRITE_REJECTED).
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from runwright.layout import run_paths
-from runwright.store.fence import published_latest
+from runwright.store.fence import published_latest, run_checkpoint_root
 from runwright.store.records import CheckpointRow, DatasetRow, Outcome
 from runwright.store.schema import checkpoints, datasets, runs
 
@@ -75,7 +73,7 @@ class CheckpointCatalog:
         worker's publish through the run's fence did (`store/fence.py`), and a commit the fence
         did not publish is catalogued but never becomes latest. ALREADY_APPLIED when nothing
         changed."""
-        published = published_latest(self._store.get_run(run_id).root, run_id)
+        published = published_latest(self._store.get_run(run_id))
         row = {
             "status": COMMITTED,
             "manifest_sha256": manifest_sha256,
@@ -149,7 +147,7 @@ class CheckpointCatalog:
         the catalog's row for it, or a row built from the pointer when the controller has not
         ingested that commit yet. None before the first publish."""
         run = self._store.get_run(run_id)
-        published = published_latest(run.root, run_id)
+        published = published_latest(run)
         if published is None:
             return None
         pointer, published_unix_s = published
@@ -164,7 +162,7 @@ class CheckpointCatalog:
             run_id=run_id,
             step=pointer.step,
             generation=pointer.generation,
-            path=str(run_paths(Path(run.root), run_id).checkpoints / pointer.folder),
+            path=f"{run_checkpoint_root(run)}/{pointer.folder}",
             status=COMMITTED,
             manifest_sha256=pointer.manifest_sha256,
             attributes={},

@@ -10,14 +10,12 @@ Either way a transient error (locked, busy, unreachable) is raised as StoreUnava
 """
 
 import os
+import re
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 
 from runwright.errors import StoreError
 from runwright.layout import store_file
@@ -52,7 +50,7 @@ def resolve_store_url(store: str | None, root: Path) -> str:
     )
 
 
-def _sqlite_engine(url: str) -> sa.Engine:
+def _sqlite_engine(url: str, read_only: bool = False) -> sa.Engine:
     path = Path(url.removeprefix("sqlite:///"))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -71,16 +69,21 @@ def _sqlite_engine(url: str) -> sa.Engine:
         cursor.execute("PRAGMA synchronous=FULL")
         cursor.close()
 
+    # A reader's transaction begins DEFERRED: under WAL it reads a snapshot and never waits for
+    # the write lock, which IMMEDIATE would take even to read (a server's GETs, issue 14).
+    begin = "BEGIN DEFERRED" if read_only else "BEGIN IMMEDIATE"
+
     @sa.event.listens_for(engine, "begin")
     def _on_begin(conn: sa.Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql(begin)
 
     return engine
 
 
-def create_engine(url: str) -> sa.Engine:
+def create_engine(url: str, read_only: bool = False) -> sa.Engine:
+    """`read_only`: for a store only read through (SQLite transactions begin DEFERRED)."""
     if url.startswith("sqlite:///"):
-        engine = _sqlite_engine(url)
+        engine = _sqlite_engine(url, read_only)
     else:
         try:
             timeout = (
@@ -98,15 +101,45 @@ def create_engine(url: str) -> sa.Engine:
     return engine
 
 
+_REVISION_LINE = re.compile(r"^(down_revision|revision) = (None|\"[^\"]+\")$", re.MULTILINE)
+
+
+@cache
+def schema_head() -> str:
+    """The newest migration's revision id, read from the migration files' `revision` and
+    `down_revision` lines: the one no other migration revises. Alembic computes the same
+    (tests/store check it), but importing it costs about half a second, which every CLI command
+    that opens a store already at the head would pay for nothing."""
+    revisions: set[str] = set()
+    revised: set[str] = set()
+    for path in (MIGRATIONS_DIR / "versions").glob("[0-9]*.py"):
+        found = dict(_REVISION_LINE.findall(path.read_text()))
+        revisions.add(found["revision"].strip('"'))
+        if found.get("down_revision", "None") != "None":
+            revised.add(found["down_revision"].strip('"'))
+    heads = revisions - revised
+    if len(heads) != 1:
+        raise StoreError(f"the store's migrations have {len(heads)} heads ({sorted(heads)})")
+    return heads.pop()
+
+
+def _current_revision(conn: sa.Connection) -> str | None:
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    return conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar()
+
+
 def migrate(engine: sa.Engine) -> None:
     """Bring the schema to the newest Alembic revision (a no-op when it is there already)."""
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    head = ScriptDirectory.from_config(config).get_current_head()
     try:
         with engine.begin() as conn:
-            if MigrationContext.configure(conn).get_current_revision() == head:
+            if _current_revision(conn) == schema_head():
                 return
+            from alembic import command
+            from alembic.config import Config
+
+            config = Config()
+            config.set_main_option("script_location", str(MIGRATIONS_DIR))
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
     except sa.exc.OperationalError as exc:

@@ -28,12 +28,12 @@ bounds is when another controller may take the run, and so when the holder must 
 its workers (control/leasing.py).
 """
 
+import importlib
 from collections.abc import Collection, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 
 from runwright.errors import LeaseLostError, NotFoundError
 from runwright.records import Record
@@ -288,35 +288,13 @@ class RunLeases:
             "left to the lease's holder"
         )
 
-    def insert_held(
-        self,
-        conn: sa.Connection,
-        run_id: str,
-        holder: str,
-        lease_seconds: float,
-        holder_node: str | None = None,
-    ) -> None:
-        """Inside the transaction that creates run `run_id`: its lease, held by `holder` at epoch
-        1, so no other controller can take a run between its submit and its first pass."""
-        conn.execute(
-            run_leases.insert().values(
-                run_id=run_id,
-                holder=holder,
-                holder_node=holder_node,
-                epoch=1,
-                released=False,
-                lease_seconds=lease_seconds,
-                acquired_unix_s=self._now,
-                renewed_unix_s=self._now,
-                expires_unix_s=self._now + lease_seconds,
-            )
-        )
-
 
 def _insert_free(dialect: str, run_id: str) -> sa.Insert:
     """The row of a lease nobody holds, unless the run has one already (ON CONFLICT DO NOTHING,
     which SQLite and PostgreSQL both speak)."""
-    insert = postgresql.insert if dialect == "postgresql" else sqlite.insert
+    # Imported on first use, as store/appends.py does: PostgreSQL's module costs a quarter of a
+    # second at a CLI command's start.
+    insert = importlib.import_module(f"sqlalchemy.dialects.{dialect}").insert
     return (
         insert(run_leases)
         .values(run_id=run_id, holder=None, epoch=0, released=False, expires_unix_s=0.0)

@@ -54,6 +54,10 @@ class RunRecord(Record):
     data_cursor: dict[str, Any] | None
     created_unix_s: float
     updated_unix_s: float
+    project: str = "default"
+    """Project the run belongs to; who may see and act on it (docs/server.md)."""
+    submitted_by: str | None = None
+    """Who submitted it: a principal through the server, `local:<user>` from a local CLI."""
 
 
 class WriteResult(Record):

@@ -41,6 +41,9 @@ runs = sa.Table(
     sa.Column("data_cursor", sa.JSON),
     sa.Column("created_unix_s", sa.Float, nullable=False),
     sa.Column("updated_unix_s", sa.Float, nullable=False),
+    # The shared server (migration 0100_server): whose run it is, who submitted it.
+    sa.Column("project", sa.String(100), nullable=False, server_default="default", index=True),
+    sa.Column("submitted_by", sa.String(200)),
 )
 
 attempts = sa.Table(

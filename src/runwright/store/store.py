@@ -31,6 +31,8 @@ from runwright.store.records import (
 )
 from runwright.store.schema import attempts, events, runs
 
+DEFAULT_PROJECT = "default"
+"""The project of runs submitted without one (a local CLI, runs older than projects)."""
 # Fields a fenced worker write may change; state and generation change only via transition().
 FENCED_FIELDS = frozenset({"last_heartbeat_unix_s", "last_step", "data_cursor"})
 CONTROLLER_FIELDS = FENCED_FIELDS | {"allocation", "rank_manifest", "state_detail"}
@@ -39,9 +41,11 @@ CONTROLLER_FIELDS = FENCED_FIELDS | {"allocation", "rank_manifest", "state_detai
 class Store:
     """One store, SQLite or PostgreSQL; safe to share between threads and processes."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, *, read_only: bool = False) -> None:
+        """`read_only`: this Store is only read through (a server's GETs): on SQLite its
+        transactions never wait for the write lock; a write through it may fail as busy."""
         self.url = url
-        self.engine = create_engine(url)
+        self.engine = create_engine(url, read_only)
         try:
             migrate(self.engine)
         except BaseException:
@@ -99,13 +103,14 @@ class Store:
         root: str,
         state: str,
         idempotency_key: str | None = None,
-        lease: tuple[str, str | None, float] | None = None,
+        project: str = DEFAULT_PROJECT,
+        submitted_by: str | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Insert a run; with an idempotency key already used, return that run and False.
-        `lease` (holder, its node, seconds) gives the new run's lease to its submitter in the
-        same transaction."""
+        """Insert a run; with an idempotency key already used, return that run and False."""
         now = time.time()
         row = {
+            "project": project,
+            "submitted_by": submitted_by,
             "run_id": run_id,
             "name": name,
             "spec": spec,
@@ -126,9 +131,6 @@ class Store:
         try:
             with self.begin() as conn:
                 conn.execute(runs.insert().values(**row))
-                if lease is not None:
-                    holder, node, seconds = lease
-                    self.leases.insert_held(conn, run_id, holder, seconds, node)
         except sa.exc.IntegrityError:
             # A concurrent submit with the same key won the race: theirs is the run.
             existing = self._run_by_key(idempotency_key) if idempotency_key else None
@@ -142,13 +144,17 @@ class Store:
             row = conn.execute(runs.select().where(runs.c.idempotency_key == key)).first()
         return RunRecord.model_validate(row._asdict()) if row else None
 
-    def get_run(self, run_id: str) -> RunRecord:
-        """A run by full id or by a unique prefix of it (as `git` accepts short hashes)."""
+    def get_run(self, run_id: str, *, project: str | None = None) -> RunRecord:
+        """A run by full id or by a unique prefix of it (as `git` accepts short hashes); with
+        `project`, only that project's runs exist (another's is "no run", its name never leaks)."""
+        scope = [] if project is None else [runs.c.project == project]
         with self.engine.connect() as conn:
-            row = conn.execute(runs.select().where(runs.c.run_id == run_id)).first()
+            row = conn.execute(runs.select().where(runs.c.run_id == run_id, *scope)).first()
             if row is None and run_id:
                 matches = conn.execute(
-                    runs.select().where(runs.c.run_id.startswith(run_id, autoescape=True)).limit(2)
+                    runs.select()
+                    .where(runs.c.run_id.startswith(run_id, autoescape=True), *scope)
+                    .limit(2)
                 ).all()
                 if len(matches) == 2:
                     raise NotFoundError(f"run id prefix {run_id!r} is ambiguous; give more of it")
@@ -157,10 +163,18 @@ class Store:
             raise NotFoundError(f"no run {run_id!r}; `runwright list` shows the runs")
         return RunRecord.model_validate(row._asdict())
 
-    def list_runs(self, limit: int = 50, states: Collection[str] | None = None) -> list[RunRecord]:
+    def list_runs(
+        self,
+        limit: int = 50,
+        states: Collection[str] | None = None,
+        *,
+        project: str | None = None,
+    ) -> list[RunRecord]:
         query = runs.select().order_by(runs.c.created_unix_s.desc()).limit(limit)
         if states:
             query = query.where(runs.c.state.in_(list(states)))
+        if project is not None:
+            query = query.where(runs.c.project == project)
         with self.engine.connect() as conn:
             return [RunRecord.model_validate(r._asdict()) for r in conn.execute(query)]
 
@@ -208,7 +222,7 @@ class Store:
                 moved = RunRecord.model_validate(row._asdict())
                 if fences:
                     # Fence first, commit second: a failure in between leaves the fence ahead.
-                    raise_fence(moved.root, run_id, moved.generation + int(revoke_generation))
+                    raise_fence(moved, moved.generation + int(revoke_generation))
                 for event in with_events(moved) if with_events is not None else []:
                     insert_event_once(conn, event)
         run = self.get_run(run_id)
@@ -242,9 +256,9 @@ class Store:
             ).scalar()
             if current != generation:
                 return Outcome.STALE_GENERATION
-            if fence_generation(run.root, run_id) > generation:
+            if fence_generation(run) > generation:
                 return Outcome.ALREADY_APPLIED
-            raise_fence(run.root, run_id, generation + 1)
+            raise_fence(run, generation + 1)
         return Outcome.APPLIED
 
     def fenced_update(self, run_id: str, generation: int, **fields: Any) -> WriteResult:

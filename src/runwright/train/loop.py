@@ -21,7 +21,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 import runwright
 from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
-from runwright.data import DataLoader, read_manifest
+from runwright.data import DataLoader
 from runwright.train.model import GPT
 from runwright.train.schedule import lr_multiplier
 
@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         # a changed dataset or algorithm and only keep what was already consumed.
         resume="exact" if spec.checkpoint.resume == "exact" else "coverage",
     )
-    manifest = read_manifest(spec.data.dataset)
+    # The loader opened the dataset (a URL such as s3://... through its verified local cache).
+    manifest = loader.dataset.manifest
     if manifest.tokenizer.vocab_size > spec.model.vocab_size:
         raise SystemExit(
             f"model.vocab_size={spec.model.vocab_size} is smaller than the "

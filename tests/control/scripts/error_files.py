@@ -16,13 +16,43 @@ from pathlib import Path
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from runwright.ckpt import NoUsableCheckpointError
+from runwright.ckpt.object_fence import ObjectFence
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.data.format.dataset import localise
 from runwright.store import Store
 
 
 def unreadable_checkpoint(out: Path) -> None:
     # An OSError inside runwright's checkpoint code, through fsspec's frames.
     CheckpointStorage(out / "ckpt").read_bytes(str(out / "ckpt" / "step-4" / "manifest.json"))
+
+
+def _dead_store() -> None:
+    """Point the AWS environment at a port where nothing listens, with one try a request."""
+    os.environ.update(
+        AWS_ENDPOINT_URL="http://127.0.0.1:9",
+        AWS_ACCESS_KEY_ID="x",
+        AWS_SECRET_ACCESS_KEY="x",
+        AWS_DEFAULT_REGION="us-east-1",
+        RUNWRIGHT_S3_MAX_ATTEMPTS="1",
+    )
+
+
+def unreachable_dataset(out: Path) -> None:
+    # A dataset URL whose store does not answer: DataStorageError after the bounded retries.
+    _dead_store()
+    localise("s3://no-such-store/datasets/d1", out / "cache")
+
+
+def unreachable_checkpoint_root(out: Path) -> None:
+    # Listing a checkpoint root on a store that does not answer: RemoteStorageError (an OSError).
+    _dead_store()
+    CheckpointStorage("s3://no-such-store/ckpt/run-1").entries("s3://no-such-store/ckpt/run-1")
+
+
+def unreachable_fence(out: Path) -> None:
+    _dead_store()
+    ObjectFence("s3://no-such-store/ckpt/run-1").current_generation()
 
 
 def checkpoint_error(out: Path) -> None:
@@ -59,6 +89,9 @@ CASES: dict[str, Callable[[Path], None]] = {
         user_oserror,
         user_sqlite,
         user_wraps_platform_error,
+        unreachable_dataset,
+        unreachable_checkpoint_root,
+        unreachable_fence,
     )
 }
 

@@ -4,7 +4,9 @@ Every rank fits a linear model (DDP over gloo) on batches that are a pure functi
 step, checkpoints through `ctx.checkpointer()`, reports through the runtime's step loop (no event
 by hand: the library sends what recovery and the report read), and can inject the faults the
 tests need. `--once-dir` makes an injected fault fire only on the first
-attempt (a marker file remembers it fired), as a transient fault would.
+attempt (a marker file remembers it fired), as a transient fault would. `--hold-at-step N
+--hold-file PATH` keeps every rank at step N's boundary until PATH exists, so a test can act on a
+group it knows is alive.
 """
 
 import argparse
@@ -65,6 +67,8 @@ def main() -> int:
     parser.add_argument("--raise-at-step", type=int)
     parser.add_argument("--once-dir")
     parser.add_argument("--save-seconds", type=float, default=0.0)
+    parser.add_argument("--hold-at-step", type=int)
+    parser.add_argument("--hold-file")
     args = parser.parse_args()
 
     ctx = runwright.runtime.init()
@@ -111,6 +115,9 @@ def main() -> int:
         )
         ckpt.maybe_save(step, state, loss=float(loss))
         time.sleep(args.step_sleep)
+        if step == args.hold_at_step and args.hold_file:
+            while not Path(args.hold_file).exists():
+                time.sleep(0.05)
     if loop.stop_request is not None and loop.stop_request.save:
         ckpt.maybe_save(step, state, stopping=True)
     ckpt.close()

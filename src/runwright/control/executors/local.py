@@ -1,24 +1,33 @@
 """The local executor: launches a run's worker group under torchrun on this machine.
 
-One generation = one supervisor (control/supervise.py) running torchrun, in a session of its own
-so the group outlives a controller restart. Each rank gets the run id, generation, run folder,
-the spec and its rank-manifest entry through environment variables (runtime/context.py); those
-variables are also the generation's tag: every process of it (supervisor, torchrun, ranks and
-anything they start) carries the run folder and generation in its launch environment, so the
-executor finds all of them through /proc even once their parents are gone.
+One generation = one supervisor (control/supervise.py) running one torchrun agent per node, in a
+session of its own so the group outlives a controller restart. A one-node generation runs one
+agent with `--standalone`; an N-node one runs N agents on this host, each in a process group of
+its own with its own log folder (`attempts/gen<G>/nodes/node<N>/`), meeting through c10d
+rendezvous on a free port hosted by node 0's agent (executors/torchrun.py), exactly as agents on N
+machines would. Each rank gets the run id, generation, run folder, the spec and the rank manifest
+through environment variables (runtime/context.py), and its node's index (ENV_NODE); those
+variables are also the generation's and the node's tags: every process of it (supervisor, agents,
+ranks and anything they start) carries the run folder and generation in its launch environment,
+so the executor finds all of them through /proc even once their parents are gone, and one node's
+processes by its tag.
 
-Process lifetimes: torchrun dies with its supervisor and every rank with torchrun (parent-death
-signals, runwright/lifetime.py); stopping a generation kills its process tree and its tagged
-processes and nothing else; and `kill_generations_below` makes sure no process of an older
-generation is alive before a new one starts.
+Process lifetimes: every agent dies with its supervisor and every rank with its agent
+(parent-death signals, runwright/lifetime.py); stopping a generation kills its process tree and
+its tagged processes and nothing else; and `kill_generations_below` makes sure no process of an
+older generation is alive before a new one starts.
 
-Failure evidence (`LocalExecutor.evidence`): torchrun's per-rank error files (written by
-`torch.distributed.elastic.multiprocessing.errors.record`), the tail of torchrun's own log (its
-root-cause summary), the last traceback on each rank's stderr, and the lost-supervisor record.
+Failure evidence (`LocalExecutor.evidence`, read by executors/torchrun_logs.py): each agent's
+per-rank error files (written by `torch.distributed.elastic.multiprocessing.errors.record`) and
+stderr tracebacks mapped to global ranks, the tail of each agent's own log (its root-cause
+summary), each node's exit status as the supervisor recorded it, and the lost-supervisor record.
+
+Hosts: `hosts(nodes)` is this host once per node. A user's hosts list would start each non-local
+node's agent behind a remote command prefix (`agent_argv`); nothing else changes, since the
+rendezvous, the tags, the per-node logs and the evidence already work per node.
 """
 
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -30,12 +39,17 @@ from pathlib import Path
 
 from runwright.control.executors.protocol import (
     EXIT_LOST,
-    ErrorRecord,
     FailureEvidence,
     GroupHandle,
     LostSupervisor,
 )
-from runwright.control.failures import exception_line
+from runwright.control.executors.torchrun import Rendezvous, torchrun_argv
+from runwright.control.executors.torchrun_logs import (
+    AgentLogs,
+    group_evidence,
+    reported_placements,
+    tail,
+)
 from runwright.control.processes import (
     boot_time_unix_s,
     environs,
@@ -45,11 +59,13 @@ from runwright.control.processes import (
     signal_all,
     wait_gone,
 )
+from runwright.control.supervise import Agent, AgentsPlan, read_group_exit
 from runwright.errors import LaunchError
-from runwright.layout import AttemptPaths, parse_generation, run_paths
+from runwright.layout import AttemptPaths, NodePaths, RunPaths, parse_generation, run_paths
 from runwright.lifetime import environ_of, has_tags
 from runwright.protocol import (
     ENV_GENERATION,
+    ENV_NODE,
     ENV_PROTOCOL_VERSION,
     ENV_RANK_MANIFEST,
     ENV_RUN_DIR,
@@ -57,35 +73,30 @@ from runwright.protocol import (
     ENV_SPEC_FILE,
     PROTOCOL_VERSION,
     RankEntry,
+    decode_rank_manifest,
     encode_rank_manifest,
 )
 from runwright.spec import JobSpec
-
-
-def entrypoint_argv(spec: JobSpec, workdir: Path) -> list[str]:
-    """`module:NAME` runs `python -m NAME`; a path resolves against the submit folder."""
-    entry = spec.code.entrypoint
-    if entry.startswith("module:"):
-        return ["-m", entry.removeprefix("module:"), *spec.code.args]
-    script = Path(entry)
-    if not script.is_absolute():
-        script = workdir / script
-    if not script.is_file():
-        raise LaunchError(
-            f"code.entrypoint {entry!r} does not exist (looked for {script}); give a path "
-            "relative to the spec's folder or `module:package.module`"
-        )
-    return [str(script), *spec.code.args]
-
 
 KILLED_EXIT_SECONDS = 10.0
 """How long SIGKILLed processes get to leave the kernel before the executor reports them as
 survivors (SIGKILL acts at once unless a process is blocked in uninterruptible I/O)."""
 
+CUDA_DEVICES = "CUDA_VISIBLE_DEVICES"
+
+RENDEZVOUS_HOST = "127.0.0.1"
+"""Where this host's agents meet: node 0's agent hosts the c10d store, and every agent is here."""
+
 
 def generation_tags(root: Path, run_id: str, generation: int) -> dict[str, str]:
     """The launch-environment variables that mark every process of one generation."""
     return {ENV_RUN_DIR: str(run_paths(root, run_id).folder), ENV_GENERATION: str(generation)}
+
+
+def node_tags(root: Path, run_id: str, generation: int, node: int) -> dict[str, str]:
+    """The launch-environment variables that mark the processes of one node of a generation:
+    its agent and the ranks it started."""
+    return {**generation_tags(root, run_id, generation), ENV_NODE: str(node)}
 
 
 def generation_processes(root: Path, run_id: str) -> dict[int, list[int]]:
@@ -98,15 +109,62 @@ def generation_processes(root: Path, run_id: str) -> dict[int, list[int]]:
     return found
 
 
+def free_port() -> int:
+    """A TCP port nothing listens on now. Node 0's agent binds it a moment later; should
+    another process take it in between, that agent fails with `Address already in use`, which
+    is classified `infrastructure` and retried."""
+    with socket.socket() as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+def agent_argv(host: str, argv: list[str]) -> list[str]:
+    """The command that runs an agent's `argv` on `host`. The local executor runs agents on this
+    host only; a user's hosts list adds its remote prefix (e.g. `ssh HOST`) here."""
+    here = socket.gethostname()
+    if host != here:
+        raise LaunchError(
+            f"the rank manifest places a node on host {host!r}, but the local executor starts "
+            f"agents on this host ({here!r}) only: drive the run from a controller on {host!r}"
+        )
+    return argv
+
+
+def node_devices(visible: str | None, node: int, per_node: int) -> str:
+    """CUDA_VISIBLE_DEVICES for node `node`'s agent when several nodes share this host: its own
+    `per_node` of the host's visible devices (`visible`, else devices 0, 1, ... by index), so
+    local rank i of each node is a different device, as on separate machines (NCCL refuses two
+    ranks on one device)."""
+    devices = [d.strip() for d in (visible or "").split(",") if d.strip()]
+    if not visible:
+        devices = [str(i) for i in range((node + 1) * per_node)]
+    mine = devices[node * per_node : (node + 1) * per_node]
+    if len(mine) < per_node:
+        raise LaunchError(
+            f"node {node} needs devices {node * per_node}-{(node + 1) * per_node - 1} of this "
+            f"host, but CUDA_VISIBLE_DEVICES={visible!r} shows {len(devices)}: make "
+            "resources.nodes x devices_per_node fit the host's devices"
+        )
+    return ",".join(mine)
+
+
+@dataclass(frozen=True)
+class NodeAgent:
+    """One node of a launched group: its index, host and files."""
+
+    node: int
+    host: str
+    paths: NodePaths
+
+
 @dataclass
 class WorkerGroup:
-    """A launched generation: its supervisor process, exit file, logs and process tags."""
+    """A launched generation: its supervisor process, its nodes' agents, files and tags."""
 
     generation: int
     pid: int
-    exit_file: Path
-    log_path: Path
-    log_dir: Path
+    run: RunPaths
+    nodes: tuple[NodeAgent, ...]
     tags: dict[str, str] = field(default_factory=dict)
     """generation_tags() of this generation; empty matches nothing by tag."""
     launched_unix_s: float | None = None
@@ -114,30 +172,15 @@ class WorkerGroup:
     """Set when this controller launched the group; None for an adopted one."""
 
     @property
-    def log_ref(self) -> str:
-        return str(self.log_path)
+    def attempt(self) -> AttemptPaths:
+        return self.run.attempt(self.generation)
 
-    @classmethod
-    def of(
-        cls,
-        attempt: AttemptPaths,
-        pid: int,
-        tags: dict[str, str],
-        *,
-        launched_unix_s: float | None = None,
-        process: subprocess.Popen[bytes] | None = None,
-    ) -> "WorkerGroup":
-        """The group of the generation whose files are `attempt`, run by supervisor `pid`."""
-        return cls(
-            generation=attempt.generation,
-            pid=pid,
-            exit_file=attempt.exit_status_file,
-            log_path=attempt.torchrun_log,
-            log_dir=attempt.rank_logs,
-            tags=tags,
-            launched_unix_s=launched_unix_s,
-            process=process,
-        )
+    @property
+    def log_ref(self) -> str:
+        """One node's agent log; the folder of every node's logs for several."""
+        if len(self.nodes) == 1:
+            return str(self.nodes[0].paths.torchrun_log)
+        return str(self.attempt.nodes)
 
     def _supervisor_alive(self) -> bool:
         # A recycled pid is not our supervisor: believe the pid only while it carries the tag,
@@ -147,16 +190,17 @@ class WorkerGroup:
         return not self.tags or environ_of(self.pid) is None or has_tags(self.pid, self.tags)
 
     def poll(self) -> int | None:
-        """torchrun's exit status once the supervisor wrote it; None while the supervisor runs;
+        """The group's exit status once the supervisor wrote it; None while the supervisor runs;
         EXIT_LOST when the supervisor ended without writing it."""
         if self.process is not None:
             if self.process.poll() is None:
                 return None
         elif self._supervisor_alive():
             return None
-        if self.exit_file.exists():
+        exit_file = self.attempt.exit_status_file
+        if exit_file.exists():
             try:
-                return int(self.exit_file.read_text().strip())
+                return int(exit_file.read_text().strip())
             except ValueError:
                 return EXIT_LOST
         return EXIT_LOST
@@ -179,13 +223,13 @@ class WorkerGroup:
     def repair_lost(self) -> LostSupervisor:
         """The supervisor ended without an exit status: kill what is left of the generation.
 
-        Killing, not adopting, is the repair. Without its supervisor nobody can wait() for
-        torchrun, so its exit status (the only trustworthy end of the generation) is gone; and
-        torchrun dies with its supervisor anyway (its parent-death signal), taking the ranks with
-        it, so a group still complete enough to adopt exists only where parent-death signals are
-        missing, and then its ranks have lost the agent that would stop them all when one fails.
-        The next generation restarts from the newest committed checkpoint: the loss is the steps
-        since it, and those are bounded by the checkpoint interval."""
+        Killing, not adopting, is the repair. Without its supervisor nobody can wait() for the
+        agents, so their exit statuses (the only trustworthy end of the generation) are gone;
+        and every agent dies with its supervisor anyway (its parent-death signal), taking the
+        ranks with it, so a group still complete enough to adopt exists only where parent-death
+        signals are missing, and then its ranks have lost the agents that would stop them all
+        when one fails. The next generation restarts from the newest committed checkpoint: the
+        loss is the steps since it, and those are bounded by the checkpoint interval."""
         if self.process is not None:
             code = self.process.returncode
             cause = (
@@ -214,18 +258,35 @@ class WorkerGroup:
         )
 
 
+def _nodes_of(attempt: AttemptPaths) -> tuple[NodeAgent, ...]:
+    """The nodes of a launched generation, from its supervisor's plan; a generation launched
+    before plans were written ran one agent on this host."""
+    try:
+        plan = AgentsPlan.model_validate_json(attempt.agents_file.read_bytes())
+    except (OSError, ValueError):
+        here = socket.gethostname()
+        return tuple(NodeAgent(p.node, here, p) for p in attempt.node_paths())
+    return tuple(NodeAgent(a.node, a.host, attempt.node(a.node)) for a in plan.agents)
+
+
 def adopt_group(root: Path, run_id: str, generation: int) -> WorkerGroup | None:
     """Find generation `generation`'s group left by an earlier controller, if it still runs or
     left an exit status."""
-    attempt = run_paths(root, run_id).attempt(generation)
+    run = run_paths(root, run_id)
+    attempt = run.attempt(generation)
     try:
         fields = attempt.pid_file.read_text().split()
         pid = int(fields[0])
         launched = float(fields[1]) if len(fields) > 1 else None
     except (OSError, ValueError, IndexError):
         return None
-    return WorkerGroup.of(
-        attempt, pid, generation_tags(root, run_id, generation), launched_unix_s=launched
+    return WorkerGroup(
+        generation=generation,
+        pid=pid,
+        run=run,
+        nodes=_nodes_of(attempt),
+        tags=generation_tags(root, run_id, generation),
+        launched_unix_s=launched,
     )
 
 
@@ -244,71 +305,11 @@ def launched_generations(root: Path, run_id: str) -> list[int]:
     return sorted(g for g in found if g is not None and paths.attempt(g).pid_file.exists())
 
 
-LAUNCHER_LOG_CHARS = 20_000
-"""How much of torchrun's log the classifier sees: its failure summary is at the end."""
-LOG_TAIL_BYTES = 4000
-"""How much of each log the diagnostics bundle keeps."""
-
-
-def tail(path: Path, limit: int = LOG_TAIL_BYTES) -> str:
-    try:
-        data = path.read_bytes()
-    except OSError:
-        return ""
-    return data[-limit:].decode("utf-8", errors="replace")
-
-
-def read_error_files(log_dir: Path) -> list[ErrorRecord]:
-    """torchrun's `<log_dir>/<rdzv id>/attempt_<n>/<local rank>/error.json`, earliest first."""
-    records = []
-    for path in log_dir.glob("*/attempt_*/*/error.json"):
-        try:
-            body = json.loads(path.read_text())["message"]
-            info = body.get("extraInfo", {}) if isinstance(body, dict) else {}
-            message = body["message"] if isinstance(body, dict) else str(body)
-            records.append(
-                ErrorRecord(
-                    rank=int(path.parent.name),
-                    message=str(message),
-                    timestamp_s=float(info.get("timestamp", 0) or 0),
-                    traceback=str(info.get("py_callstack", ""))[-4000:],
-                )
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return sorted(records, key=lambda r: (r.timestamp_s, r.rank))
-
-
-def rank_tracebacks(log_dir: Path) -> dict[int, str]:
-    """The last traceback of each rank whose stderr shows one (a rank that failed without
-    `@record`, e.g. before the runtime was set up); `exception_line` gives its message."""
-    found: dict[int, str] = {}
-    for path in log_dir.glob("*/attempt_*/*/stderr.log"):
-        try:
-            text = path.read_bytes()[-20_000:].decode("utf-8", errors="replace")
-        except OSError:
-            continue
-        marker = "Traceback (most recent call last)"
-        if marker in text and exception_line(text):
-            found[int(path.parent.name)] = marker + text.rsplit(marker, 1)[1]
-    return found
-
-
-def evidence_from(
-    log_dir: Path, launcher_log: str = "", lost: LostSupervisor | None = None
-) -> FailureEvidence:
-    """The evidence in a torchrun `--log-dir` folder, beside torchrun's own log text."""
-    logs = {
-        f"rank{path.parent.name}/{path.name}": tail(path)
-        for path in sorted(log_dir.glob("*/attempt_*/*/std*.log"))
-    }
-    return FailureEvidence(
-        launcher_log=launcher_log,
-        error_records=tuple(read_error_files(log_dir)),
-        rank_tracebacks=rank_tracebacks(log_dir),
-        lost=lost,
-        log_tails=logs,
-    )
+def node_hosts(rank_manifest: list[RankEntry], nodes: int) -> list[str]:
+    """Each node's host, as the rank manifest places it (this host where it says nothing)."""
+    placed = {entry.node: entry.host for entry in rank_manifest}
+    here = socket.gethostname()
+    return [placed.get(node, here) for node in range(nodes)]
 
 
 class LocalExecutor:
@@ -335,24 +336,38 @@ class LocalExecutor:
 
     def evidence(self, group: GroupHandle, lost: LostSupervisor | None = None) -> FailureEvidence:
         local = _local(group)
-        found = evidence_from(local.log_dir, tail(local.log_path, LAUNCHER_LOG_CHARS), lost)
-        return found.model_copy(
-            update={"log_tails": {"torchrun": tail(local.log_path), **found.log_tails}}
+        attempt = local.attempt
+        try:
+            world = len(decode_rank_manifest(attempt.rank_manifest_file.read_text()))
+        except (OSError, ValueError):
+            world = 0
+        found = group_evidence(
+            [
+                AgentLogs(n.node, n.host, n.paths.torchrun_log, n.paths.rank_logs)
+                for n in local.nodes
+            ],
+            ranks_per_node=max(1, world // max(1, len(local.nodes))),
+            started=reported_placements(local.run, local.generation, world),
+            ended=read_group_exit(attempt.node_exits_file),
+            lost=lost,
         )
+        supervisor = tail(attempt.supervisor_log)
+        if not supervisor:
+            return found
+        return found.model_copy(update={"log_tails": {**found.log_tails, "supervisor": supervisor}})
 
     def hosts(self, nodes: int) -> list[str]:
-        if nodes != 1:
-            raise LaunchError(
-                f"resources.nodes={nodes}: the local executor runs one node; set nodes: 1 or use "
-                "a cluster executor"
-            )
-        return [socket.gethostname()]
+        """This host, once per node: N nodes are N torchrun agents here, meeting through c10d
+        rendezvous as agents on N machines would."""
+        if nodes < 1:
+            raise LaunchError(f"resources.nodes={nodes}: a run needs at least one node")
+        return [socket.gethostname()] * nodes
 
     def kill_generations_below(
         self, root: Path, run_id: str, generation: int
     ) -> dict[int, list[int]]:
         """SIGKILL every live process of run `run_id` on this machine whose generation is below
-        `generation`, found by tag (so ranks whose supervisor and torchrun are gone are found
+        `generation`, found by tag (so ranks whose supervisor and agents are gone are found
         too), and return once they are gone: generation -> the pids killed. Raises LaunchError
         naming the processes that outlived KILLED_EXIT_SECONDS, since starting `generation`
         beside them would run two generations at once."""
@@ -371,6 +386,47 @@ class LocalExecutor:
             )
         return older
 
+    def plan_agents(
+        self, spec: JobSpec, workdir: Path, run_id: str, attempt: AttemptPaths, hosts: list[str]
+    ) -> tuple[list[Agent], Rendezvous | None]:
+        """One torchrun agent per node; several meet through c10d hosted by node 0's agent."""
+        rendezvous = (
+            Rendezvous(
+                endpoint=f"{RENDEZVOUS_HOST}:{free_port()}",
+                run_id=run_id,
+                generation=attempt.generation,
+                nodes=len(hosts),
+            )
+            if len(hosts) > 1
+            else None
+        )
+        visible = spec.environment.env.get(CUDA_DEVICES, os.environ.get(CUDA_DEVICES))
+        agents = []
+        for node, host in enumerate(hosts):
+            paths = attempt.node(node)
+            paths.folder.mkdir(parents=True, exist_ok=True)
+            env = {ENV_NODE: str(node)}
+            if spec.resources.device_type == "cuda" and len(hosts) > 1:
+                per_node = spec.resources.devices_per_node
+                env[CUDA_DEVICES] = node_devices(visible, node, per_node)
+            argv = torchrun_argv(
+                spec,
+                workdir,
+                log_dir=paths.rank_logs,
+                rendezvous=rendezvous,
+                hosts_rendezvous=node == 0,
+            )
+            agents.append(
+                Agent(
+                    node=node,
+                    host=host,
+                    argv=agent_argv(host, argv),
+                    env=env,
+                    log=str(paths.torchrun_log),
+                )
+            )
+        return agents, rendezvous
+
     def launch(
         self,
         *,
@@ -388,6 +444,17 @@ class LocalExecutor:
         if not paths.spec_file.exists():
             paths.spec_file.write_text(spec.canonical_json())
         attempt.rank_manifest_file.write_text(encode_rank_manifest(rank_manifest))
+        hosts = node_hosts(rank_manifest, spec.resources.nodes)
+        agents, rendezvous = self.plan_agents(spec, workdir, run_id, attempt, hosts)
+        tags = generation_tags(root, run_id, generation)
+        plan = AgentsPlan(
+            agents=agents,
+            tags=tags,
+            exit_file=str(attempt.exit_status_file),
+            node_exits_file=str(attempt.node_exits_file),
+            rendezvous_endpoint=rendezvous.endpoint if rendezvous else None,
+        )
+        attempt.agents_file.write_text(plan.model_dump_json(indent=1))
         env = {
             **os.environ,
             **spec.environment.env,
@@ -402,31 +469,10 @@ class LocalExecutor:
             "PYTHONUNBUFFERED": "1",
             **(extra_env or {}),
         }
-        argv = [
-            sys.executable,
-            "-m",
-            "runwright.control.supervise",
-            str(attempt.exit_status_file),
-            "--",
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nnodes",
-            "1",
-            "--nproc-per-node",
-            str(spec.resources.devices_per_node),
-            "--max-restarts",
-            "0",
-            "--log-dir",
-            str(attempt.rank_logs),
-            "--redirects",
-            "3",
-            *entrypoint_argv(spec, workdir),
-        ]
+        argv = [sys.executable, "-m", "runwright.control.supervise", str(attempt.agents_file)]
         # The supervisor alone gets no parent-death signal: the group must outlive a controller
         # restart, and the next controller adopts it by its pid file.
-        with open(attempt.torchrun_log, "ab") as log:
+        with open(attempt.supervisor_log, "ab") as log:
             try:
                 process = subprocess.Popen(
                     argv,
@@ -438,13 +484,15 @@ class LocalExecutor:
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise LaunchError(f"cannot start torchrun: {exc}") from None
+                raise LaunchError(f"cannot start the worker group's supervisor: {exc}") from None
         launched = time.time()
         attempt.pid_file.write_text(f"{process.pid} {launched}\n")
-        return WorkerGroup.of(
-            attempt,
-            process.pid,
-            generation_tags(root, run_id, generation),
+        return WorkerGroup(
+            generation=generation,
+            pid=process.pid,
+            run=paths,
+            nodes=tuple(NodeAgent(a.node, a.host, attempt.node(a.node)) for a in agents),
+            tags=tags,
             launched_unix_s=launched,
             process=process,
         )

@@ -62,6 +62,19 @@ class LostSupervisor(Record):
         return f"supervisor exit file missing; {left}"
 
 
+class NodeExit(Record):
+    """How one node's launcher (its torchrun agent) ended, with what it ran."""
+
+    node: int = Field(description="The executor's index of the node (its allocation slot).")
+    host: str = Field(description="The host the node's agent ran on.")
+    exit_code: int = Field(description="The agent's exit status; negative: killed by a signal.")
+    stopped: bool = Field(
+        description="The agent ended after the group's supervisor signalled it (a stop, or a "
+        "failed peer): its exit is not evidence against its node."
+    )
+    ranks: tuple[int, ...] = Field(description="The global ranks the agent ran.")
+
+
 class FailureEvidence(Record):
     """Everything an executor can tell about how a generation's group ended, beyond its exit
     status: what `failures.classify` decides on and the diagnostics bundle keeps."""
@@ -86,6 +99,11 @@ class FailureEvidence(Record):
     log_tails: dict[str, str] = Field(
         default_factory=dict,
         description="log name -> its last 4,000 bytes, for the diagnostics bundle.",
+    )
+    node_exits: tuple[NodeExit, ...] = Field(
+        default=(),
+        description="Each node's agent, in the order they ended (empty where the executor "
+        "cannot tell, e.g. a lost supervisor).",
     )
 
 

@@ -1,21 +1,30 @@
 """Opening a built dataset: manifest, shards, integrity checks, and a local cache for URLs.
 
 A dataset folder may be local or any fsspec URL. A URL is copied into a content-addressed local
-cache (`<cache>/<dataset_id>/`) file by file, each file checked against the manifest digest
-before it is published under its final name (seed 003: "cache fill is verified before publish"),
-then memory-mapped like a local folder.
+cache (`<cache>/<dataset_id>/`, `$RUNWRIGHT_DATA_CACHE` or `~/.cache/runwright/datasets`) file by
+file, each file checked against the manifest digest before it is published under its final name
+(seed 003: "cache fill is verified before publish"), then memory-mapped like a local folder.
+Several processes of one node (the ranks) may fill the same cache at once: each downloads into a
+temporary name of its own and publishes with an atomic rename, so a reader sees a whole, verified
+file or none, and the last rename wins with identical bytes.
+
+Remote reads go through `runwright.remote` (timeouts, bounded retries, credentials and endpoint
+from the AWS environment for `s3://`); a read that still fails raises `DataStorageError`, which
+the control plane classifies as `storage` (a retry may succeed), while a file missing from the
+remote copy or not matching its digest stays `ShardCorruptError` (the data's fault).
 """
 
+import contextlib
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-import fsspec
 import numpy as np
 
-from runwright.data.errors import ManifestError, ShardCorruptError
+from runwright.data.errors import DataStorageError, ManifestError, ShardCorruptError
 from runwright.data.format.indexed_shard import IndexedShard, open_shard
 from runwright.data.format.manifest import (
     MANIFEST_FILE,
@@ -25,6 +34,7 @@ from runwright.data.format.manifest import (
     read_manifest,
 )
 from runwright.data.format.untrusted import MAX_MANIFEST_BYTES, member
+from runwright.remote import is_url, open_filesystem, translated
 
 Verification = Literal["digest", "size"]
 
@@ -89,20 +99,45 @@ def _default_cache() -> Path:
     return Path(base)
 
 
+@contextlib.contextmanager
+def _remote_read(url: str, what: str) -> Iterator[None]:
+    """A remote read whose failure after the bounded retries is a `DataStorageError`; a missing
+    file passes through as FileNotFoundError (the caller says whose fault it is)."""
+    try:
+        with translated(url):
+            yield
+    except (FileNotFoundError, IsADirectoryError):
+        raise
+    except OSError as exc:
+        raise DataStorageError(
+            f"cannot read {what} {url}: {type(exc).__name__}: {exc}. The dataset is not at fault: "
+            "check that the store is reachable (AWS_ENDPOINT_URL, credentials), then retry"
+        ) from exc
+
+
+def _partial(final: Path) -> Path:
+    """This process's temporary name for a cache file: the ranks of one node fill the same cache
+    at once, and each renames its own whole, verified copy into place."""
+    return final.with_name(f".{final.name}.partial-{os.getpid()}")
+
+
 def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> Path:
     """A local folder holding the dataset: the path itself, or a verified cache of a URL."""
     text = str(dataset_path)
-    if "://" not in text or text.startswith("file://"):
+    if not is_url(text):
         return Path(text.removeprefix("file://"))
-    fs, root = fsspec.core.url_to_fs(text)
+    fs, root = open_filesystem(text)
+    base = root.rstrip("/")
     where = f"{text.rstrip('/')}/{MANIFEST_FILE}"
     try:
-        size = fs.size(f"{root.rstrip('/')}/{MANIFEST_FILE}")
-        if size is not None and size > MAX_MANIFEST_BYTES:
-            raise ManifestError(
-                f"{where} is {size:,} bytes, over the {MAX_MANIFEST_BYTES:,}-byte manifest limit"
-            )
-        raw = fs.cat_file(f"{root.rstrip('/')}/{MANIFEST_FILE}")
+        with _remote_read(where, "the manifest"):
+            size = fs.size(f"{base}/{MANIFEST_FILE}")
+            if size is not None and size > MAX_MANIFEST_BYTES:
+                raise ManifestError(
+                    f"{where} is {size:,} bytes, over the {MAX_MANIFEST_BYTES:,}-byte manifest "
+                    "limit"
+                )
+            raw = fs.cat_file(f"{base}/{MANIFEST_FILE}")
     except FileNotFoundError:
         raise ManifestError(f"no {MANIFEST_FILE} under {text}") from None
     except IsADirectoryError:
@@ -120,18 +155,26 @@ def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> P
         final = member(local, name)
         if final.exists():
             continue
-        tmp = member(local, f".{name}.partial")
+        tmp = _partial(final)
         try:
-            fs.get_file(f"{root.rstrip('/')}/{name}", str(tmp))
+            with _remote_read(f"{text}/{name}", "dataset file"):
+                fs.get_file(f"{base}/{name}", str(tmp))
         except FileNotFoundError:
+            tmp.unlink(missing_ok=True)
             raise ShardCorruptError(f"{text}/{name} is missing from the remote copy") from None
+        except DataStorageError:
+            tmp.unlink(missing_ok=True)
+            raise
         if file_sha256(tmp) != digest:
             tmp.unlink()
             raise ShardCorruptError(
                 f"{text}/{name} does not match its manifest digest; the remote copy is corrupt"
             )
         tmp.replace(final)
-    (local / MANIFEST_FILE).write_bytes(raw)
+    # last: a cache folder with a manifest is complete (every file above is published)
+    tmp = _partial(local / MANIFEST_FILE)
+    tmp.write_bytes(raw)
+    tmp.replace(local / MANIFEST_FILE)
     return local
 
 

@@ -1,14 +1,14 @@
 """Run leases: which controller drives each run, with a fencing epoch and an expiry.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 0101_run_leases
+Revises: 0100_server
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "0101_run_leases"
+down_revision = "0100_server"
 branch_labels = None
 depends_on = None
 

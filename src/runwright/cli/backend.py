@@ -1,0 +1,83 @@
+"""The seam under the commands: one object with the same methods whether the CLI works on the
+store itself or through a `runwright server` (`--server URL` or $RUNWRIGHT_SERVER).
+
+Locally it is `runwright.access.Access` for the local actor (`local:<os user>`: whoever can open
+the store may do anything in it, and is audited as such); remotely `cli/remote.py` asks the
+server the same questions over HTTP. Each command calls one method and renders what comes back,
+so its output and `--json` are the same both ways. httpx is imported only for the remote one.
+"""
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from runwright.errors import RunwrightError
+
+if TYPE_CHECKING:
+    from runwright.access.service import Access
+    from runwright.cli.remote import RemoteBackend
+    from runwright.events import EventRecord
+
+SERVER_ENV = "RUNWRIGHT_SERVER"
+
+
+def server_url() -> str | None:
+    return os.environ.get(SERVER_ENV) or None
+
+
+def open_backend(root: Path | None, store: str | None) -> "Access | RemoteBackend":
+    url = server_url()
+    if url is not None:
+        if store:
+            raise RunwrightError(
+                "--store and --server both given: a command works on the store itself or "
+                "through the server, not both; leave one out"
+            )
+        from runwright.cli.remote import RemoteBackend
+
+        return RemoteBackend(url)
+    from runwright.access.base import local_actor
+    from runwright.access.service import Access
+    from runwright.cli.options import open_store
+    from runwright.layout import resolve_root
+
+    return Access(
+        lambda: open_store(root, store)[1],
+        resolve_root(root),
+        local_actor(),
+        root_given=root is not None,
+    )
+
+
+def drive(
+    backend: "Access | RemoteBackend",
+    run_id: str,
+    on_event: "Callable[[EventRecord], None] | None" = None,
+) -> dict[str, Any]:
+    """`submit` in the foreground: locally, drive the run here (this process is its controller,
+    as `torchrun` is); through a server, follow its events while the server's controller drives
+    it. Either way Ctrl-C cancels the run and waits for it to wind down. The run's summary, as
+    `status --json` gives it, once it has finished."""
+    if not backend.remote:
+        from runwright.control.controller import Controller
+
+        Controller(backend.store, backend.root, on_event=on_event).drive(run_id)  # type: ignore[union-attr]
+        return backend.status(run_id)
+    from runwright.events import EventRecord
+
+    seen = 0
+
+    def show(after: int) -> None:
+        nonlocal seen
+        for event in backend.follow(run_id, after):
+            seen = event["seq"]
+            if on_event is not None:
+                on_event(EventRecord.model_validate(event))
+
+    try:
+        show(0)
+    except KeyboardInterrupt:
+        backend.cancel(run_id, "interrupted by the user (Ctrl-C)")
+        show(seen)
+    return backend.status(run_id)

@@ -1,0 +1,63 @@
+"""What the run commands print: whole run ids, JSON errors under --json, one write per batch of
+events."""
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from runwright.cli.main import app
+from runwright.store import NewEvent, Store
+
+runner = CliRunner()
+LONG_ID = "tiny-gpt-with-a-rather-long-name-20261202-043512-abcdef"
+
+
+@pytest.fixture()
+def root(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    store.create_run(
+        run_id=LONG_ID,
+        name="tiny-gpt-with-a-rather-long-name",
+        spec={},
+        spec_hash="0" * 64,
+        plan={},
+        workdir=str(tmp_path),
+        root=str(tmp_path),
+        state="RUNNING",
+    )
+    store.append_event(
+        NewEvent(
+            event_id="e1",
+            run_id=LONG_ID,
+            generation=0,
+            type="STEP_HEALTHY",
+            step=1,
+            time_unix_s=1.0,
+            attributes={"note": "[bold]not markup[/bold]"},
+        ),
+        fenced=False,
+    )
+    store.close()
+    return tmp_path
+
+
+def test_list_never_cuts_a_run_id_on_a_narrow_terminal(root):
+    result = runner.invoke(app, ["list", "--root", str(root)], env={"COLUMNS": "50"})
+    assert result.exit_code == 0, result.output
+    assert LONG_ID in result.output
+
+
+def test_errors_are_json_under_json(root):
+    result = runner.invoke(app, ["status", "no-such-run", "--root", str(root), "--json"])
+    assert result.exit_code == 2
+    body = json.loads(result.stdout)
+    assert body["exit_code"] == 2 and "no run 'no-such-run'" in body["error"]
+    plain = runner.invoke(app, ["status", "no-such-run", "--root", str(root)])
+    assert plain.exit_code == 2 and "error:" in plain.stderr and plain.stdout == ""
+
+
+def test_events_print_attributes_as_they_are(root):
+    result = runner.invoke(app, ["events", LONG_ID[:12], "--root", str(root)])
+    assert result.exit_code == 0, result.output
+    assert "[bold]not markup[/bold]" in result.output

@@ -94,7 +94,9 @@ def test_a_stopped_rank_on_a_busy_machine_is_still_a_hang(tmp_path, oversubscrib
         for pid in frozen:
             subprocess.run(["kill", "-CONT", str(pid)], check=False)
     assert final.state == "SUCCEEDED", final.state_detail
-    (failure,) = _failures(store, run_id)
+    failures = _failures(store, run_id)
+    assert len(failures) == 1, [f.attributes for f in failures]
+    (failure,) = failures
     assert failure.attributes["failure_class"] == "hang" and failure.attributes["rank"] == 1
     assert store.events(run_id, types=["RECOVERY_SUCCEEDED"])
     assert time.monotonic() - started < 600

@@ -113,3 +113,28 @@ def test_code_version_without_ref_says_why(store, tmp_path):
     run = store.get_run(RUN_ID)
     version = code_version(run, {"code": {"entrypoint": "x.py"}})
     assert version.ref is None and "not on this machine" in (version.reason or "")
+
+
+def test_an_empty_chart_says_what_to_report(tmp_path):
+    """A run whose script reported only a loss (the two-line integration) gets charts that say
+    what would fill them, not empty axes."""
+    from runwright.govern.layers import charts
+    from runwright.govern.svg import render_chart
+    from runwright.observe.timeline import build_timeline
+    from runwright.store import EventRecord
+
+    events = [
+        EventRecord(seq=i + 1, event_id=f"e{i}", run_id="r", generation=1, type="STEP_HEALTHY",
+                    step=i + 1, time_unix_s=float(i), attributes={"rank": 0, "loss": 1.0 / (i + 1)})
+        for i in range(5)
+    ]  # fmt: skip
+    layers = dict(charts(build_timeline(events), 0.0))
+    loss, grad = layers["Loss layer"]
+    assert not loss.empty and grad.empty
+    assert "no data" not in render_chart(loss, (0.0, 5.0))
+    assert "no data: report it with ctx.step_healthy(step, grad_norm=...)" in render_chart(
+        grad, (0.0, 5.0)
+    )
+    for name, group in layers.items():
+        for chart in group:
+            assert not chart.empty or chart.empty_hint, (name, chart.title)

@@ -184,15 +184,21 @@ class StorageActions(AccessBase):
         checkpoint: str = "latest",
         model_config: dict[str, Any] | None = None,
         tokenizer: str | None = None,
+        format: str = "auto",
+        spec: str | None = None,
     ) -> dict[str, Any]:
-        """Export for inference. A CLI on the store writes to `out` as given; through the
-        server `out` is a plain name and the export goes under `<root>/exports/`, and a
-        tokenizer file cannot be named (it would be a path on the server)."""
+        """Export for use elsewhere (ckpt/export.py): the model config and tokenizer of a run
+        come from its spec and dataset. A CLI on the store writes to `out` as given; through
+        the server `out` is a plain name and the export goes under `<root>/exports/`, and no
+        file of the caller's (a tokenizer, a spec) can be named: it would be a path on the
+        server."""
         from runwright.ckpt import inventory as inv
+        from runwright.ckpt.export import ExportFormat
+        from runwright.ckpt.export_source import resolve_source
 
         action = "checkpoint.export"
         folder, own = self.checkpoint_root(target, action)
-        params = {"checkpoint": checkpoint, "out": out[:200]}
+        params = {"checkpoint": checkpoint, "out": out[:200], "format": format}
         self.require(
             Permission.MANAGE_CHECKPOINTS, "exporting a checkpoint", action, target=target,
             parameters=params,
@@ -200,18 +206,28 @@ class StorageActions(AccessBase):
         note = self.record if self._audits(target) else _unrecorded
         try:
             destination = out
+            source_target, source_root = target, (self.root if self.root_given else None)
             if self.actor.project is not None:
                 validate_run_id(out)  # a plain name, like a run id
-                if tokenizer is not None:
+                if tokenizer is not None or spec is not None:
                     raise RunwrightError(
-                        "--tokenizer names a file on this machine, which the server cannot "
-                        "read: export without it, or run the export where the files are"
+                        "--tokenizer and --spec name files on this machine, which the server "
+                        "cannot read: export without them, or run the export where they are"
                     )
                 run = self.run(target)
                 destination = str(Path(self.root) / EXPORTS / run.project / run.run_id / out)
+                source_target, source_root = run.run_id, run.root
+            source = resolve_source(
+                source_target,
+                folder,
+                source_root,
+                spec_path=spec,
+                model_config=model_config,
+                tokenizer_path=tokenizer,
+            )
             release = inv.export(
-                folder, own or _checkpoint_ref(checkpoint), destination, model_config or {},
-                tokenizer,
+                folder, own or _checkpoint_ref(checkpoint), destination, source=source,
+                format=ExportFormat(format),
             )  # fmt: skip
         except ValueError as exc:
             error = RunwrightError(f"--out {out[:80]!r}: {exc}")

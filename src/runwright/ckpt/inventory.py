@@ -380,13 +380,9 @@ def collect(root: str, min_age_seconds: float, max_entries: int) -> GcReport:
     )
 
 
-def export(
-    root: str,
-    ref: str,
-    out_dir: str,
-    model_config: dict[str, Any],
-    tokenizer_path: str | None,
-) -> ReleaseManifest:
+def export(root: str, ref: str, out_dir: str, **options: Any) -> ReleaseManifest:
+    """Export checkpoint `ref` of `root` into `out_dir`; `options` are `export_model`'s (the
+    export source and format)."""
     storage, found = find(root, ref)
     inside = storage.is_local and os.path.commonpath(
         [os.path.realpath(out_dir), os.path.realpath(storage.root)]
@@ -396,6 +392,4 @@ def export(
             f"export folder {out_dir} is inside the checkpoint folder; exports are kept apart "
             "from training state. Choose a folder outside it, e.g. <root>/runs/<run>/exports/."
         )
-    return export_model(
-        storage, found, out_dir, model_config=model_config, tokenizer_path=tokenizer_path
-    )
+    return export_model(storage, found, out_dir, **options)

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColu
 from rich.table import Table
 
 from runwright.ckpt import inventory as inv
-from runwright.ckpt.export import read_model_config
+from runwright.ckpt.export import ExportFormat, read_model_config
 from runwright.ckpt.manifest import CheckpointManifest
 from runwright.cli.backend import open_backend
 from runwright.cli.options import RootOption
@@ -175,17 +175,37 @@ def gc(
 @guarded
 def export(
     target: Target,
-    out: Annotated[Path, typer.Option(help="Export folder (outside the checkpoint folder).")],
+    out: Annotated[Path, typer.Option(help="Export folder: new or empty, outside the run.")],
     checkpoint: Annotated[str, typer.Argument(help="Folder, id, step or `latest`.")] = "latest",
-    model_config: Annotated[
-        Path | None, typer.Option(help="JSON file with the model config.")
+    format: Annotated[
+        ExportFormat,
+        typer.Option(
+            "--format",
+            help="hf-gpt2: what transformers loads as GPT2LMHeadModel (refused for a model "
+            "that does not map); runwright: runwright's tensor names, any model; auto: hf-gpt2 "
+            "when the model maps, else runwright.",
+        ),
+    ] = ExportFormat.AUTO,
+    spec: Annotated[
+        Path | None,
+        typer.Option(help="Job spec the checkpoint trained under (a folder TARGET, no run)."),
     ] = None,
-    tokenizer: Annotated[Path | None, typer.Option(help="Tokenizer file or folder.")] = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(help="JSON model config (a folder TARGET with neither run nor spec)."),
+    ] = None,
+    tokenizer: Annotated[
+        Path | None,
+        typer.Option(help="Tokenizer file or folder (default: the run's dataset's)."),
+    ] = None,
     root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
-    """Write safetensors weights + config + tokenizer + release.json (hashes) for inference."""
-    config = read_model_config(model_config) if model_config else {}
+    """Write the weights, config.json, the tokenizer the model trained with and release.json
+    (hashes and provenance) for use elsewhere. A run's model config and tokenizer come from its
+    spec and dataset. `--format hf-gpt2` is what `transformers.GPT2LMHeadModel.from_pretrained`
+    and `PreTrainedTokenizerFast.from_pretrained` load."""
+    config = read_model_config(model_config) if model_config else None
     be = open_backend(root, None)
     release = be.ckpt_export(
         target,
@@ -194,6 +214,8 @@ def export(
         checkpoint,
         config,
         str(tokenizer) if tokenizer else None,
+        format=format.value,
+        spec=str(spec) if spec else None,
     )
     where = release.pop("destination")
     if json_out:
@@ -201,5 +223,10 @@ def export(
         return
     console.print(
         f"exported step {release['source_step']} ({release['parameters']:,} parameters) to "
-        f"{where if be.remote else out}"
+        f"{where if be.remote else out} as {release['format']}",
+        highlight=False,
     )
+    for reason in release.get("not_mapped") or []:
+        console.print(f"not hf-gpt2: {escape(reason)}", highlight=False)
+    for note in release.get("notes") or []:
+        console.print(f"note: {escape(note)}", highlight=False)

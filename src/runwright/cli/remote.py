@@ -251,13 +251,20 @@ class RemoteBackend:
         checkpoint: str = "latest",
         model_config: dict[str, Any] | None = None,
         tokenizer: str | None = None,
+        format: str = "auto",
+        spec: str | None = None,
     ) -> dict[str, Any]:
-        if tokenizer is not None:
+        if tokenizer is not None or spec is not None:
             raise RunwrightError(
-                "--tokenizer names a file on this machine, which the server cannot read: "
-                "export without it, or run the export where the files are"
+                "--tokenizer and --spec name files on this machine, which the server cannot "
+                "read: export without them, or run the export where they are"
             )
-        body = {"out": out, "checkpoint": checkpoint, "config": model_config or {}}
+        body = {
+            "out": out,
+            "checkpoint": checkpoint,
+            "config": model_config or {},
+            "format": format,
+        }
         return self._call("POST", f"/v1/runs/{_segment(target)}/checkpoints/export", json=body)
 
     # -- identity and access ---------------------------------------------------------------------

@@ -30,7 +30,8 @@ def report(
 ) -> None:
     """Write a run's report: code, environment, spec, plan, data, checkpoint lineage, incidents,
     interventions, cost split and final metrics, with loss, throughput, system and data charts
-    on one time axis."""
+    on one time axis. A run that reported to MLflow (spec `observability.trackers`) gets both
+    files attached to its MLflow run (by a CLI on the store; not through a server yet)."""
     be = open_backend(root, store)
     content, html = be.report(run_id)
     full_id = content["run"]["run_id"]
@@ -43,7 +44,16 @@ def report(
         paths.html_path.write_text(html, encoding="utf-8")
     except OSError as exc:  # --out is a file, unwritable, or on a full volume
         raise RunwrightError(f"cannot write the report to {folder}: {exc}") from None
+    trackers: list[str] = []
+    if not be.remote:
+        from runwright.observe.trackers import attach_report
+
+        trackers = attach_report(
+            run_paths(be.root, full_id).folder, [paths.json_path, paths.html_path]
+        )
     if json_out:
-        print_json({"run_id": full_id, **paths.model_dump(mode="json")})
+        print_json({"run_id": full_id, **paths.model_dump(mode="json"), "trackers": trackers})
         return
     console.print(f"report of run {full_id}:\n  {paths.json_path}\n  {paths.html_path}")
+    for line in trackers:
+        console.print(f"  {line}", highlight=False)

@@ -438,5 +438,7 @@ def compare(
                 else ""
             )
         )
+        for line in result.get("missing") or []:
+            console.print(f"  missing {line}", highlight=False)
     if result["equivalence"] != "bitwise-equal":
         raise typer.Exit(code=1)

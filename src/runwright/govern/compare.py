@@ -6,6 +6,12 @@ For `bitwise` reproducibility three things must hold between the two runs:
 - the consumed-sample ledgers are identical: each optimizer step consumed the same global sample
   range (the surviving lineage of a recovered run: a replayed step's last report wins);
 - the loss curves are identical after the restored step (replayed steps reproduce the loss).
+
+Each comes from the library, not the trainer: the digests from the state the run's checkpointer
+holds (at the context's close), the sample ranges from `runwright.data.DataLoader`, the losses
+from `step_healthy`. A run whose script used only part of the integration lacks some of them: the
+comparison then says `incomplete`, names what is missing and what would report it, and compares
+the rest (a difference found there is still `different`).
 """
 
 from typing import Any
@@ -20,13 +26,16 @@ class Comparison(Record):
     run_a: str
     run_b: str
     equivalence: str
-    """`bitwise-equal`, or `different`."""
+    """`bitwise-equal`, `different`, or `incomplete` (no difference in what both reported, but
+    some evidence is missing: `missing` says what)."""
     first_difference: str | None
     """The first differing key: `parameters:<name>`, `ledger:step <n>` or `loss:step <n>`."""
     parameters_compared: int
     steps_compared: int
     restored_steps: list[int]
     """Steps the runs restored from (the recovered run's checkpoints)."""
+    missing: tuple[str, ...] = ()
+    """Evidence a run did not report, each with what would report it; `incomplete` if any."""
 
 
 def _lineage(events: list[EventRecord], rank: int = 0) -> dict[int, dict[str, Any]]:
@@ -41,20 +50,42 @@ def _lineage(events: list[EventRecord], rank: int = 0) -> dict[int, dict[str, An
     return {step: attrs for step, (_, attrs) in sorted(newest.items())}
 
 
-def _digests(events: list[EventRecord], run_id: str) -> dict[str, str]:
+def _digests(events: list[EventRecord], run_id: str, state: str) -> dict[str, str] | None:
+    """The final parameter digests; None when the run completed without them."""
     done = [e for e in events if e.type == EventType.TRAINING_COMPLETE]
     if not done:
         raise RunwrightError(
-            f"run {run_id} has no TRAINING_COMPLETE event with parameter "
-            "digests; compare runs of the reference trainer that finished"
+            f"run {run_id} has not completed its training (state {state}, no TRAINING_COMPLETE "
+            "event): compare runs that finished their last step"
         )
-    return dict(done[-1].attributes["parameter_digests"])
+    digests = done[-1].attributes.get("parameter_digests")
+    return dict(digests) if isinstance(digests, dict) and digests else None
+
+
+NO_DIGESTS = (
+    "parameters: run {run} reported no parameter digests; the library digests the state its "
+    "checkpointer holds when the context closes (ctx.checkpointer() with save and restore, the "
+    "README's full integration)"
+)
+NO_SAMPLES = (
+    "ledger: neither run reported the sample range of its steps; the library reports it for a "
+    "script that reads through runwright.data.DataLoader"
+)
+NO_LOSS = "loss: neither run reported a loss with its steps (ctx.step_healthy(step, loss=...))"
 
 
 def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
     a, b = store.get_run(run_a), store.get_run(run_b)
     events_a, events_b = store.events(a.run_id), store.events(b.run_id)
-    digests_a, digests_b = _digests(events_a, a.run_id), _digests(events_b, b.run_id)
+    digests_a = _digests(events_a, a.run_id, a.state)
+    digests_b = _digests(events_b, b.run_id, b.state)
+    missing = [
+        NO_DIGESTS.format(run=run.run_id)
+        for run, digests in ((a, digests_a), (b, digests_b))
+        if digests is None
+    ]
+    if missing:
+        digests_a, digests_b = {}, {}
     restored = sorted(
         {int(e.step or 0) for e in events_a + events_b if e.type == EventType.RESTORED and e.step}
     )
@@ -65,6 +96,11 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
             break
     lineage_a, lineage_b = _lineage(events_a), _lineage(events_b)
     steps = sorted(set(lineage_a) | set(lineage_b))
+    reported = [r for lineage in (lineage_a, lineage_b) for r in lineage.values()]
+    if not any("samples" in r for r in reported):
+        missing.append(NO_SAMPLES)
+    if not any("loss" in r for r in reported):
+        missing.append(NO_LOSS)
     if first is None:
         for step in steps:
             if lineage_a.get(step, {}).get("samples") != lineage_b.get(step, {}).get("samples"):
@@ -81,9 +117,10 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
     return Comparison(
         run_a=a.run_id,
         run_b=b.run_id,
-        equivalence="bitwise-equal" if first is None else "different",
+        equivalence="different" if first else "incomplete" if missing else "bitwise-equal",
         first_difference=first,
         parameters_compared=len(digests_a),
         steps_compared=len(steps),
         restored_steps=restored,
+        missing=tuple(missing),
     )

@@ -69,11 +69,13 @@ def charts(timeline: Timeline, t0: float) -> list[tuple[str, list[Chart]]]:
                     "loss",
                     [_series("loss", s, lambda p: p.loss, t0, PALETTE[0])],
                     y_min_zero=False,
+                    empty_hint="report it with ctx.step_healthy(step, loss=...)",
                 ),
                 Chart(
                     "Gradient norm",
                     "grad norm",
                     [_series("grad norm", s, lambda p: p.grad_norm, t0, PALETTE[3])],
+                    empty_hint="report it with ctx.step_healthy(step, grad_norm=...)",
                 ),
             ],
         ),
@@ -88,18 +90,27 @@ def charts(timeline: Timeline, t0: float) -> list[tuple[str, list[Chart]]]:
                         _series("loss", s, lambda p: _rate(p.loss_tokens, p), t0, PALETTE[2]),
                     ],
                     y_format="{:.3g}",
+                    empty_hint="report device_tokens and loss_tokens per step "
+                    "(runwright.data.DataLoader does) and step_seconds (the step loop does)",
                 )
             ],
         ),
         (
             "System layer",
             [
-                Chart("Step time per rank", "seconds", rank_lines, y_format="{:.3g}"),
+                Chart(
+                    "Step time per rank",
+                    "seconds",
+                    rank_lines,
+                    y_format="{:.3g}",
+                    empty_hint="report step_seconds (ctx.step_loop does)",
+                ),
                 Chart(
                     "Straggler score (slowest rank / median rank)",
                     "score",
                     [_series("max score", s, _max_straggler, t0, PALETTE[4])],
                     y_min_zero=False,
+                    empty_hint="needs step_seconds from two ranks or more",
                 ),
             ],
         ),
@@ -111,6 +122,8 @@ def charts(timeline: Timeline, t0: float) -> list[tuple[str, list[Chart]]]:
                     "share",
                     [_series("input wait", s, _wait_share, t0, PALETTE[1])],
                     y_format="{:.0%}",
+                    empty_hint="report data_wait_seconds and step_seconds "
+                    "(runwright.data.DataLoader and ctx.step_loop do)",
                 ),
                 Chart(
                     "Tokens per step by kind (all ranks)",
@@ -120,6 +133,7 @@ def charts(timeline: Timeline, t0: float) -> list[tuple[str, list[Chart]]]:
                         _series("loss", s, lambda p: p.loss_tokens, t0, PALETTE[2]),
                         _series("padded", s, lambda p: p.padded_tokens, t0, PALETTE[7], True),
                     ],
+                    empty_hint="runwright.data.DataLoader reports the tokens of each step",
                 ),
             ],
         ),

@@ -53,6 +53,12 @@ class Chart:
     y_min_zero: bool = True
     note: str = ""
     extra_legend: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    empty_hint: str = ""
+    """What a run must report for this chart to have data, written in it when it has none."""
+
+    @property
+    def empty(self) -> bool:
+        return not any(y is not None for s in self.series for _, y in s.points)
 
 
 def nice_ticks(lo: float, hi: float, count: int = 5) -> list[float]:
@@ -160,6 +166,12 @@ def render_chart(
                 )
     for series in chart.series:
         out.extend(_polyline(series, px, py))
+    if chart.empty:
+        out.append(
+            f'<text x="{MARGIN_LEFT + plot_w / 2:.1f}" y="{MARGIN_TOP + plot_h / 2:.1f}" '
+            f'text-anchor="middle" class="note">no data: '
+            f"{escape(chart.empty_hint or 'the run reported none')}</text>"
+        )
     legend = [(s.name, s.colour) for s in chart.series] + list(chart.extra_legend)
     for i, (name, colour) in enumerate(legend):
         y = MARGIN_TOP + 8 + i * 16

@@ -49,6 +49,7 @@ from runwright.spec import JobSpec, ResolvedPlan, load_spec, spec_from_mapping
 
 if TYPE_CHECKING:
     from runwright.ckpt import Checkpointer
+    from runwright.observe.trackers import TrackerSink
 
 DEFAULT_HEARTBEAT_SECONDS = 2.0
 
@@ -80,6 +81,8 @@ class RunContext:
     _closed: bool = field(default=False, repr=False)
     _stop_heartbeat: threading.Event = field(default_factory=threading.Event, repr=False)
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
+    _trackers: "TrackerSink | None" = field(default=None, repr=False)
+    """Rank 0's copy of the step metrics to the spec's trackers (TensorBoard, MLflow)."""
 
     @property
     def plan(self) -> ResolvedPlan | None:
@@ -92,6 +95,8 @@ class RunContext:
         self.channel.send(
             type_, step=step, event_id=event_id, world_size=self.world_size, attributes=attributes
         )
+        if self._trackers is not None:
+            self._trackers.observe(type_, step, attributes)
 
     def report(
         self,
@@ -230,6 +235,8 @@ class RunContext:
             self._stop_heartbeat.set()
             if self._heartbeat is not None:
                 self._heartbeat.join(timeout=5)
+            if self._trackers is not None:
+                self._trackers.close(completed=self.completed)
             self.channel.close()
 
     def _training_complete(self) -> None:
@@ -363,4 +370,8 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         ctx.start_heartbeat(interval)
     events.attach(ctx.report)
     atexit.register(ctx.close)
+    if rank == 0 and spec is not None and spec.observability.trackers.switched_on:
+        from runwright.observe.trackers import open_trackers
+
+        ctx._trackers = open_trackers(spec, run_id, generation, run_dir, int(spec.plan.dp.value))
     return ctx

@@ -71,7 +71,10 @@ class ExportRequest(Record):
     checkpoint: str = Field(default="latest", max_length=200)
     """Folder, id, step or `latest`."""
     config: dict[str, Any] = Field(default_factory=dict)
-    """The model config written beside the weights (`ckpt export --model-config`'s JSON)."""
+    """A model config for a checkpoint without a run spec (`ckpt export --model-config`'s
+    JSON); a run's comes from its spec."""
+    format: Literal["auto", "hf-gpt2", "runwright"] = "auto"
+    """The export layout (`ckpt export --format`)."""
 
 
 class TokenRequest(Record):

@@ -79,5 +79,7 @@ def ckpt_export(
     body: ExportRequest,
     access: Access = Depends(acting("checkpoint.export", "run_id")),
 ) -> dict[str, Any]:
-    """Export a checkpoint for inference under <root>/exports/ on the server (operators)."""
-    return access.ckpt_export(run_id, body.out, body.checkpoint, body.config)
+    """Export a checkpoint for use elsewhere under <root>/exports/ on the server (operators)."""
+    return access.ckpt_export(
+        run_id, body.out, body.checkpoint, body.config or None, format=body.format
+    )

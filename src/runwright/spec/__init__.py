@@ -6,6 +6,12 @@
 from runwright.spec.canonical import canonical_json, sha256_hex
 from runwright.spec.job import SPEC_VERSION, JobSpec
 from runwright.spec.loader import load_spec, parse_text, spec_from_mapping
+from runwright.spec.observability import (
+    MLflowSpec,
+    ObservabilitySpec,
+    TensorBoardSpec,
+    TrackersSpec,
+)
 from runwright.spec.placement import MembershipSpec, ParallelismSpec, ResourcesSpec
 from runwright.spec.policies import (
     BudgetSpec,
@@ -44,10 +50,12 @@ __all__ = [
     "FailureClass",
     "GovernanceSpec",
     "JobSpec",
+    "MLflowSpec",
     "MembershipSpec",
     "MixtureSource",
     "MixtureSpec",
     "ModelSpec",
+    "ObservabilitySpec",
     "OptimizerSpec",
     "ParallelismSpec",
     "RecoverySpec",
@@ -55,7 +63,9 @@ __all__ = [
     "ResolvedPlan",
     "ResourcesSpec",
     "ScheduleSpec",
+    "TensorBoardSpec",
     "TokenizerSpec",
+    "TrackersSpec",
     "TrainingSpec",
     "canonical_json",
     "load_spec",

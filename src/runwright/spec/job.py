@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from runwright.spec.base import Section
 from runwright.spec.canonical import canonical_json, sha256_hex
+from runwright.spec.observability import ObservabilitySpec
 from runwright.spec.placement import ParallelismSpec, ResourcesSpec
 from runwright.spec.policies import (
     BudgetSpec,
@@ -47,6 +48,18 @@ class JobSpec(Section):
     budget: BudgetSpec = Field(default_factory=BudgetSpec)
     reproducibility: ReproducibilitySpec = Field(default_factory=ReproducibilitySpec)
     governance: GovernanceSpec = Field(default_factory=GovernanceSpec)
+    observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
+
+    @model_validator(mode="after")
+    def _trackers_finish_within_the_stop_grace(self) -> "JobSpec":
+        trackers, grace = self.observability.trackers, self.recovery.stop_grace_seconds
+        if trackers.switched_on and trackers.finish_seconds >= grace:
+            raise ValueError(
+                f"observability.trackers.finish_seconds={trackers.finish_seconds:g} must be below "
+                f"recovery.stop_grace_seconds={grace:g}, or a stopping run waiting for a dead "
+                f"tracker is killed before it exits; e.g. finish_seconds: {grace / 2:g}"
+            )
+        return self
 
     @model_validator(mode="after")
     def _resolvable(self) -> "JobSpec":

@@ -14,6 +14,8 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from runwright.access.base import local_actor
+from runwright.access.service import Access
 from runwright.cli.main import app
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
@@ -224,6 +226,24 @@ def test_no_process_is_started_or_ended_once_the_lease_may_have_run_out(
     with leases.fenced(run_id):
         executor.stop(None, 0.0)
     assert recorder.calls[-1] == "stop"
+
+
+def test_a_foreground_submit_holds_the_new_runs_lease_from_its_first_moment(store, tmp_path):
+    """`runwright submit` in the foreground records the run through the access layer with its
+    own controller: that controller holds the lease from the transaction that creates the run,
+    so a daemon sharing the store cannot take it first. Without one (the server, --detach) the
+    run waits for whichever controller takes it."""
+    spec = spec_from_mapping(yaml.safe_load(SKELETON.read_text()))
+    access = Access(store, tmp_path, local_actor())
+    mine = Controller(store, tmp_path, lease_seconds=30.0)
+    run_id = access.submit(spec, workdir=tmp_path, controller=mine)["run_id"]
+    lease, now = store.leases.get(run_id)
+    assert lease.holder == mine.leases.holder and lease.epoch == 1 and lease.live(now)
+    assert mine.leases.holds(run_id)
+    assert take(ControllerLeases(store, 30.0), run_id) is None  # a daemon finds it held
+
+    left = access.submit(spec, workdir=tmp_path)["run_id"]
+    assert store.leases.get(left)[0] is None
 
 
 def test_a_lease_shorter_than_a_second_is_refused_on_the_command_line(tmp_path):

@@ -198,7 +198,7 @@ def test_every_controller_write_is_refused_once_its_epoch_is_stale(store, tmp_pa
             assert (store.get_run(run), store.events(run), store.attempts(run)) == before, name
     assert store.checkpoints.list(run) == []
     # The fence file was never raised by the refused revoke and transition.
-    assert fence_generation(str(tmp_path), run) == 0
+    assert fence_generation(store.get_run(run)) == 0
     # B's writes, under its own token, go through.
     with store.fenced_by(store.leases.get(run)[0].token()):
         assert store.update_run(run, state_detail="by B").applied
@@ -244,6 +244,23 @@ def test_a_takeover_waits_for_a_write_in_flight(store_url, tmp_path, time_bound)
     finally:
         holder.close()
         taker.close()
+
+
+def test_a_run_submitted_with_its_lease_is_held_from_its_first_moment(store, tmp_path):
+    store.create_run(
+        run_id="run-l",
+        name="t",
+        spec={"name": "t"},
+        spec_hash="h" * 64,
+        plan={},
+        workdir=str(tmp_path),
+        root=str(tmp_path),
+        state="CREATED",
+        lease=(A, "n1", 30.0),
+    )
+    lease, now = store.leases.get("run-l")
+    assert lease.holder == A and lease.epoch == 1 and lease.live(now)
+    assert store.leases.acquire("run-l", B, 30.0).outcome is LeaseOutcome.HELD
 
 
 def test_every_write_transaction_of_the_store_goes_through_store_begin():

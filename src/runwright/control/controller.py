@@ -133,9 +133,13 @@ class Controller:
         *,
         project: str = DEFAULT_PROJECT,
         submitted_by: str | None = None,
+        hold: bool = False,
     ) -> tuple[RunRecord, bool]:
         """Record a run; the same idempotency key returns the existing run and starts nothing.
-        `project` and `submitted_by` say whose run it is (the shared server's access control)."""
+        `project` and `submitted_by` say whose run it is (the shared server's access control).
+        `hold` makes this controller the new run's lease holder in the same transaction, so a
+        daemon cannot take it between the submit and this controller's `drive`."""
+        leases = self.leases
         run, created = self.store.create_run(
             run_id=new_run_id(spec),
             name=spec.name,
@@ -148,7 +152,10 @@ class Controller:
             idempotency_key=idempotency_key,
             project=project,
             submitted_by=submitted_by,
+            lease=(leases.holder, leases.node, leases.lease_seconds) if hold else None,
         )
+        if created and hold:
+            leases.take_if_free(run.run_id, None, 0.0)  # the lease is ours: this loads its token
         if created:
             self.journal.record(
                 run,

@@ -288,6 +288,30 @@ class RunLeases:
             "left to the lease's holder"
         )
 
+    def insert_held(
+        self,
+        conn: sa.Connection,
+        run_id: str,
+        holder: str,
+        lease_seconds: float,
+        holder_node: str | None = None,
+    ) -> None:
+        """Inside the transaction that creates run `run_id`: its lease, held by `holder` at epoch
+        1, so no other controller can take a run between its submit and its first pass."""
+        conn.execute(
+            run_leases.insert().values(
+                run_id=run_id,
+                holder=holder,
+                holder_node=holder_node,
+                epoch=1,
+                released=False,
+                lease_seconds=lease_seconds,
+                acquired_unix_s=self._now,
+                renewed_unix_s=self._now,
+                expires_unix_s=self._now + lease_seconds,
+            )
+        )
+
 
 def _insert_free(dialect: str, run_id: str) -> sa.Insert:
     """The row of a lease nobody holds, unless the run has one already (ON CONFLICT DO NOTHING,

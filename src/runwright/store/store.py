@@ -105,8 +105,11 @@ class Store:
         idempotency_key: str | None = None,
         project: str = DEFAULT_PROJECT,
         submitted_by: str | None = None,
+        lease: tuple[str, str | None, float] | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Insert a run; with an idempotency key already used, return that run and False."""
+        """Insert a run; with an idempotency key already used, return that run and False.
+        `lease` (holder, its node, seconds) makes that controller the new run's lease holder in
+        the same transaction, so no other controller can take the run before its first pass."""
         now = time.time()
         row = {
             "project": project,
@@ -131,6 +134,9 @@ class Store:
         try:
             with self.begin() as conn:
                 conn.execute(runs.insert().values(**row))
+                if lease is not None:
+                    holder, node, seconds = lease
+                    self.leases.insert_held(conn, run_id, holder, seconds, node)
         except sa.exc.IntegrityError:
             # A concurrent submit with the same key won the race: theirs is the run.
             existing = self._run_by_key(idempotency_key) if idempotency_key else None

@@ -210,6 +210,9 @@ def snapshot(store: Store, run_id: str):
     )
 
 
+# Slow (about 40 s): the default suite keeps the killed-holder takeover above; a stale holder's
+# writes refused is covered there by tests/control/test_leases.py and tests/store/test_leases.py.
+@pytest.mark.slow
 def test_a_paused_holder_finds_its_lease_taken_and_writes_nothing(tmp_path, pg_base_url):
     url = fresh_database(pg_base_url)
     store = Store(url)

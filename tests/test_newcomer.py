@@ -79,6 +79,7 @@ def test_every_listed_command_is_run_by_the_script_or_a_named_test():
 
 
 @pytest.mark.integration
+@pytest.mark.timeout(900)  # three short trainings and ~30 CLI starts; ~2 min on a quiet 2-core box
 def test_the_first_hour_script_runs_top_to_bottom_on_a_fresh_root(tmp_path):
     root = tmp_path / ".runwright"
     env = {

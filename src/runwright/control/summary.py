@@ -3,6 +3,7 @@
 import time
 from typing import Any
 
+from runwright.control.leasing import describe_lease
 from runwright.control.states import TERMINAL, RunState
 from runwright.events import EventType
 from runwright.store import EventRecord, Store
@@ -29,6 +30,7 @@ INCIDENT_TYPES = (
     EventType.STOP_REQUESTED,
     EventType.ORPHAN_KILLED,
     EventType.STORE_UNAVAILABLE,
+    EventType.CONTROLLER_TAKEOVER,
 )
 INCIDENT_KEYS = (
     "failure_class",
@@ -48,6 +50,9 @@ INCIDENT_KEYS = (
     "attempts",
     "error",
     "error_lines",
+    "old_holder",
+    "new_holder",
+    "uncontrolled_seconds",
 )
 
 
@@ -92,6 +97,7 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         None,
     )
     latest = store.checkpoints.latest(run.run_id)  # the fence's pointer
+    lease, db_now = store.leases.get(run.run_id)
     return {
         "run_id": run.run_id,
         "name": run.name,
@@ -110,6 +116,12 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "attempts": attempts,
         "incidents": incidents,
         "stale_writes": stale_writes(events),
+        "controller": {
+            **(lease.model_dump(mode="json") if lease else {"holder": None}),
+            "live": bool(lease and lease.live(db_now)),
+            "expires_in_seconds": round(lease.expires_unix_s - db_now, 3) if lease else None,
+            "described": describe_lease(lease, db_now) if lease else "no controller took it yet",
+        },
         "pending_recovery": (
             pending.attributes
             if pending is not None and pending.type == EventType.RECOVERY_STARTED
@@ -190,6 +202,9 @@ def describe_run(summary: dict[str, Any]) -> str:
         )
     if summary["latest_checkpoint_id"]:
         lines.append(f"latest committed checkpoint {summary['latest_checkpoint_id']}")
+    controller = summary.get("controller")
+    if controller and (state not in TERMINAL or controller["live"]):
+        lines.append(f"controller: {controller['described']}")
     for incident in summary["incidents"]:
         lines.append("  " + _incident_line(incident))
         lines += [f"      | {line}" for line in incident.get("error_lines") or []]
@@ -260,6 +275,12 @@ def _incident_line(incident: dict[str, Any]) -> str:
             f"gen {incident['generation']}: the store was unavailable for "
             f"{incident.get('outage_seconds')} s ({incident.get('attempts')} failed attempts: "
             f"{incident.get('error')}); the controller waited and carried on"
+        )
+    if kind == EventType.CONTROLLER_TAKEOVER:
+        return (
+            f"gen {incident['generation']}: controller {incident.get('new_holder')} took over "
+            f"from {incident.get('old_holder')} ({incident.get('reason')}) after "
+            f"{incident.get('uncontrolled_seconds')} s without a controller"
         )
     details = {k: v for k, v in incident.items() if k not in ("type", "generation", "step")}
     return f"gen {incident['generation']}: {kind} {details}"

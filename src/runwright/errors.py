@@ -36,6 +36,13 @@ class StoreUnavailableError(StoreError):
     out instead of stopping (store/faults.py, control/outage.py)."""
 
 
+class LeaseLostError(RunwrightError):
+    """A controller's write or action on a run was refused: its lease on the run is no longer
+    current (another controller took the run over, or the lease may have run out while this one
+    could not renew it). The controller drops the run and leaves it to the holder
+    (store/leases.py, control/leasing.py); it is not a fault."""
+
+
 class NotFoundError(RunwrightError):
     """A run, dataset or checkpoint named by the user does not exist."""
 

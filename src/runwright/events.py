@@ -64,6 +64,11 @@ class EventType(StrEnum):
     """The last event of a run's log (state, reason, last_step)."""
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
     """The store could not be reached for a while (outage_seconds, attempts, error)."""
+    CONTROLLER_TAKEOVER = "CONTROLLER_TAKEOVER"
+    """A controller took over a run another controller had driven (old_holder, new_holder,
+    epoch: the new lease's fencing epoch, reason: released | expired | holder_gone,
+    uncontrolled_seconds: from the old holder's last renewal or its release to the takeover, on
+    the database's clock, old_lease_seconds)."""
 
     # -- the controller: recovery, stops and budgets ---------------------------------------------
     FAILURE_CLASSIFIED = "FAILURE_CLASSIFIED"

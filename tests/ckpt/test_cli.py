@@ -8,8 +8,11 @@ from typer.testing import CliRunner
 
 from runwright.ckpt import Checkpointer, MemorySink
 from runwright.cli.main import app
+from runwright.control.controller import Controller
 from runwright.layout import run_paths
+from runwright.spec import spec_from_mapping
 from runwright.spec.policies import CheckpointSpec
+from runwright.store import Store
 
 runner = CliRunner()
 
@@ -39,8 +42,15 @@ def test_ckpt_commands(tmp_path):
         == [c["checkpoint_id"] for c in listed["committed"]]
     )
     assert [r["path"] for r in report["residue"]] == ["staging/g000000-0123456789ab"]
+    (root / "staging" / "g000000-0123456789ab" / "part").write_bytes(b"x" * 4096)
+    code, report = _run("gc", str(root), "--min-age-seconds", "0", "--dry-run")
+    assert code == 0 and report["dry_run"] and report["bytes_freed"] == 4096
+    assert "staging/g000000-0123456789ab" in report["removed"]
+    assert (root / "staging" / "g000000-0123456789ab" / "part").is_file()  # nothing removed
     code, report = _run("gc", str(root), "--min-age-seconds", "0")
     assert code == 0 and "staging/g000000-0123456789ab" in report["removed"]
+    assert not report["dry_run"] and report["bytes_freed"] == 4096
+    assert not (root / "staging" / "g000000-0123456789ab").exists()
     config = tmp_path / "config.json"
     config.write_text('{"d_model": 64}')
     out = tmp_path / "export"
@@ -55,3 +65,27 @@ def test_ckpt_commands(tmp_path):
     assert code == 1 and report["checkpoints"][0]["problems"][0]["file"] == "__0_0.distcp"
     code, _ = _run("export", str(root), "--out", str(root / "x"))
     assert code == 2
+
+
+def test_checkpoint_commands_take_a_run_id_prefix(tmp_path):
+    """`ckpt list|inspect` accept a unique prefix of a run id, as `status` does."""
+    store = Store.open(tmp_path)
+    spec = spec_from_mapping(
+        {
+            "name": "prefix",
+            "code": {"entrypoint": "train.py"},
+            "training": {"global_batch_samples": 8, "steps": 2, "optimizer": {"lr": 0.01}},
+        }
+    )
+    run, _ = Controller(store, tmp_path).submit(spec, tmp_path)
+    root = run_paths(tmp_path, run.run_id).checkpoints
+    Checkpointer(str(root), policy=CheckpointSpec(), events=MemorySink()).save(1, make_state(1))
+    prefix = run.run_id[:8]
+    code, listed = _run("list", prefix, "--root", str(tmp_path))
+    assert code == 0 and [c["step"] for c in listed["committed"]] == [1], listed
+    code, shown = _run("inspect", prefix, "--root", str(tmp_path))
+    assert code == 0 and shown["manifest"]["step"] == 1
+    done = runner.invoke(app, ["ckpt", "inspect", prefix, "--root", str(tmp_path)])
+    # readable: fields by name, counters as words, not a Python dict
+    assert done.exit_code == 0 and "tokens_seen 512" in done.output, done.output
+    assert "{" not in done.output and "stored keys" in done.output

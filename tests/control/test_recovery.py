@@ -311,13 +311,19 @@ def test_stale_worker_cannot_publish_or_report(tmp_path):
     assert {e.attributes["rejected_type"] for e in rejected} >= {"STEP_HEALTHY"}
 
 
-def race_two_controllers(tmp_path, run_id, executor_type=LocalExecutor) -> list[str]:
-    """Drive one run from two controllers in two threads; their final states."""
+def race_two_controllers(tmp_path, run_id, executor_type=LocalExecutor, leased=True) -> list[str]:
+    """Drive one run from two controllers in two threads; their final states. `leased=False`
+    reconciles without the run's lease, so both controllers act on the run at once."""
     results = []
 
     def drive():
         controller = Controller(Store.open(tmp_path), tmp_path, executor_type(), poll_seconds=0.1)
-        results.append(controller.drive(run_id).state)
+        if leased:
+            results.append(controller.drive(run_id).state)
+            return
+        while not controller.reconcile(run_id):
+            time.sleep(controller.poll_seconds)
+        results.append(controller.store.get_run(run_id).state)
 
     threads = [threading.Thread(target=drive) for _ in range(2)]
     for t in threads:
@@ -328,7 +334,8 @@ def race_two_controllers(tmp_path, run_id, executor_type=LocalExecutor) -> list[
 
 
 def test_concurrent_threads_never_run_two_groups(tmp_path):
-    """Two controllers racing on one run: generation CAS lets only one launch per generation."""
+    """Two controllers driving one run: one holds its lease and drives it, the other stands by
+    until the run is finished; one launch per generation."""
     store, _, run = start(tmp_path, spec_for(steps=4, every=2))
     assert race_two_controllers(tmp_path, run.run_id) == ["SUCCEEDED", "SUCCEEDED"]
     launched = of_type(store, run.run_id, "WORKER_GROUP_LAUNCHED")
@@ -344,8 +351,12 @@ class SlowLaunch(LocalExecutor):
 
 
 def test_racing_controllers_claim_a_generation_once_and_the_loser_adopts(tmp_path):
+    """Under the run's lease only one controller drives it; the claim on the attempt row is the
+    line behind it that keeps one launch per generation when two act on a run at once anyway
+    (one whose lease lapsed in the middle of a launch): raced here without the lease."""
     store, _, run = start(tmp_path, spec_for(steps=4, every=2))
-    assert race_two_controllers(tmp_path, run.run_id, SlowLaunch) == ["SUCCEEDED", "SUCCEEDED"]
+    outcome = race_two_controllers(tmp_path, run.run_id, SlowLaunch, leased=False)
+    assert outcome == ["SUCCEEDED", "SUCCEEDED"]
     launched = of_type(store, run.run_id, "WORKER_GROUP_LAUNCHED")
     adopted = of_type(store, run.run_id, "WORKER_GROUP_ADOPTED")
     assert len(launched) == 1 and len(adopted) >= 1

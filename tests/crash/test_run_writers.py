@@ -151,14 +151,17 @@ def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
     # recovery passes. The run must outlast every life: `kills` lives of window/2 on average,
     # plus one recovery, with half as much again to spare.
     window = 2 * startup
-    steps = int(kills * window * 0.75 / step_sleep) + 40
+    steps = int(kills * window * 0.75 / step_sleep) + 80
     spec = spec_for(steps=steps, step_sleep=step_sleep)
     reference, _ = Controller(store, tmp_path).submit(spec, tmp_path, idempotency_key="reference")
     uninterrupted = beside(tmp_path, reference.run_id)  # the same spec, never interrupted
     run, _ = Controller(store, tmp_path).submit(spec, tmp_path, idempotency_key="killed")
     landed, rank_killed = 0, False
     log = open(tmp_path / "controller.log", "ab")  # noqa: SIM115 - one log for every life
-    while landed < kills:
+    # The lost rank must land inside the sweep: on a loaded machine the store may not show step 5
+    # before the last planned kill, so the sweep goes on (killing the controller still) until the
+    # rank is lost, and at the latest loses it once every planned kill has landed.
+    while landed < kills or (not rank_killed and landed < 3 * kills):
         life = subprocess.Popen(controller_argv(tmp_path, run.run_id), stdout=log, stderr=log)
         try:
             code = life.wait(timeout=rng.uniform(0.0, window))
@@ -171,7 +174,8 @@ def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
             if patiently(store.get_run, run.run_id).state == "SUCCEEDED":
                 break
         current = patiently(store.get_run, run.run_id)
-        if not rank_killed and landed >= kills // 3 and (current.last_step or 0) >= 5:
+        trained = (current.last_step or 0) >= 5 or landed >= kills
+        if not rank_killed and landed >= kills // 3 and trained:
             # One lost rank, so that later controller kills land in its recovery too.
             for event in patiently(store.events, run.run_id, types=["WORKER_STARTED"]):
                 if event.generation == current.generation and event.attributes["rank"] == 1:
@@ -251,7 +255,7 @@ def test_supervisor_killed_many_times_still_finishes_bitwise_equal(tmp_path):
 
 def test_controller_killed_at_random_times_still_finishes_bitwise_equal(tmp_path):
     summary = controller_kill_sweep(tmp_path, DEFAULT_KILLS, seed=5)
-    assert summary["kills"] == DEFAULT_KILLS and summary["rank_killed"], summary
+    assert summary["kills"] >= DEFAULT_KILLS and summary["rank_killed"], summary
 
 
 @pytest.mark.slow

@@ -4,12 +4,14 @@ PostgreSQL alike."""
 import threading
 
 import pytest
+import sqlalchemy as sa
 
 from runwright.ckpt import LocalFence, PublishOutcome
 from runwright.ckpt.manifest import CommitRecord
 from runwright.errors import NotFoundError, StoreError
 from runwright.layout import run_paths
 from runwright.store import NewEvent, Outcome, Store
+from runwright.store.leases import LeaseOutcome
 
 
 def make_run(store, run_id="run-a", key=None, state="CREATED", root="/nonexistent/root"):
@@ -283,3 +285,53 @@ def test_opening_a_store_at_the_head_does_not_import_alembic(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("revision", ["0001", "0100_server"])
+def test_a_store_at_an_older_schema_upgrades_and_keeps_its_runs(store_url, revision):
+    """A store main created before run leases (at 0100_server, or the first schema) upgrades on
+    open: its runs are kept, and the lease migration (0101_run_leases, after 0100_server)
+    gives them leases that any controller may take."""
+    from alembic import command
+    from alembic.config import Config
+
+    from runwright.store.engine import MIGRATIONS_DIR, schema_head
+
+    engine = sa.create_engine(store_url)
+    with engine.begin() as conn:
+        config = Config()
+        config.set_main_option("script_location", str(MIGRATIONS_DIR))
+        config.attributes["connection"] = conn
+        command.upgrade(config, revision)
+        old_runs = sa.Table("runs", sa.MetaData(), autoload_with=conn)
+        assert not sa.inspect(conn).has_table("run_leases")
+        conn.execute(
+            old_runs.insert().values(
+                run_id="run-old",
+                name="t",
+                spec_hash="h" * 64,
+                spec={"name": "t"},
+                plan={},
+                generation=0,
+                state="CREATED",
+                workdir="/w",
+                root="/r",
+                created_unix_s=1.0,
+                updated_unix_s=1.0,
+            )
+        )
+    engine.dispose()
+    s = Store(store_url)
+    try:
+        with s.engine.connect() as conn:
+            assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == (
+                schema_head()
+            )
+        assert schema_head() == "0101_run_leases"
+        run = s.get_run("run-old")
+        assert run.name == "t" and run.project == "default"
+        lease, _ = s.leases.get("run-old")
+        assert lease is None  # nobody holds it: the first controller's pass takes it
+        assert s.leases.acquire("run-old", "c:1:a", 30.0).outcome is LeaseOutcome.ACQUIRED
+    finally:
+        s.close()

@@ -3,7 +3,7 @@
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runwright.access.base import AccessBase
 from runwright.access.redaction import event_view, report_view, summary_view, worker_text
@@ -11,6 +11,9 @@ from runwright.access.roles import Permission
 from runwright.errors import NotFoundError, RunwrightError, SpecError
 from runwright.events import EventType
 from runwright.spec import JobSpec, spec_from_mapping
+
+if TYPE_CHECKING:  # imported where used: the CLI's read commands never load the controller
+    from runwright.control.controller import Controller
 
 QUEUE_LIMIT = 10_000
 FOLLOW_POLL_SECONDS = 0.5
@@ -128,11 +131,14 @@ class RunActions(AccessBase):
         idempotency_key: str | None = None,
         workdir: Path | None = None,
         source: str = "<submitted spec>",
+        controller: "Controller | None" = None,
     ) -> dict[str, Any]:
         """Record a run in the actor's project (not started here: a controller drives it).
         `workdir` is the spec file's folder for a CLI on the store; through the server the
         spec has no folder, and relative paths resolve against the server's root. The same
-        idempotency key within a project returns the existing run."""
+        idempotency key within a project returns the existing run. `controller` is the CLI's
+        foreground controller: it holds the new run's lease from the transaction that creates
+        it, so a daemon sharing the store cannot take the run before it drives it."""
         from runwright.control.controller import Controller
         from runwright.govern.preflight import check_spec
 
@@ -166,10 +172,16 @@ class RunActions(AccessBase):
             raise
         # Keys are namespaced by project, so one project's key never returns another's run.
         key = f"{project}/{idempotency_key}" if idempotency_key is not None else None
-        controller = Controller(self.store, self.root, pools_file=self.pools_file)
+        holding = controller is not None
+        controller = controller or Controller(self.store, self.root, pools_file=self.pools_file)
         try:
             run, created = controller.submit(
-                spec, workdir or self.root, key, project=project, submitted_by=self.actor.name
+                spec,
+                workdir or self.root,
+                key,
+                project=project,
+                submitted_by=self.actor.name,
+                hold=holding,
             )
         except RunwrightError as exc:  # the spec's pool can never place it (PlacementError)
             self.record("run.submit", outcome="failed", detail=str(exc), parameters=params)

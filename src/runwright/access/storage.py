@@ -99,9 +99,31 @@ class StorageActions(AccessBase):
         from runwright.ckpt import inventory as inv
 
         if self.actor.project is None:
+            target = self._run_folder_name(target)
             return inv.checkpoint_target(target, self.root if self.root_given else None)
         run = self.run(target, action)
         return inv.checkpoint_root(run.run_id, run.root), None
+
+    def _run_folder_name(self, target: str) -> str:
+        """`target` itself, or the one run under the root whose id it is a prefix of (run ids
+        may be shortened here as in `status`). Read from `<root>/runs/`, not the store: a
+        read-only command on a folder creates no store, and a copied root works as well."""
+        try:
+            validate_run_id(target)
+            if not self.root_given and Path(target).is_dir():
+                return target  # a folder here, as checkpoint_target reads it
+            runs = self.root / "runs"
+            if (runs / target).is_dir() or not runs.is_dir():
+                return target
+            matches = [p.name for p in runs.iterdir() if p.name.startswith(target)]
+        except (ValueError, OSError):
+            return target  # not a run id: a folder path or URL, judged by checkpoint_target
+        if len(matches) > 1:
+            raise NotFoundError(
+                f"run id prefix {target!r} is ambiguous ({', '.join(sorted(matches)[:3])}, ...); "
+                "give more of it"
+            )
+        return matches[0] if matches else target
 
     def _audits(self, target: str) -> bool:
         """Whether a checkpoint change on `target` has an audit log to go to: always through
@@ -147,11 +169,18 @@ class StorageActions(AccessBase):
         report = inv.verify(folder, ref, mode, advance, total)
         return report.model_dump(mode="json") | {"ok": report.ok}
 
-    def ckpt_gc(self, target: str, min_age_seconds: float, max_entries: int) -> dict[str, Any]:
+    def ckpt_gc(
+        self, target: str, min_age_seconds: float, max_entries: int, dry_run: bool = False
+    ) -> dict[str, Any]:
         from runwright.ckpt import inventory as inv
 
         action = "checkpoint.gc"
         folder, _ = self.checkpoint_root(target, action)
+        if dry_run:
+            # Reading what a pass would remove changes nothing: no permission, no audit entry.
+            return inv.collect(folder, min_age_seconds, max_entries, dry_run=True).model_dump(
+                mode="json"
+            )
         params = {"min_age_seconds": min_age_seconds, "max_entries": max_entries}
         self.require(
             Permission.MANAGE_CHECKPOINTS,

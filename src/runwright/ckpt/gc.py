@@ -72,6 +72,8 @@ class GcReport(Record):
     bound, or not something GC can classify)."""
     failed: dict[str, str] = Field(default_factory=dict)
     """Entries that could not be inspected or removed -> the error; the pass went on."""
+    dry_run: bool = False
+    """Nothing was removed: `removed` and `bytes_freed` say what a real pass would do."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -280,8 +282,10 @@ def collect_residue(
     in_flight: frozenset[str] = frozenset(),
     max_entries: int = 64,
     latest_step: int | None = None,
+    dry_run: bool = False,
 ) -> GcReport:
-    """One bounded pass: remove what `find_residue` marks removable, report the rest."""
+    """One bounded pass: remove what `find_residue` marks removable, report the rest. A dry
+    run removes nothing and reports what it would remove and free."""
     found, failed = find_residue(
         storage,
         current_generation=current_generation,
@@ -300,12 +304,22 @@ def collect_residue(
             kept[item.path] = f"over the per-call bound of {max_entries}; run gc again"
             continue
         try:
-            freed += _remove(storage, storage.path(item.path), item.kind)
+            path = storage.path(item.path)
+            if dry_run:
+                freed += _size(storage, path, item.kind)
+            else:
+                freed += _remove(storage, path, item.kind)
         except (OSError, CheckpointError) as exc:
             failed[item.path] = _error(exc)
             continue
         removed[item.path] = item.reason
-    return GcReport(removed=removed, bytes_freed=freed, kept=kept, failed=failed)
+    return GcReport(removed=removed, bytes_freed=freed, kept=kept, failed=failed, dry_run=dry_run)
+
+
+def _size(storage: CheckpointStorage, path: str, kind: EntryKind) -> int:
+    if kind == "folder":
+        return storage.tree_bytes(path)
+    return os.lstat(path).st_size if storage.is_local else storage.size_bytes(path)
 
 
 def _remove(storage: CheckpointStorage, path: str, kind: EntryKind) -> int:

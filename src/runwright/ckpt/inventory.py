@@ -360,7 +360,9 @@ def _require_checkpoint_root(storage: CheckpointStorage) -> None:
     )
 
 
-def collect(root: str, min_age_seconds: float, max_entries: int) -> GcReport:
+def collect(
+    root: str, min_age_seconds: float, max_entries: int, *, dry_run: bool = False
+) -> GcReport:
     if not (math.isfinite(min_age_seconds) and min_age_seconds >= 0):
         raise CheckpointError(
             f"min_age_seconds must be a finite number >= 0, not {min_age_seconds}"
@@ -377,6 +379,7 @@ def collect(root: str, min_age_seconds: float, max_entries: int) -> GcReport:
         min_age_seconds=min_age_seconds,
         max_entries=max_entries,
         latest_step=latest.step if fence and (latest := fence.latest()) else None,
+        dry_run=dry_run,
     )
 
 

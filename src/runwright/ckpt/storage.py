@@ -319,24 +319,35 @@ class CheckpointStorage:
             if self.is_local:
                 fsync_dir(os.path.dirname(path))
 
+    def tree_bytes(self, path: str) -> int:
+        """Bytes of the files under the folder `path` (a link counts nothing: removing it frees
+        nothing); 0 if it does not exist."""
+        if not self.fs.exists(path):
+            return 0
+        if not self.is_local:
+            return sum(int(i.get("size") or 0) for i in self.fs.find(path, detail=True).values())
+        if os.path.islink(path):
+            return 0
+        total = 0
+        for dirpath, _dirs, files in os.walk(path):
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.lstat(os.path.join(dirpath, name)).st_size
+        return total
+
     def remove_tree(self, path: str) -> int:
         """Delete a folder inside the root; returns bytes freed. Idempotent."""
         if not self.contains(path):
             raise CheckpointError(f"refusing to remove {path}: it is outside {self.root}")
         if not self.fs.exists(path):
             return 0
-        freed = 0
+        freed = self.tree_bytes(path)
         if self.is_local:
             if os.path.islink(path):
                 os.unlink(path)
                 return 0
-            for dirpath, _dirs, files in os.walk(path):
-                for name in files:
-                    with contextlib.suppress(FileNotFoundError):
-                        freed += os.lstat(os.path.join(dirpath, name)).st_size
             shutil.rmtree(path, ignore_errors=True)
             fsync_dir(os.path.dirname(path))
             return freed
-        freed = sum(int(i.get("size") or 0) for i in self.fs.find(path, detail=True).values())
         self.fs.rm(path, recursive=True)
         return freed

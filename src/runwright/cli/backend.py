@@ -17,6 +17,7 @@ from runwright.errors import RunwrightError
 if TYPE_CHECKING:
     from runwright.access.service import Access
     from runwright.cli.remote import RemoteBackend
+    from runwright.control.controller import Controller
     from runwright.events import EventRecord
 
 SERVER_ENV = "RUNWRIGHT_SERVER"
@@ -63,20 +64,24 @@ def drive(
     backend: "Access | RemoteBackend",
     run_id: str,
     on_event: "Callable[[EventRecord], None] | None" = None,
+    controller: "Controller | None" = None,
 ) -> dict[str, Any]:
     """`submit` in the foreground: locally, drive the run here (this process is its controller,
-    as `torchrun` is); through a server, follow its events while the server's controller drives
-    it. Either way Ctrl-C cancels the run and waits for it to wind down. The run's summary, as
+    as `torchrun` is: `controller`, the one that submitted the run holding its lease, or a new
+    one); through a server, follow its events while the server's controller drives it. Either
+    way Ctrl-C cancels the run and waits for it to wind down. The run's summary, as
     `status --json` gives it, once it has finished."""
     if not backend.remote:
-        from runwright.control.controller import Controller
+        if controller is None:
+            from runwright.control.controller import Controller
 
-        Controller(
-            backend.store,  # type: ignore[union-attr]
-            backend.root,  # type: ignore[union-attr]
-            on_event=on_event,
-            pools_file=backend.pools_file,  # type: ignore[union-attr]
-        ).drive(run_id)
+            controller = Controller(
+                backend.store,  # type: ignore[union-attr]
+                backend.root,  # type: ignore[union-attr]
+                on_event=on_event,
+                pools_file=backend.pools_file,  # type: ignore[union-attr]
+            )
+        controller.drive(run_id)
         return backend.status(run_id)
     from runwright.events import EventRecord
 

@@ -80,14 +80,66 @@ def inspect(
         print_json(answer)
         return
     manifest = CheckpointManifest.model_validate(answer["manifest"])
-    console.print(
-        f"[bold]{answer['folder']}[/] step {manifest.step}, generation {manifest.generation}, "
-        f"world size {manifest.world_size} {manifest.parallel_layout}, "
-        f"{manifest.total_bytes / 2**20:.1f} MiB in {len(manifest.files)} files, "
-        f"health {manifest.health.value}, loss {manifest.loss_at_save}, "
-        f"parent {manifest.parent_checkpoint_id}, data cursor {manifest.data_cursor}"
-    )
-    console.print(f"{len(manifest.logical_keys)} logical keys; counters {manifest.counters}")
+    console.print(_overview(answer["folder"], manifest))
+    console.print(_state_groups(manifest))
+
+
+def _words(mapping: dict) -> str:
+    """`{"dp": 2, "tp": 1}` as `dp 2, tp 1`: what a reader scans, not a Python literal."""
+    return ", ".join(f"{key} {value}" for key, value in mapping.items()) or "-"
+
+
+def _overview(folder: str, manifest: CheckpointManifest) -> Table:
+    import datetime
+
+    created = datetime.datetime.fromtimestamp(manifest.created_unix_seconds, datetime.UTC)
+    table = Table(title=f"checkpoint {folder}", show_header=False, title_justify="left")
+    table.add_column("field", style="bold")
+    table.add_column("value", overflow="fold")
+    loss = "-" if manifest.loss_at_save is None else f"{manifest.loss_at_save:.6g}"
+    largest = max((f.size_bytes for f in manifest.files), default=0)
+    rows = [
+        ("step", str(manifest.step)),
+        ("generation", str(manifest.generation)),
+        ("created", created.strftime("%Y-%m-%d %H:%M:%S UTC")),
+        ("health", manifest.health.value),
+        ("loss at save", loss),
+        ("world size", f"{manifest.world_size} ranks ({_words(manifest.parallel_layout)})"),
+        (
+            "size",
+            f"{manifest.total_bytes / 2**20:.1f} MiB in {len(manifest.files)} files "
+            f"(largest {largest / 2**20:.1f} MiB, {manifest.checksum_algorithm} each)",
+        ),
+        ("parent", manifest.parent_checkpoint_id or "- (the run's first)"),
+        ("spec hash", manifest.spec_hash or "-"),
+        ("dataset", manifest.data_manifest_id or "-"),
+        ("tokenizer hash", manifest.tokenizer_hash or "-"),
+        ("counters", _words(manifest.counters)),
+        ("data cursor", _words(manifest.data_cursor or {})),
+        ("RNG streams", f"ranks {manifest.rng_ranks}" if manifest.rng_ranks else "-"),
+        ("timings", ", ".join(f"{k} {v:.2f} s" for k, v in manifest.timings_seconds.items())),
+        ("torch", manifest.torch_version),
+    ]
+    for field, value in rows:
+        table.add_row(field, escape(value or "-"))
+    return table
+
+
+def _state_groups(manifest: CheckpointManifest) -> Table:
+    """The stored state by its top-level name (model, optim, data...): keys, tensors, values."""
+    groups: dict[str, list[int]] = {}
+    for key, entry in manifest.logical_keys.items():
+        counts = groups.setdefault(key.split(".", 1)[0], [0, 0, 0])
+        counts[0] += 1
+        if entry.kind == "tensor":
+            counts[1] += 1
+            counts[2] += math.prod(entry.shape or [])
+    table = Table(title=f"{len(manifest.logical_keys)} stored keys", title_justify="left")
+    for column in ("state", "keys", "tensors", "elements"):
+        table.add_column(column, justify="left" if column == "state" else "right")
+    for name, (keys, tensors, elements) in sorted(groups.items()):
+        table.add_row(escape(name), str(keys), str(tensors), f"{elements:,}")
+    return table
 
 
 @app.command()
@@ -156,19 +208,26 @@ def gc(
         ),
     ] = 3600.0,
     max_entries: Annotated[int, typer.Option(min=1, help="Remove at most this many entries.")] = 64,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Remove nothing; say what would be removed.")
+    ] = False,
     root: Path | None = RootOption,
     json_out: Json = False,
 ) -> None:
     """Remove staging residue (never a committed checkpoint, never outside the run)."""
-    report = open_backend(root, None).ckpt_gc(target, min_age_seconds, max_entries)
+    report = open_backend(root, None).ckpt_gc(target, min_age_seconds, max_entries, dry_run)
     if json_out:
         print_json(report)
         return
+    verb = "would remove" if dry_run else "removed"
     for path, reason in report["removed"].items():
-        console.print(f"removed {path}: {reason}")
+        console.print(f"{verb} {escape(path)}: {escape(reason)}", highlight=False)
     for path, reason in report["kept"].items():
-        console.print(f"kept {path}: {reason}")
-    console.print(f"{report['bytes_freed'] / 2**20:.1f} MiB freed")
+        console.print(f"kept {escape(path)}: {escape(reason)}", highlight=False)
+    for path, error in report.get("failed", {}).items():
+        console.print(f"[bold red]failed:[/] {escape(path)}: {escape(error)}", highlight=False)
+    mib = report["bytes_freed"] / 2**20
+    console.print(f"{mib:.1f} MiB would be freed (dry run)" if dry_run else f"{mib:.1f} MiB freed")
 
 
 @app.command()

@@ -240,8 +240,10 @@ class RemoteBackend:
         body = {"checkpoint": checkpoint, "mode": mode}
         return self._call("POST", f"/v1/runs/{_segment(target)}/checkpoints/verify", json=body)
 
-    def ckpt_gc(self, target: str, min_age_seconds: float, max_entries: int) -> dict[str, Any]:
-        body = {"min_age_seconds": min_age_seconds, "max_entries": max_entries}
+    def ckpt_gc(
+        self, target: str, min_age_seconds: float, max_entries: int, dry_run: bool = False
+    ) -> dict[str, Any]:
+        body = {"min_age_seconds": min_age_seconds, "max_entries": max_entries, "dry_run": dry_run}
         return self._call("POST", f"/v1/runs/{_segment(target)}/checkpoints/gc", json=body)
 
     def ckpt_export(

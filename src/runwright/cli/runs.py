@@ -5,6 +5,7 @@ so `status`, `list` and `events` start fast (tests/cli/test_startup.py)."""
 
 import difflib
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -25,6 +26,7 @@ from runwright.cli.options import (
     run_id_argument,
 )
 from runwright.cli.render import console, guarded, print_json, print_unclipped
+from runwright.control.leasing import LEASE_SECONDS
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line
 from runwright.errors import RunwrightError
@@ -41,6 +43,20 @@ MAX_KEY_CHARS = 200
 MAX_REASON_CHARS = 2000
 """Longest cancel reason recorded with a run."""
 EVENT_TYPES = [str(t) for t in EventType]
+MIN_LEASE_SECONDS = 1.0
+"""Shortest controller lease: it is renewed every pass (0.2 s apart), and a lease much shorter
+than a busy machine's slowest pass would change hands while its holder is alive."""
+MAX_LEASE_SECONDS = 3600.0
+LeaseOption = typer.Option(
+    LEASE_SECONDS,
+    "--lease-seconds",
+    min=MIN_LEASE_SECONDS,
+    max=MAX_LEASE_SECONDS,
+    help="How long this controller's lease of each run it drives lasts unless renewed (every "
+    "pass). Another controller sharing the store takes a run over this long after its "
+    "controller died; a controller that stops cleanly hands its runs over at once. Through "
+    "--server, the server's controller decides.",
+)
 
 
 def _event_types(values: list[str]) -> list[str]:
@@ -73,6 +89,7 @@ def submit(
     ),
     detach: bool = typer.Option(False, "--detach", help="Run the controller in the background."),
     pools: Path | None = PoolsOption,
+    lease_seconds: float = LeaseOption,
     overrides: list[str] = SetOption,
     root: Path | None = RootOption,
     store: str | None = StoreOption,
@@ -88,15 +105,30 @@ def submit(
 
     spec = load_spec(spec_file, overrides)
     be = open_backend(root, store, pools)
+    progress = SubmitProgress(console, spec.plan.total_steps.value)
+    # Locally in the foreground this process is the run's controller, and holds the new run's
+    # lease from the transaction that creates it; a detached one leaves it to the controller
+    # it starts, a server's to the server's controller.
+    controller = None
+    if not be.remote and not detach:
+        from runwright.control.controller import Controller
+
+        controller = Controller(
+            be.store,  # type: ignore[union-attr]
+            be.root,
+            on_event=None if json_out else progress.on_event,
+            lease_seconds=lease_seconds,
+            pools_file=be.pools_file,  # type: ignore[union-attr]
+        )
     # --- server seam: the backend records the run (locally, or through --server) ---
     submitted = be.submit(
         spec,
         idempotency_key=idempotency_key,
         workdir=None if be.remote else spec_file.resolve().parent,
         source=str(spec_file),
+        **({"controller": controller} if controller is not None else {}),
     )
     run_id, state = submitted["run_id"], submitted["state"]
-    progress = SubmitProgress(console, spec.plan.total_steps.value)
     if not submitted["created"]:
         if json_out:
             print_json({"run_id": run_id, "created": False, "state": state})
@@ -125,6 +157,8 @@ def submit(
                 run_id,
                 "--root",
                 str(resolved),
+                "--lease-seconds",
+                str(lease_seconds),
             ]
             if store:
                 argv += ["--store", store]
@@ -156,7 +190,7 @@ def submit(
     if not json_out:
         console.print(f"run {run_id} (spec {spec.spec_hash[:12]})")
     with progress:
-        final = drive(be, run_id, None if json_out else progress.on_event)
+        final = drive(be, run_id, None if json_out else progress.on_event, controller)
     if json_out:
         print_json(final)
     else:
@@ -203,16 +237,27 @@ def controller_cmd(
     ),
     daemon: bool = typer.Option(False, "--daemon", help="Keep watching for new runs."),
     pools: Path | None = PoolsOption,
+    lease_seconds: float = LeaseOption,
     root: Path | None = RootOption,
     store: str | None = StoreOption,
 ) -> None:
     """Run the controller: reconcile runs from the store (what `submit --detach` starts). A
     restarted controller adopts live worker groups and kills orphans of older generations; a
-    run placed through a pool keeps that pool's executor whatever --pools says now."""
+    run placed through a pool keeps that pool's executor whatever --pools says now.
+    Several controllers may share one store (on several hosts): each run is driven by the one
+    holding its lease, and the others stand by to take it over if that one dies. SIGTERM stops
+    this controller cleanly: it hands its runs over and leaves their workers running."""
     resolved, st = open_store(root, store, ride_out_outage=True)
     from runwright.control.controller import Controller
 
-    controller = Controller(st, resolved, on_event=_printer(False), pools_file=pools)
+    controller = Controller(
+        st,
+        resolved,
+        on_event=_printer(False),
+        lease_seconds=lease_seconds,
+        pools_file=pools,
+    )
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if run_id is not None:
         controller.drive(run_id)
         return
@@ -225,6 +270,13 @@ def controller_cmd(
         )
         return
     console.print(f"{len(finished)} run(s) reached a terminal state")
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM unwinds the controller (its `finally` hands the leases back), unlike the default
+    action, which ends the process on the spot. Not KeyboardInterrupt: to `drive` that means
+    cancel the run."""
+    raise SystemExit(128 + signum)
 
 
 @app.command()

@@ -10,8 +10,15 @@ repeated by a restarted controller is harmless: it adopts a live group of the cu
 and kills any group of an older one. For the same reason a pass that the store breaks off (locked,
 busy, unreachable) is simply abandoned and retried after a backoff (outage.py): the workers keep
 reporting into their channel, which is read from where the last pass stopped.
+
+Several controllers may share one store: each run is driven by the holder of its lease
+(leasing.py). `drive` and `drive_all` pass over a run only under its lease, every store write of
+the pass is refused once the lease is no longer this controller's, and a run whose lease another
+live controller holds is left to it (this one stands by and takes it over when that lease is
+released or runs out).
 """
 
+import logging
 import socket
 import time
 import uuid
@@ -25,6 +32,13 @@ from runwright.control.budget import usage_of
 from runwright.control.executors.protocol import Executor
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
+from runwright.control.leasing import (
+    LEASE_SECONDS,
+    ControllerLeases,
+    LeaseGuardedExecutor,
+    PassOutcome,
+    describe_lease,
+)
 from runwright.control.outage import Outage, OutageRider
 from runwright.control.pools import PoolExecutors, PoolsError
 from runwright.control.recovery import RecoverySequence, skip_ranges
@@ -32,7 +46,7 @@ from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
-from runwright.errors import PlacementError
+from runwright.errors import LeaseLostError, PlacementError
 from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.protocol import (
@@ -43,9 +57,11 @@ from runwright.protocol import (
     write_stop_request,
 )
 from runwright.spec import JobSpec, spec_from_mapping
-from runwright.store import EventRecord, Outcome, RunRecord, Store
+from runwright.store import EventRecord, Outcome, RunRecord, Store, is_transient
+from runwright.store.leases import Lease, LeaseOutcome, LeaseResult
 from runwright.store.store import DEFAULT_PROJECT
 
+log = logging.getLogger(__name__)
 T = TypeVar("T")
 UNFINISHED = [s for s in RunState if s not in TERMINAL]
 LAUNCH_CLAIM_SECONDS = 30.0
@@ -83,11 +99,17 @@ class Controller:
         executor: Executor | None = None,
         poll_seconds: float = 0.2,
         on_event: Callable[[EventRecord], None] | None = None,
+        lease_seconds: float = LEASE_SECONDS,
         pools_file: Path | None = None,
     ) -> None:
         self.store = store
         self.root = root
-        self.executors = PoolExecutors(root, pools_file, executor)
+        self.leases = ControllerLeases(store, lease_seconds)
+        # Guarded: no process of a run is started or ended (no Slurm job submitted or cancelled)
+        # once its lease may have run out.
+        self.executors = PoolExecutors(
+            root, pools_file, executor, guard=lambda inner: LeaseGuardedExecutor(inner, self.leases)
+        )
         self.executor: Executor = self.executors.default
         """The executor of runs that name no pool of their own (the `default` pool's)."""
         self.poll_seconds = poll_seconds
@@ -110,6 +132,10 @@ class Controller:
         self._claims: dict[str, tuple[int, float]] = {}
         """run id -> (generation, monotonic deadline) while another controller's claimed launch
         of that generation is expected."""
+        self._standing_by: dict[str, tuple[str | None, int]] = {}
+        """run id -> (holder, epoch) of the other controller's lease this one was told of."""
+        self._takeovers: dict[str, LeaseResult] = {}
+        """run id -> the take of another controller's lease, until its event is recorded."""
 
     # -- entry points ---------------------------------------------------------------------------
 
@@ -121,13 +147,17 @@ class Controller:
         *,
         project: str = DEFAULT_PROJECT,
         submitted_by: str | None = None,
+        hold: bool = False,
     ) -> tuple[RunRecord, bool]:
         """Record a run; the same idempotency key returns the existing run and starts nothing.
         `project` and `submitted_by` say whose run it is (the shared server's access control).
-        PlacementError (no run recorded) when the spec's pool can never place it."""
+        `hold` makes this controller the new run's lease holder in the same transaction, so a
+        daemon cannot take it between the submit and this controller's `drive`. PlacementError
+        (no run recorded) when the spec's pool can never place it."""
         refusal = self.executors.for_spec(spec).refusal(spec)
         if refusal is not None:
             raise PlacementError(f"no run was recorded: {refusal}")
+        leases = self.leases
         run, created = self.store.create_run(
             run_id=new_run_id(spec),
             name=spec.name,
@@ -140,7 +170,10 @@ class Controller:
             idempotency_key=idempotency_key,
             project=project,
             submitted_by=submitted_by,
+            lease=(leases.holder, leases.node, leases.lease_seconds) if hold else None,
         )
+        if created and hold:
+            leases.take_if_free(run.run_id, None, 0.0)  # the lease is ours: this loads its token
         if created:
             self.journal.record(
                 run,
@@ -154,41 +187,60 @@ class Controller:
 
     def drive(self, run_id: str) -> RunRecord:
         """Reconcile until the run is terminal and its workers are gone (`run_id` may be a unique
-        prefix). Ctrl-C cancels. A store outage is ridden out, however long it lasts."""
+        prefix). Ctrl-C cancels. A store outage is ridden out, however long it lasts. While
+        another live controller holds the run's lease, this one says so, shows the run's events
+        and stands by: it takes the run over if that lease is released or runs out, and returns
+        once the run is finished, by whichever controller. Leaving hands the lease back."""
         # get_run takes the prefix too, so an outage before the id is resolved is still recorded.
         run_id = self._riding(lambda: self.store.get_run(run_id).run_id, [run_id])
         runs = [run_id]
         try:
-            while not self._riding(lambda: self.reconcile(run_id), runs):
-                time.sleep(self.poll_seconds)
-        except KeyboardInterrupt:
-            from runwright.control.cancel import request_cancel
+            try:
+                while not self._riding(lambda: self._drive_pass(run_id), runs):
+                    time.sleep(self.poll_seconds)
+            except KeyboardInterrupt:
+                from runwright.control.cancel import request_cancel
 
-            why = "interrupted by the user (Ctrl-C)"
-            self._riding(lambda: request_cancel(self.store, run_id, why), runs)
-            while not self._riding(lambda: self.reconcile(run_id), runs):
-                time.sleep(self.poll_seconds)
-        self._riding(lambda: self._emit(run_id), runs)
-        return self._riding(lambda: self.store.get_run(run_id), runs)
+                why = "interrupted by the user (Ctrl-C)"
+                self._riding(lambda: request_cancel(self.store, run_id, why), runs)
+                while not self._riding(lambda: self._drive_pass(run_id), runs):
+                    time.sleep(self.poll_seconds)
+            self._riding(lambda: self._emit(run_id), runs)
+            return self._riding(lambda: self.store.get_run(run_id), runs)
+        finally:
+            self._release_leases()
 
     def drive_all(self, *, until_idle: bool = True) -> list[str]:
         """Pick up every unfinished run in the store where its records say it is, and reconcile
-        them all until none is left (or forever, as a daemon). Stopping this controller leaves the
-        workers running; the next controller adopts them. A store outage is ridden out."""
+        them all until none is left (or forever, as a daemon). Runs another live controller
+        holds the lease of are left to it; this one takes each over if its lease is released or
+        runs out. Stopping this controller leaves the workers running and hands its leases back,
+        so the next controller adopts them at once. A store outage is ridden out."""
         active: set[str] = set()
         finished: list[str] = []
-        while True:
-            self._riding(lambda: self._sweep(active, finished), active)
-            if not active and until_idle:
-                return finished
-            time.sleep(self.poll_seconds)
+        try:
+            while True:
+                self._riding(lambda: self._sweep(active, finished), active)
+                if not active and until_idle:
+                    return finished
+                time.sleep(self.poll_seconds)
+        finally:
+            self._release_leases()
 
     def _sweep(self, active: set[str], finished: list[str]) -> None:
-        """One pass over every unfinished run. `active` and `finished` change run by run, so a
-        sweep the store breaks off keeps what it did."""
-        active.update(r.run_id for r in self.store.list_runs(limit=100_000, states=UNFINISHED))
+        """One pass over every unfinished run, each under its lease. `active` and `finished`
+        change run by run, so a sweep the store breaks off keeps what it did."""
+        listed = {r.run_id for r in self.store.list_runs(limit=100_000, states=UNFINISHED)}
+        active.update(listed)
+        for lost in self.leases.renew():
+            self._drop(lost)
+        others, now = self.store.leases.snapshot([r for r in active if not self.leases.holds(r)])
         for run_id in sorted(active):
-            if self.reconcile(run_id):
+            if not self.leases.holds(run_id) and not self._take(run_id, others.get(run_id), now):
+                if run_id not in listed:
+                    active.discard(run_id)  # terminal: its holder winds it down
+                continue
+            if self._leased_pass(run_id) is PassOutcome.FINISHED:
                 active.discard(run_id)
                 finished.append(run_id)
 
@@ -523,10 +575,124 @@ class Controller:
 
     def _record_outage(self, run_ids: Collection[str], outage: Outage) -> None:
         for run_id in sorted(run_ids):
-            run = self.store.get_run(run_id)
-            if RunState(run.state) in TERMINAL and self.logs.of(run_id).finished:
-                continue  # RUN_FINISHED stays the last event of a finished run's log
-            self.journal.store_unavailable(run, outage)
+            if not self.leases.holds(run_id):
+                continue  # another controller drives it, and records its own view
+            try:
+                with self.leases.fenced(run_id):
+                    run = self.store.get_run(run_id)
+                    if RunState(run.state) in TERMINAL and self.logs.of(run_id).finished:
+                        continue  # RUN_FINISHED stays the last event of a finished run's log
+                    self.journal.store_unavailable(run, outage)
+            except LeaseLostError as exc:
+                self._drop(run_id, exc)
+
+    # -- leases (leasing.py) --------------------------------------------------------------------
+
+    def _drive_pass(self, run_id: str) -> bool:
+        """`drive`'s pass: renew or take the run's lease and reconcile under it, or stand by.
+        True once the run is finished (by this controller or the one that holds it)."""
+        for lost in self.leases.renew():
+            self._drop(lost)
+        if not self.leases.holds(run_id):
+            lease, now = self.store.leases.get(run_id)
+            if not self._take(run_id, lease, now):
+                self._emit(run_id)
+                run = self.store.get_run(run_id)
+                return RunState(run.state) in TERMINAL and self.logs.of(run_id).finished
+        return self._leased_pass(run_id) is PassOutcome.FINISHED
+
+    def _take(self, run_id: str, lease: Lease | None, now_unix_s: float) -> bool:
+        """Take the run's lease unless another live controller holds it (then say so, once per
+        holder, and stand by). A takeover is recorded in the run's log."""
+        result = self.leases.take_if_free(run_id, lease, now_unix_s)
+        if result is None or result.outcome is LeaseOutcome.HELD:
+            held = result.lease if result is not None else lease
+            assert held is not None
+            if self._standing_by.get(run_id) != (held.holder, held.epoch):
+                self._standing_by[run_id] = (held.holder, held.epoch)
+                log.warning(
+                    "run %s is %s; this controller stands by and takes it over if that lease "
+                    "is handed back or runs out",
+                    run_id,
+                    describe_lease(held, result.db_now_unix_s if result else now_unix_s),
+                )
+            return False
+        self._standing_by.pop(run_id, None)
+        if result.outcome is LeaseOutcome.TAKEN_OVER:
+            reason, uncontrolled_seconds = _takeover_reason(result)
+            log.warning(
+                "took run %s over from controller %s (%s; %.1f s without a controller), epoch %d",
+                run_id,
+                result.previous.holder,
+                reason,
+                uncontrolled_seconds,
+                result.lease.epoch,
+            )
+            self._takeovers[run_id] = result  # recorded by the next pass, under the new lease
+        return self.leases.holds(run_id)
+
+    def _record_takeover(self, result: LeaseResult) -> None:
+        """CONTROLLER_TAKEOVER: who held the run, why it was free, how long it went without a
+        controller (database clock). The pass then adopts the run where its records say."""
+        run = self.store.get_run(result.lease.run_id)
+        if RunState(run.state) in TERMINAL and self.logs.of(run.run_id).finished:
+            return  # RUN_FINISHED stays the last event of a finished run's log
+        reason, uncontrolled_seconds = _takeover_reason(result)
+        self.journal.record(
+            run,
+            EventType.CONTROLLER_TAKEOVER,
+            op=f"epoch{result.lease.epoch}",
+            per_step=False,
+            old_holder=result.previous.holder,
+            new_holder=result.lease.holder,
+            epoch=result.lease.epoch,
+            reason=reason,
+            uncontrolled_seconds=round(uncontrolled_seconds, 3),
+            old_lease_seconds=result.previous.lease_seconds,
+        )
+
+    def _leased_pass(self, run_id: str) -> PassOutcome:
+        """One reconcile pass under the run's lease. A write or act the lease no longer allows
+        is refused before it happens (LeaseLostError): the run is dropped, nothing of the pass
+        is written after that, and its workers are left to the lease's holder."""
+        for lost in self.leases.renew_if_due():
+            self._drop(lost)
+        if not self.leases.holds(run_id):
+            return PassOutcome.LOST
+        try:
+            with self.leases.fenced(run_id):
+                if run_id in self._takeovers:
+                    self._record_takeover(self._takeovers[run_id])
+                    del self._takeovers[run_id]
+                done = self.reconcile(run_id)
+        except LeaseLostError as exc:
+            self._drop(run_id, exc)
+            return PassOutcome.LOST
+        if not done:
+            return PassOutcome.PASSED
+        self.leases.release([run_id])
+        return PassOutcome.FINISHED
+
+    def _drop(self, run_id: str, why: Exception | None = None) -> None:
+        """Forget what this controller knew of a run whose lease it lost: whoever drives it
+        next (this one included, after a new take) starts from the records."""
+        log.warning("%s", why or f"controller {self.leases.holder} lost the lease of run {run_id}")
+        self.leases.forget(run_id)
+        self._takeovers.pop(run_id, None)
+        self._sup.pop(run_id, None)
+        self._ingest.pop(run_id, None)
+        self._orphans_checked.discard(run_id)
+        self._forget(run_id)
+
+    def _release_leases(self) -> None:
+        """Hand back every lease held, so other controllers take the runs at once; if the store
+        cannot be reached, the leases run out by themselves."""
+        try:
+            self.leases.release()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            log.warning("could not hand the leases back (%s); they run out by themselves", exc)
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -552,3 +718,13 @@ class Controller:
         for event in self.store.events(run_id, after_seq=self._seen_seq.get(run_id, 0)):
             self._seen_seq[run_id] = event.seq
             self.on_event(event)
+
+
+def _takeover_reason(result: LeaseResult) -> tuple[str, float]:
+    """Why a taken lease was free (released, expired, holder_gone) and how long the run had gone
+    without a controller: since the old holder's release or its last renewal (database clock)."""
+    old, now = result.previous, result.db_now_unix_s
+    if old.released:
+        return "released", now - old.expires_unix_s
+    reason = "expired" if old.expires_unix_s <= now else "holder_gone"
+    return reason, now - (old.renewed_unix_s or old.expires_unix_s)

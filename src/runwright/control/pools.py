@@ -31,6 +31,7 @@ a Slurm run through Slurm, with the settings it was submitted under.
 """
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -185,12 +186,18 @@ class PoolExecutors:
     settings, kept (an executor may cache what its engine said: the Slurm one, job states)."""
 
     def __init__(
-        self, root: Path, pools_file: Path | None = None, fixed: Executor | None = None
+        self,
+        root: Path,
+        pools_file: Path | None = None,
+        fixed: Executor | None = None,
+        guard: Callable[[Executor], Executor] | None = None,
     ) -> None:
         self.source = pools_path(root, pools_file)
         """The pools file in use (None: the built-in pools)."""
         self.pools = load_pools(self.source)
-        self.fixed = fixed
+        self._guard = guard or (lambda executor: executor)
+        """Wraps every executor handed out (the controller's lease guard, leasing.py)."""
+        self.fixed = self._guard(fixed) if fixed is not None else None
         self._made: dict[str, Executor] = {}
         self.default = fixed or self.of_pool(
             DEFAULT_POOL, self.pools.pools.get(DEFAULT_POOL, Pool())
@@ -200,7 +207,7 @@ class PoolExecutors:
     def of_pool(self, name: str, pool: Pool) -> Executor:
         key = f"{name}:{pool.model_dump_json()}"
         if key not in self._made:
-            self._made[key] = make_executor(name, pool)
+            self._made[key] = self._guard(make_executor(name, pool))
         return self._made[key]
 
     def for_spec(self, spec: JobSpec) -> Executor:

@@ -3,6 +3,7 @@
 import time
 from typing import Any
 
+from runwright.control.leasing import describe_lease
 from runwright.control.states import TERMINAL, RunState
 from runwright.events import EventType
 from runwright.store import EventRecord, Store
@@ -31,6 +32,7 @@ INCIDENT_TYPES = (
     EventType.STOP_REQUESTED,
     EventType.ORPHAN_KILLED,
     EventType.STORE_UNAVAILABLE,
+    EventType.CONTROLLER_TAKEOVER,
 )
 INCIDENT_KEYS = (
     "failure_class",
@@ -53,6 +55,9 @@ INCIDENT_KEYS = (
     "engine_id",
     "lost_hosts",
     "error_lines",
+    "old_holder",
+    "new_holder",
+    "uncontrolled_seconds",
 )
 
 
@@ -86,7 +91,7 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
             **{k: e.attributes.get(k) for k in INCIDENT_KEYS if k in e.attributes},
         }
         for e in events
-        if e.type in INCIDENT_TYPES
+        if e.type in INCIDENT_TYPES and e.type != EventType.STALE_WRITE_REJECTED
     ]
     pending = next(
         (
@@ -97,6 +102,7 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         None,
     )
     latest = store.checkpoints.latest(run.run_id)  # the fence's pointer
+    lease, db_now = store.leases.get(run.run_id)
     return {
         "run_id": run.run_id,
         "name": run.name,
@@ -116,6 +122,13 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "transitions": history,
         "attempts": attempts,
         "incidents": incidents,
+        "stale_writes": stale_writes(events),
+        "controller": {
+            **(lease.model_dump(mode="json") if lease else {"holder": None}),
+            "live": bool(lease and lease.live(db_now)),
+            "expires_in_seconds": round(lease.expires_unix_s - db_now, 3) if lease else None,
+            "described": describe_lease(lease, db_now) if lease else "no controller took it yet",
+        },
         "pending_recovery": (
             pending.attributes
             if pending is not None and pending.type == EventType.RECOVERY_STARTED
@@ -124,6 +137,54 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "event_count": len(events) if with_events else None,
         "events": [e.model_dump(mode="json") for e in events] if with_events else [],
     }
+
+
+def stale_writes(events: list[EventRecord]) -> list[dict[str, Any]]:
+    """The rejected writes of fenced-off generations, counted: one entry per writer generation
+    with how many of each type and the steps they span. A fenced group may report for a while
+    after its fence (until its ranks reach the agreed stop step); `status` printed each one
+    (issue 19: ~44,000 lines), where what the reader needs is that it happened and how much."""
+    groups: dict[int, dict[str, Any]] = {}
+    for event in events:
+        if event.type != EventType.STALE_WRITE_REJECTED:
+            continue
+        writer = int(event.attributes.get("writer_generation") or 0)
+        group = groups.setdefault(
+            writer,
+            {
+                "writer_generation": writer,
+                "run_generation": event.attributes.get("run_generation", event.generation),
+                "count": 0,
+                "types": {},
+                "first_step": None,
+                "last_step": None,
+                "first_unix_s": event.time_unix_s,
+                "last_unix_s": event.time_unix_s,
+            },
+        )
+        group["count"] += 1
+        kind = str(event.attributes.get("rejected_type"))
+        group["types"][kind] = group["types"].get(kind, 0) + 1
+        group["run_generation"] = event.attributes.get("run_generation", event.generation)
+        group["last_unix_s"] = event.time_unix_s
+        if event.step is not None:
+            first, last = group["first_step"], group["last_step"]
+            group["first_step"] = event.step if first is None else min(first, event.step)
+            group["last_step"] = event.step if last is None else max(last, event.step)
+    return [groups[g] for g in sorted(groups)]
+
+
+def _stale_line(group: dict[str, Any]) -> str:
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(group["types"].items(), key=lambda i: -i[1]))
+    steps = (
+        f" at steps {group['first_step']}-{group['last_step']}"
+        if group["first_step"] is not None
+        else ""
+    )
+    return (
+        f"  {group['count']} write(s) of fenced generation {group['writer_generation']} "
+        f"rejected{steps} ({kinds}); generation {group['run_generation']} holds the run"
+    )
 
 
 def describe_run(summary: dict[str, Any]) -> str:
@@ -156,9 +217,13 @@ def describe_run(summary: dict[str, Any]) -> str:
         )
     if summary["latest_checkpoint_id"]:
         lines.append(f"latest committed checkpoint {summary['latest_checkpoint_id']}")
+    controller = summary.get("controller")
+    if controller and (state not in TERMINAL or controller["live"]):
+        lines.append(f"controller: {controller['described']}")
     for incident in summary["incidents"]:
         lines.append("  " + _incident_line(incident))
         lines += [f"      | {line}" for line in incident.get("error_lines") or []]
+    lines += [_stale_line(group) for group in summary.get("stale_writes") or []]
     if summary["state_detail"]:
         lines.append(f"why: {summary['state_detail']}")
     pending = summary["pending_recovery"]
@@ -242,6 +307,12 @@ def _incident_line(incident: dict[str, Any]) -> str:
             f"gen {incident['generation']}: the store was unavailable for "
             f"{incident.get('outage_seconds')} s ({incident.get('attempts')} failed attempts: "
             f"{incident.get('error')}); the controller waited and carried on"
+        )
+    if kind == EventType.CONTROLLER_TAKEOVER:
+        return (
+            f"gen {incident['generation']}: controller {incident.get('new_holder')} took over "
+            f"from {incident.get('old_holder')} ({incident.get('reason')}) after "
+            f"{incident.get('uncontrolled_seconds')} s without a controller"
         )
     details = {k: v for k, v in incident.items() if k not in ("type", "generation", "step")}
     return f"gen {incident['generation']}: {kind} {details}"

@@ -54,6 +54,8 @@ class GcRequest(Record):
     """Leave residue younger than this (its writer may be alive)."""
     max_entries: int = Field(default=64, ge=1, le=100_000)
     """Remove at most this many entries."""
+    dry_run: bool = False
+    """Remove nothing; answer what a real pass would remove and free."""
 
     @field_validator("min_age_seconds")
     @classmethod

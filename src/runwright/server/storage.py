@@ -70,7 +70,7 @@ def ckpt_gc(
 ) -> dict[str, Any]:
     """Remove staging residue (operators); never a committed checkpoint."""
     body = body or GcRequest()
-    return access.ckpt_gc(run_id, body.min_age_seconds, body.max_entries)
+    return access.ckpt_gc(run_id, body.min_age_seconds, body.max_entries, body.dry_run)
 
 
 @router.post("/runs/{run_id}/checkpoints/export")

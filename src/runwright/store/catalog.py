@@ -8,6 +8,8 @@ CHECKPOINT_COMMITTED event by the store's fenced append (STALE_WRITE_REJECTED).
 """
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -28,6 +30,7 @@ class CheckpointCatalog:
     def __init__(self, store: "Store") -> None:
         self._store = store
         self._engine = store.engine
+        self._begin = store.begin
 
     def record_staged(
         self,
@@ -41,7 +44,7 @@ class CheckpointCatalog:
     ) -> Outcome:
         """Note a checkpoint being written. Not fenced: a stale writer may finish its bytes."""
         return _insert_once(
-            self._engine,
+            self._begin,
             checkpoints.insert().values(
                 checkpoint_id=checkpoint_id,
                 run_id=run_id,
@@ -77,7 +80,7 @@ class CheckpointCatalog:
             "path": path,
             "attributes": attributes or {},
         }
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             changed = conn.execute(
                 checkpoints.update()
                 .where(
@@ -119,7 +122,7 @@ class CheckpointCatalog:
 
     def mark_deleted(self, run_id: str, path: str) -> Outcome:
         """Retention removed the checkpoint at `path`; the row stays, as history."""
-        with self._engine.begin() as conn:
+        with self._begin() as conn:
             changed = conn.execute(
                 checkpoints.update()
                 .where(
@@ -170,13 +173,14 @@ class CheckpointCatalog:
 class DatasetCatalog:
     def __init__(self, store: "Store") -> None:
         self._engine = store.engine
+        self._begin = store.begin
 
     def register(
         self, *, dataset_id: str, name: str, path: str, manifest: dict[str, Any]
     ) -> Outcome:
         """Record a dataset once; its id is its content address, so a repeat is a no-op."""
         return _insert_once(
-            self._engine,
+            self._begin,
             datasets.insert().values(
                 dataset_id=dataset_id,
                 name=name,
@@ -197,10 +201,12 @@ class DatasetCatalog:
             return [DatasetRow.model_validate(r._asdict()) for r in rows]
 
 
-def _insert_once(engine: sa.Engine, statement: sa.Insert) -> Outcome:
+def _insert_once(
+    begin: Callable[[], AbstractContextManager[sa.Connection]], statement: sa.Insert
+) -> Outcome:
     """Insert a row keyed by its id; the same id again is ALREADY_APPLIED, not an error."""
     try:
-        with engine.begin() as conn:
+        with begin() as conn:
             conn.execute(statement)
     except sa.exc.IntegrityError:
         return Outcome.ALREADY_APPLIED

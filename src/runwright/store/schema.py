@@ -98,3 +98,20 @@ datasets = sa.Table(
     sa.Column("manifest", sa.JSON, nullable=False),
     sa.Column("created_unix_s", sa.Float, nullable=False),
 )
+
+run_leases = sa.Table(
+    "run_leases",
+    metadata,
+    # Which controller drives the run (store/leases.py). Its times come from the DATABASE's
+    # clock, not the writer's, so controllers on hosts whose clocks disagree agree on expiry.
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), primary_key=True),
+    sa.Column("holder", sa.String(200)),
+    sa.Column("holder_node", sa.String(200)),
+    # The fencing token of controller writes: raised on every change of holder.
+    sa.Column("epoch", sa.Integer, nullable=False),
+    sa.Column("released", sa.Boolean, nullable=False),
+    sa.Column("lease_seconds", sa.Float),
+    sa.Column("acquired_unix_s", sa.Float),
+    sa.Column("renewed_unix_s", sa.Float),
+    sa.Column("expires_unix_s", sa.Float, nullable=False),
+)

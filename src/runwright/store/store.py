@@ -5,20 +5,22 @@ transaction, returning an `Outcome` instead of raising for the expected cases (a
 stale generation, invalid transition).
 """
 
-import importlib
+import contextlib
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
 from runwright.errors import NotFoundError, StoreError
-from runwright.events import EventType
 from runwright.layout import resolve_root
+from runwright.store.appends import insert_event_once, insert_new, rejection, stored_event_ids
 from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
 from runwright.store.engine import create_engine, migrate, resolve_store_url
 from runwright.store.fence import fence_generation, raise_fence
+from runwright.store.leases import LeaseToken, RunLeases
 from runwright.store.records import (
     AttemptRecord,
     EventRecord,
@@ -51,6 +53,8 @@ class Store:
             raise
         self.checkpoints = CheckpointCatalog(self)
         self.datasets = DatasetCatalog(self)
+        self.leases = RunLeases(self)
+        self._lease: ContextVar[LeaseToken | None] = ContextVar(f"lease-{id(self)}", default=None)
 
     @classmethod
     def open(cls, root: str | Path | None = None, store: str | None = None) -> "Store":
@@ -63,6 +67,27 @@ class Store:
         """Drop every pooled connection, so the next call connects afresh (after an outage, the
         pool may hold connections to a server that has since restarted)."""
         self.engine.dispose()
+
+    @contextlib.contextmanager
+    def begin(self) -> Iterator[sa.Connection]:
+        """Every write transaction of the store. Under `fenced_by(token)` it first checks, inside
+        the transaction, that the token is still the run's lease (LeaseLostError otherwise, and
+        nothing is written): one place fences every controller write (store/leases.py)."""
+        with self.engine.begin() as conn:
+            token = self._lease.get()
+            if token is not None:
+                self.leases.check(conn, token)
+            yield conn
+
+    @contextlib.contextmanager
+    def fenced_by(self, token: LeaseToken) -> Iterator[None]:
+        """Within the block (this thread or task), every write is refused unless `token` is its
+        run's current lease."""
+        reset = self._lease.set(token)
+        try:
+            yield
+        finally:
+            self._lease.reset(reset)
 
     # -- runs ---------------------------------------------------------------------------------
 
@@ -80,8 +105,11 @@ class Store:
         idempotency_key: str | None = None,
         project: str = DEFAULT_PROJECT,
         submitted_by: str | None = None,
+        lease: tuple[str, str | None, float] | None = None,
     ) -> tuple[RunRecord, bool]:
-        """Insert a run; with an idempotency key already used, return that run and False."""
+        """Insert a run; with an idempotency key already used, return that run and False.
+        `lease` (holder, its node, seconds) makes that controller the new run's lease holder in
+        the same transaction, so no other controller can take the run before its first pass."""
         now = time.time()
         row = {
             "project": project,
@@ -104,8 +132,11 @@ class Store:
             if existing is not None:
                 return existing, False
         try:
-            with self.engine.begin() as conn:
+            with self.begin() as conn:
                 conn.execute(runs.insert().values(**row))
+                if lease is not None:
+                    holder, node, seconds = lease
+                    self.leases.insert_held(conn, run_id, holder, seconds, node)
         except sa.exc.IntegrityError:
             # A concurrent submit with the same key won the race: theirs is the run.
             existing = self._run_by_key(idempotency_key) if idempotency_key else None
@@ -189,7 +220,7 @@ class Store:
         if generation is not None:
             where.append(runs.c.generation == generation)
         fences = bump_generation or revoke_generation
-        with self.engine.begin() as conn:
+        with self.begin() as conn:
             changed = conn.execute(runs.update().where(*where).values(**values)).rowcount
             if changed == 1 and (with_events is not None or fences):
                 row = conn.execute(runs.select().where(runs.c.run_id == run_id)).first()
@@ -199,7 +230,7 @@ class Store:
                     # Fence first, commit second: a failure in between leaves the fence ahead.
                     raise_fence(moved, moved.generation + int(revoke_generation))
                 for event in with_events(moved) if with_events is not None else []:
-                    _insert_event_once(conn, event)
+                    insert_event_once(conn, event)
         run = self.get_run(run_id)
         if changed == 1:
             return WriteResult(outcome=Outcome.APPLIED, run=run)
@@ -223,11 +254,17 @@ class Store:
         ends it (the controller acting on a live but broken group): the fence goes one past it.
         STALE_GENERATION when the run has already moved on; ALREADY_APPLIED when it was fenced."""
         run = self.get_run(run_id)
-        if run.generation != generation:
-            return Outcome.STALE_GENERATION
-        if fence_generation(run) > generation:
-            return Outcome.ALREADY_APPLIED
-        raise_fence(run, generation + 1)
+        # In a transaction, so that a controller whose lease was taken cannot fence off the
+        # generation its successor adopted.
+        with self.begin() as conn:
+            current = conn.execute(
+                sa.select(runs.c.generation).where(runs.c.run_id == run_id).with_for_update()
+            ).scalar()
+            if current != generation:
+                return Outcome.STALE_GENERATION
+            if fence_generation(run) > generation:
+                return Outcome.ALREADY_APPLIED
+            raise_fence(run, generation + 1)
         return Outcome.APPLIED
 
     def fenced_update(self, run_id: str, generation: int, **fields: Any) -> WriteResult:
@@ -248,7 +285,7 @@ class Store:
         where = [runs.c.run_id == run_id]
         if generation is not None:
             where.append(runs.c.generation == generation)
-        with self.engine.begin() as conn:
+        with self.begin() as conn:
             changed = conn.execute(
                 runs.update().where(*where).values(**fields, updated_unix_s=time.time())
             ).rowcount
@@ -267,7 +304,7 @@ class Store:
         """Record generation `generation`'s attempt; one row per generation, so the insert is
         also the claim to launch it: a second claim is ALREADY_APPLIED, not an error."""
         try:
-            with self.engine.begin() as conn:
+            with self.begin() as conn:
                 conn.execute(
                     attempts.insert().values(
                         run_id=run_id,
@@ -296,7 +333,7 @@ class Store:
         failure_class: str | None = None,
         detail: dict[str, Any] | None = None,
     ) -> None:
-        with self.engine.begin() as conn:
+        with self.begin() as conn:
             conn.execute(
                 attempts.update()
                 .where(
@@ -338,7 +375,7 @@ class Store:
             *conditions
         )
         try:
-            with self.engine.begin() as conn:
+            with self.begin() as conn:
                 inserted = conn.execute(
                     events.insert().from_select(columns, select).returning(events.c.seq)
                 ).first()
@@ -353,7 +390,7 @@ class Store:
             return Outcome.ALREADY_APPLIED
         if current is None:
             raise NotFoundError(f"no run {event.run_id!r} for event {event.type}")
-        self.append_event(_rejection(event, current), fenced=False)
+        self.append_event(rejection(event, current), fenced=False)
         return Outcome.STALE_GENERATION
 
     def append_events(self, batch: Sequence[NewEvent], *, fenced: bool = True) -> list[Outcome]:
@@ -372,7 +409,7 @@ class Store:
         if not batch:
             return []
         run_ids = sorted({e.run_id for e in batch})
-        with self.engine.begin() as conn:
+        with self.begin() as conn:
             generations: dict[str, int] = {
                 run_id: generation
                 for run_id, generation in conn.execute(
@@ -384,7 +421,7 @@ class Store:
             missing = [r for r in run_ids if r not in generations]
             if missing:
                 raise NotFoundError(f"no run {missing[0]!r} for a batch of {len(batch)} events")
-            stored = _stored_event_ids(conn, [e.event_id for e in batch])
+            stored = stored_event_ids(conn, [e.event_id for e in batch])
             outcomes: list[Outcome] = []
             first: dict[str, Outcome] = {}  # event id -> the outcome of its first copy here
             new: list[NewEvent] = []
@@ -397,13 +434,13 @@ class Store:
                     outcome = Outcome.ALREADY_APPLIED
                 elif fenced and event.generation != generations[event.run_id]:
                     outcome = Outcome.STALE_GENERATION
-                    new.append(_rejection(event, generations[event.run_id]))
+                    new.append(rejection(event, generations[event.run_id]))
                 else:
                     outcome = Outcome.APPLIED
                     new.append(event)
                 first.setdefault(event.event_id, outcome)
                 outcomes.append(outcome)
-            _insert_new(conn, new)
+            insert_new(conn, new)
         return outcomes
 
     def events(
@@ -422,61 +459,3 @@ class Store:
             query = query.limit(limit)
         with self.engine.connect() as conn:
             return [EventRecord.model_validate(r._asdict()) for r in conn.execute(query)]
-
-
-def _insert_event_once(conn: sa.Connection, event: NewEvent) -> None:
-    """Insert an event unless its id is already there, inside the caller's transaction."""
-    row = event.model_dump()
-    columns = list(row)
-    select = sa.select(*[sa.literal(row[c], type_=events.c[c].type) for c in columns]).where(
-        ~sa.exists().where(events.c.event_id == event.event_id)
-    )
-    conn.execute(events.insert().from_select(columns, select))
-
-
-# Ids per IN (...) list: under SQLite's smallest host-parameter limit (999 before 3.32).
-_ID_CHUNK = 500
-
-
-def _stored_event_ids(conn: sa.Connection, ids: list[str]) -> set[str]:
-    """Which of `ids` the events table already holds."""
-    found: set[str] = set()
-    for start in range(0, len(ids), _ID_CHUNK):
-        chunk = ids[start : start + _ID_CHUNK]
-        found.update(
-            conn.execute(sa.select(events.c.event_id).where(events.c.event_id.in_(chunk))).scalars()
-        )
-    return found
-
-
-def _insert_new(conn: sa.Connection, batch: list[NewEvent]) -> None:
-    """Insert `batch` in order, skipping any id already stored (INSERT ... ON CONFLICT (event_id)
-    DO NOTHING, which SQLite and PostgreSQL both speak: a rejection recorded before, an event a
-    controller stored by `append_event` meanwhile). No RETURNING: with it, SQLAlchemy sends one
-    long multi-row statement that psycopg parses afresh every batch, which halved ingest on
-    PostgreSQL (7,600 against 13,700 events/s, benchmarks/control_plane.py)."""
-    if not batch:
-        return
-    # The dialect's own INSERT, imported on first use: PostgreSQL's module costs a quarter of a
-    # second, which a CLI command on a SQLite store would pay for nothing.
-    dialect = importlib.import_module(f"sqlalchemy.dialects.{conn.dialect.name}")
-    statement = dialect.insert(events).on_conflict_do_nothing(index_elements=[events.c.event_id])
-    conn.execute(statement, [e.model_dump() for e in batch])
-
-
-def _rejection(event: NewEvent, current: int) -> NewEvent:
-    """The STALE_WRITE_REJECTED event recording that `event` was refused; one per rejected id."""
-    return NewEvent(
-        event_id=f"stale:{event.event_id}",
-        run_id=event.run_id,
-        generation=current,
-        type=EventType.STALE_WRITE_REJECTED,
-        step=event.step,
-        time_unix_s=time.time(),
-        attributes={
-            "rejected_type": event.type,
-            "writer_generation": event.generation,
-            "run_generation": current,
-            "rejected_event_id": event.event_id,
-        },
-    )

@@ -15,7 +15,8 @@ The allocation's agent (slurm_job.py) starts this on every node with `srun`, one
 
 Signals: Slurm sends SIGTERM to every process of the step before a time limit (`--signal`), on a
 preemption or `scancel --signal=TERM`. The ranks must see it and stop at a step boundary; torchrun
-must not, since its own handler would tear the ranks down 30 s later whatever they are doing. So
+must not: its own handler sends the ranks a second SIGTERM at once (a rank's "stop now, unsaved")
+and exits non-zero, so the steps since the last checkpoint would be lost. So
 torchrun starts with SIGTERM ignored and left out of its `--signals-to-handle` (an option: torchrun
 overwrites the TORCHELASTIC_SIGNALS_TO_HANDLE environment variable with it), the ranks
 install their own handler (runtime/stop.py), and a SIGTERM this process gets becomes the

@@ -13,7 +13,7 @@ from typing import Any
 from runwright.access.base import AccessBase
 from runwright.access.roles import AccessDenied, Permission
 from runwright.errors import NotFoundError, RunwrightError
-from runwright.layout import dataset_dir, datasets_dir, validate_run_id
+from runwright.layout import dataset_dir, datasets_dir, runs_dir, validate_run_id
 
 DATASET_ID = re.compile(r"[0-9a-f]{64}")
 EXPORTS = "exports"
@@ -112,7 +112,7 @@ class StorageActions(AccessBase):
             validate_run_id(target)
             if not self.root_given and Path(target).is_dir():
                 return target  # a folder here, as checkpoint_target reads it
-            runs = self.root / "runs"
+            runs = runs_dir(self.root)
             if (runs / target).is_dir() or not runs.is_dir():
                 return target
             matches = [p.name for p in runs.iterdir() if p.name.startswith(target)]

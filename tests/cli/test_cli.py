@@ -147,6 +147,7 @@ def test_submit_status_events_list_round_trip(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.slow  # tests/test_newcomer.py runs the same path (submit --detach, events --follow)
 def test_detached_submit_and_follow_until_the_run_ends(tmp_path):
     spec = skeleton_with(tmp_path, lambda d: d["training"].update(steps=3))
     base = [sys.executable, "-m", "runwright.cli.main"]

@@ -176,8 +176,13 @@ def test_a_lost_node_is_classified_restarted_and_the_run_is_bitwise_the_same(
     assert (attrs["node"], attrs["host"]) == (0, HOST)
     assert attrs["message"].startswith(f"node 0 (host {HOST}) was lost"), attrs
     assert "other nodes failed after it (victims" in attrs["evidence"], attrs
+    # The newest checkpoint generation 1 committed: the planned step 4, or a later one when the
+    # workers ran ahead of the events the kill waited for (a busy machine ingests late).
+    committed = [
+        int(e.step) for e in of_type(store, run.run_id, "CHECKPOINT_COMMITTED") if e.generation == 1
+    ]
     (recovered,) = of_type(store, run.run_id, "RECOVERY_SUCCEEDED")
-    assert recovered.attributes["restored_step"] == 4, context
+    assert recovered.attributes["restored_step"] == max(committed) >= 4, (context, committed)
     assert [a.generation for a in store.attempts(run.run_id)] == [1, 2]
     ended = read_group_exit(run_paths(tmp_path, run.run_id).attempt(1).node_exits_file)
     assert (ended.agents[0].node, ended.agents[0].exit_code) == (0, -signal.SIGKILL)
@@ -187,7 +192,7 @@ def test_a_lost_node_is_classified_restarted_and_the_run_is_bitwise_the_same(
     assert reference.drive(ref.run_id).state == "SUCCEEDED"
     comparison = compare_runs(store, run.run_id, ref.run_id)
     assert comparison.equivalence == "bitwise-equal", (context, comparison)
-    assert comparison.restored_steps == [4]
+    assert comparison.restored_steps == [max(committed)]
     assert no_process_left(tmp_path, run.run_id) and no_process_left(tmp_path, ref.run_id)
 
 

@@ -48,6 +48,10 @@ def test_demo_recovers_and_proves_bitwise_equivalence(tmp_path):
     assert str(tmp_path) in result["dataset_path"]
     assert (tmp_path / "state.db").exists()
 
+
+@pytest.mark.slow  # a second whole demo; the default suite runs it once (CI's 40 minutes)
+def test_demo_again_on_the_same_root_reuses_the_dataset(tmp_path):
+    result = run_demo(tmp_path, seed=7)
     again = run_demo(tmp_path, seed=8)
     assert again["dataset_id"] == result["dataset_id"]
     assert again["run_id"] not in (result["run_id"], result["reference_run_id"])

@@ -93,7 +93,11 @@ def _overview(folder: str, manifest: CheckpointManifest) -> Table:
     import datetime
 
     created = datetime.datetime.fromtimestamp(manifest.created_unix_seconds, datetime.UTC)
-    table = Table(title=f"checkpoint {folder}", show_header=False, title_justify="left")
+    table = Table(
+        title=f"checkpoint {folder}: step {manifest.step}, generation {manifest.generation}",
+        show_header=False,
+        title_justify="left",
+    )
     table.add_column("field", style="bold")
     table.add_column("value", overflow="fold")
     loss = "-" if manifest.loss_at_save is None else f"{manifest.loss_at_save:.6g}"

@@ -8,9 +8,10 @@ exactly one category, so the five device-second figures add up to the allocation
 
 How a second is classified, highest priority first:
 
-    checkpoint   the checkpoint stall inside a step (the step's `checkpoint_stall_seconds`, else
-                 the `stall_seconds` of a CHECKPOINT_COMMITTED at that step), or the stall before
-                 a commit that matches no step
+    checkpoint   the checkpoint stall inside a step (the step's `checkpoint_stall_seconds`: with
+                 the step loop, the save of the step before, which it reports before saving;
+                 else the `stall_seconds` of a CHECKPOINT_COMMITTED at that step), or the stall
+                 before a commit that matches no step
     productive   a healthy step executed for the first time: [end - step_seconds, end]
     replay       a healthy step an earlier generation had already completed (re-executed after a
                  restore; seed 000: "recomputed tokens")
@@ -193,7 +194,16 @@ def _step_intervals(
         previous_end[point.generation] = point.end_unix_s
         start = point.end_unix_s - seconds
         committed = pending.pop((point.generation, point.step), 0.0)
-        stall = min(point.checkpoint_stall_seconds or committed, seconds)
+        if point.checkpoint_stall_seconds is not None:
+            # The step loop measured it. It reports a step before saving it, so the stall it
+            # reports is the save of the step before: that commit is absorbed here, not again.
+            stall = min(point.checkpoint_stall_seconds, seconds)
+            if stall > 0:
+                pending.pop((point.generation, point.step - 1), None)
+            elif committed:
+                pending[(point.generation, point.step)] = committed  # the next step carries it
+        else:
+            stall = min(committed, seconds)
         work_end = point.end_unix_s - stall
         intervals.append((start, work_end, "replay" if point.replay else "productive"))
         if stall > 0:

@@ -76,8 +76,9 @@ class StepPoint(Record):
     """Sum of the ranks' step times (the input-wait share's denominator)."""
     phase_seconds: dict[str, float]
     """Each phase summed over ranks (divide by `ranks` for the mean)."""
-    checkpoint_stall_seconds: float
-    """Longest checkpoint stall any rank reported inside this step."""
+    checkpoint_stall_seconds: float | None
+    """Longest checkpoint stall any rank reported inside this step; None when no rank reported
+    one (a script without the step loop: the commit's own stall stands in for it)."""
     ranks: int
     """Ranks that reported the step."""
     replay: bool = False
@@ -135,7 +136,7 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
     losses: list[tuple[float, float | None]] = []
     grad_norms: list[float] = []
     lr: float | None = None
-    stall = 0.0
+    stall: float | None = None
     for index, event in enumerate(events):
         attrs = event.attributes
         rank = attrs.get("rank")
@@ -159,7 +160,9 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
         rank_lr = number(attrs, "lr")
         if rank_lr is not None and (lr is None or rank == 0):
             lr = rank_lr
-        stall = max(stall, number(attrs, "checkpoint_stall_seconds") or 0.0)
+        reported = number(attrs, "checkpoint_stall_seconds")
+        if reported is not None:
+            stall = max(stall or 0.0, reported)
     return StepPoint(
         generation=generation,
         step=step,

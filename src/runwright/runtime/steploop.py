@@ -92,9 +92,10 @@ class StepLoop:
                     self.stop_request = self.ctx.acknowledge_stop(request, step)
                     return
                 step += 1
-                self._phases = dict.fromkeys(PHASES, 0.0)
+                if not self._step_started:
+                    self._phases = dict.fromkeys(PHASES, 0.0)
+                    self._step_started = time.perf_counter()
                 self._read = []
-                self._step_started = time.perf_counter()
                 yield step
         finally:
             self._timeline.flush()
@@ -159,7 +160,13 @@ class StepLoop:
             **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")},
         )
         self._timeline.write(json.dumps(record) + "\n")
+        # The next step's record starts here, so what the script does after reporting (a save
+        # of this step's state: its checkpoint stall) is the next step's, and the steps' wall
+        # times add up to the loop's. Reporting before the save is what keeps a step's evidence
+        # when a kill lands between the commit and the report (train/loop.py).
+        self._phases = dict.fromkeys(PHASES, 0.0)
         self._phases["logging"] = time.perf_counter() - started
+        self._step_started = started
         self._read = []
 
     def _number(self, value: Any) -> float:

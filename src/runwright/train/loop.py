@@ -170,11 +170,10 @@ def main(argv: list[str] | None = None) -> int:
             scheduler.step()
         counters["tokens_seen"] += batch.device_tokens
         counters["loss_tokens_seen"] += batch.loss_tokens
-        with loop.phase("checkpoint_stall"):
-            # The guard passed for this step (finite loss and gradient norm): a healthy point.
-            saved = ckpt.maybe_save(step, state, loss=float(loss_sum), health=HealthVerdict.HEALTHY)
-            if saved is not None and saved.status is not SaveStatus.FAILED:
-                saved_step = step
+        # Report the step before saving it: a kill between a save's commit and the report would
+        # leave a checkpoint of step N whose sample range no event records, and the run resumes
+        # after N (the evidence chain would lose step N). Reported first, a kill before the
+        # commit only replays it. The save's stall is counted in the next step (steploop.py).
         loop.complete(
             step,
             loss=loss_sum,
@@ -185,6 +184,11 @@ def main(argv: list[str] | None = None) -> int:
             loss_tokens=batch.loss_tokens,
             samples=sample_range,
         )
+        with loop.phase("checkpoint_stall"):
+            # The guard passed for this step (finite loss and gradient norm): a healthy point.
+            saved = ckpt.maybe_save(step, state, loss=float(loss_sum), health=HealthVerdict.HEALTHY)
+            if saved is not None and saved.status is not SaveStatus.FAILED:
+                saved_step = step
         if args.step_sleep:
             time.sleep(args.step_sleep)
 

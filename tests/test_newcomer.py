@@ -44,7 +44,7 @@ GROUPS = ("spec", "ckpt", "data", "plan", "token", "project")
 def _listed_commands() -> set[str]:
     """Each command of the README's list: `status`, or `ckpt verify` for a command group;
     `a|b` and `x | y` are alternatives."""
-    block = re.search(r"## Using it\n\n```\n(.*?)```", _readme(), re.S)
+    block = re.search(r"## Using it\n.*?```\n(.*?)```", _readme(), re.S)
     assert block, "the README's command list is gone"
     found = set()
     for line in block.group(1).splitlines():

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.integration
 
 DEFAULT_KILLS = 20
 # Each torchrun life costs an interpreter start per rank (about 3-5 s here): fewer by default.
-TORCHRUN_KILLS = 6
+TORCHRUN_KILLS = 4
 KNOWN = {"FENCE.lock", "GENERATION", "LATEST.json", STAGING}
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 

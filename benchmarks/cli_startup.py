@@ -13,6 +13,9 @@ leaves them):
   status    runwright status RUN
   events    runwright events RUN          (output to /dev/null)
   validate  runwright spec validate examples/skeleton.yaml
+  floor     no runwright at all: the libraries the read commands stand on (typer, rich, pydantic,
+            SQLAlchemy) imported, the same SQLite store opened and counted, one pydantic model
+            built and validated: what any CLI on these libraries pays before its own code
 
 Each side (this checkout, and `--baseline REV` unpacked by `git archive`, benchmarks/revision.py)
 runs `python -c "from runwright.cli.main import main; main()" ARGS` with its own `src/` first on
@@ -21,7 +24,8 @@ by its own code. Commands and sides are interleaved round by round (`--rounds`, 
 machine slows both alike. Per command: median, p90 and min wall seconds, median CPU seconds (user
 + system of the child, from `resource.getrusage(RUSAGE_CHILDREN)`), and the ratio of this code's
 median to the baseline's. The issue's target is under 1 s of wall time on this machine for
-`--help`, `status`, `list` and `events`; `meets_target` reads the median.
+`--help`, `status`, `list` and `events`; `meets_target` reads the median, `over_floor_seconds`
+subtracts the floor's median.
 Results: benchmarks/results/cli_startup.json.
 """
 
@@ -64,6 +68,17 @@ store.close()
 """
 
 RUNNER = "from runwright.cli.main import main; main()"
+FLOOR = """
+import sys
+import pydantic, rich.console, sqlalchemy, typer
+engine = sqlalchemy.create_engine("sqlite:///" + sys.argv[1] + "/state.db")
+with engine.connect() as conn:
+    conn.exec_driver_sql("SELECT count(*) FROM events").all()
+class Row(pydantic.BaseModel):
+    seq: int
+Row(seq=1)
+"""
+FLOOR_COMMAND = "floor"
 
 
 def commands() -> dict[str, list[str]]:
@@ -74,6 +89,7 @@ def commands() -> dict[str, list[str]]:
         "status": ["status", RUN_ID],
         "events": ["events", RUN_ID],
         "validate": ["spec", "validate", str(REPO / "examples" / "skeleton.yaml")],
+        FLOOR_COMMAND: [],
     }
 
 
@@ -115,8 +131,9 @@ class Side:
             return
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
+        program = [FLOOR, str(self.root)] if name == FLOOR_COMMAND else [RUNNER, *argv]
         done = subprocess.run(
-            [sys.executable, "-c", RUNNER, *argv],
+            [sys.executable, "-c", *program],
             env=self.env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -189,6 +206,14 @@ def main() -> None:
                     c: figures[c]["median_seconds"] < TARGET_SECONDS for c in TARGET_COMMANDS
                 },
                 "unsupported": sorted(side.unsupported),
+                # What runwright's own code adds to the libraries' floor, per command.
+                "over_floor_seconds": {
+                    c: round(
+                        figures[c]["median_seconds"] - figures[FLOOR_COMMAND]["median_seconds"], 4
+                    )
+                    for c in figures
+                    if c != FLOOR_COMMAND
+                },
             }
         if args.baseline:
             result["baseline"]["rev"] = args.baseline

@@ -209,6 +209,9 @@ BUILD_CASES: dict[str, BuildCase] = {
     "no matching inputs": BuildCase(
         lambda d: recipe_with(**{"sources.0.paths": ["nothing/*.txt"]}), ("no files match",)
     ),
+    "a plain input path that does not exist": BuildCase(
+        lambda d: recipe_with(**{"sources.1.paths": ["0"]}), ("paths[0]", "does not exist")
+    ),
     "input file name not UTF-8": BuildCase(
         undecodable_file_name, ("input file name", "not printable UTF-8", "exclude")
     ),

@@ -10,10 +10,11 @@ from runwright.access.redaction import event_view, report_view, summary_view, wo
 from runwright.access.roles import Permission
 from runwright.errors import NotFoundError, RunwrightError, SpecError
 from runwright.events import EventType
-from runwright.spec import JobSpec, spec_from_mapping
 
-if TYPE_CHECKING:  # imported where used: the CLI's read commands never load the controller
+if TYPE_CHECKING:  # imported where used: the CLI's read commands load neither the controller
+    # nor the spec models (issue 19: `status`, `list`, `events` start in under a second)
     from runwright.control.controller import Controller
+    from runwright.spec import JobSpec
 
 QUEUE_LIMIT = 10_000
 FOLLOW_POLL_SECONDS = 0.5
@@ -126,7 +127,7 @@ class RunActions(AccessBase):
 
     def submit(
         self,
-        spec: JobSpec | dict[str, Any],
+        spec: "JobSpec | dict[str, Any]",
         *,
         idempotency_key: str | None = None,
         workdir: Path | None = None,
@@ -141,6 +142,7 @@ class RunActions(AccessBase):
         it, so a daemon sharing the store cannot take the run before it drives it."""
         from runwright.control.controller import Controller
         from runwright.govern.preflight import check_spec
+        from runwright.spec import spec_from_mapping
 
         project = self.home_project
         params: dict[str, Any] = {"idempotency_key": idempotency_key}
@@ -228,7 +230,7 @@ class RunActions(AccessBase):
             "generation": result.run.generation if result.run else None,
         }
 
-    def _require_dataset(self, spec: JobSpec, workdir: Path) -> None:
+    def _require_dataset(self, spec: "JobSpec", workdir: Path) -> None:
         """Through the server, a spec may name only a dataset granted to its project."""
         if self.actor.project is None or spec.data.dataset is None:
             return
@@ -246,7 +248,7 @@ class RunActions(AccessBase):
             )
 
 
-def _check_remote_paths(spec: JobSpec) -> None:
+def _check_remote_paths(spec: "JobSpec") -> None:
     """A spec sent to a server has no folder: a relative script path cannot be found there."""
     entry = spec.code.entrypoint
     if not entry.startswith("module:") and not Path(entry).is_absolute():

@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import typer
-from rich.table import Table
 
 from runwright.cli.backend import drive, open_backend, server_url
 from runwright.cli.options import (
@@ -30,7 +29,7 @@ from runwright.control.leasing import LEASE_SECONDS
 from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line
 from runwright.errors import RunwrightError
-from runwright.events import EventRecord, EventType
+from runwright.events import EventType
 from runwright.layout import run_paths
 
 app = typer.Typer()
@@ -318,7 +317,7 @@ def events(
         def render(e: dict) -> str:
             if json_out:
                 return json.dumps(e, separators=(",", ":"))
-            return event_line(EventRecord.model_validate(e))
+            return event_line(e)
 
         if batch:
             sys.stdout.write("".join(render(event) + "\n" for event in batch))
@@ -432,6 +431,8 @@ def list_runs(
     if json_out:
         print_json(runs)
         return
+    from rich.table import Table
+
     table = Table(title="runs")
     for col in ("run id", "name", "state", "reason", "gen", "step", "created"):
         table.add_column(col, no_wrap=True)

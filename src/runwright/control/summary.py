@@ -1,6 +1,7 @@
 """What a run is, was and will do, as data (`--json`) and in words (`runwright status`)."""
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from runwright.control.leasing import describe_lease
@@ -256,16 +257,20 @@ def _allocation_line(allocation: dict[str, Any]) -> str:
     return text
 
 
-def event_line(event: EventRecord) -> str:
-    clock = time.strftime("%H:%M:%S", time.localtime(event.time_unix_s))
-    attrs = dict(event.attributes)
+def event_line(event: "EventRecord | Mapping[str, Any]") -> str:
+    """One line of `runwright events`: a stored record, or its JSON form as either backend
+    returns it (read as it is: revalidating each event of a long log cost more than printing)."""
+    data = event if isinstance(event, Mapping) else event.model_dump(mode="json")
+    clock = time.strftime("%H:%M:%S", time.localtime(data["time_unix_s"]))
+    attrs = dict(data.get("attributes") or {})
     attrs.pop("log_tail", None)
     said = attrs.pop("error_lines", None) or []
-    if event.type == EventType.STATE_CHANGED:
+    kind = str(data["type"])
+    if kind == EventType.STATE_CHANGED:
         text = f"{attrs.get('from_state')} -> {attrs.get('to_state')}"
         if attrs.get("reason"):
             text += f" ({attrs['reason']})"
-    elif event.type == EventType.FAILURE_CLASSIFIED:
+    elif kind == EventType.FAILURE_CLASSIFIED:
         # The cause in full, where the user looks: class, rank, message, and the rank's own
         # last error lines (issue 19: they used to sit only in the diagnostics bundle).
         text = (
@@ -274,8 +279,8 @@ def event_line(event: EventRecord) -> str:
         )
     else:
         text = " ".join(f"{k}={_short(v)}" for k, v in sorted(attrs.items()))
-    step = f" step {event.step}" if event.step is not None else ""
-    return f"{clock} g{event.generation} {event.type:<24}{step} {text}"
+    step = f" step {data['step']}" if data.get("step") is not None else ""
+    return f"{clock} g{data['generation']} {kind:<24}{step} {text}"
 
 
 def _short(value: Any) -> str:

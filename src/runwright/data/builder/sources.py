@@ -63,7 +63,13 @@ def list_inputs(spec: SourceSpec) -> list[InputFile]:
         base = _static_base(root)
         matches = fs.glob(root) if any(c in root for c in _GLOB_CHARS) else [root]
         for path in matches:
-            info = fs.info(path)
+            try:
+                info = fs.info(path)
+            except FileNotFoundError:  # a plain path (no wildcard) that names nothing
+                raise RecipeError(
+                    f"source {spec.name!r}: paths[{k}] {pattern!r} does not exist; fix the path "
+                    "(relative paths are taken from the recipe's folder) or use a wildcard"
+                ) from None
             if info.get("type") == "directory":
                 continue
             rel = posixpath.relpath(path, base) if base else path

@@ -57,7 +57,7 @@ from torch.nn.parallel import DistributedDataParallel
 import runwright
 import runwright.runtime
 from runwright.runtime.channel import ChannelWriter
-from runwright.runtime.stop import agree_on_stop
+from runwright.runtime.stop import OverlappedStopVote
 from runwright.spec import JobSpec
 from runwright.train.loop import SyncTimer, timed_allreduce
 from runwright.train.model import GPT
@@ -269,8 +269,11 @@ def component_costs(
             "training_thread": training_thread,
         }
 
-    # One boundary per step: poll the stop watcher, all-reduce the flag (MAX) over the group.
-    add("stop agreement", 1, lambda: agree_on_stop(ctx.stop_watcher.local_request()))
+    # One boundary per step: poll the stop watcher, read the previous vote, cast the next (an
+    # async all-reduce, MAX). Back to back here, so nothing overlaps it: an upper bound.
+    vote = OverlappedStopVote()
+    add("stop vote", 1, lambda: vote.boundary(ctx.stop_watcher.local_request()))
+    vote.finish()
     # STEP_HEALTHY through a writer like the context's (same folder, same fsync policy).
     writer = ChannelWriter(workdir / "component-channel", generation=0, rank=ctx.rank)
     counter = iter(range(10**9))

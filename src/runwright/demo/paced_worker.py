@@ -12,8 +12,9 @@ PYTHONPATH.
 
 It does not iterate `ctx.step_loop`: the loop agrees on a stop across ranks with a
 torch.distributed all-reduce, and importing torch would cost each rank about 1.5 CPU seconds and
-250 MB RSS (src/runwright/runtime/stop.py, `agree_on_stop`). Here every rank reads the same stop
-file or gets the same SIGTERM on its own, so the ranks stop within a step of one another.
+250 MB RSS (src/runwright/runtime/stop.py, `OverlappedStopVote`). Here every rank reads the
+same stop file or gets the same SIGTERM on its own, so the ranks stop within a step of one
+another.
 """
 
 import argparse

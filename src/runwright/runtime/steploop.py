@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from runwright.errors import RunwrightError
 from runwright.events import EventType
 from runwright.layout import RunPaths
-from runwright.runtime.stop import StopRequest, agree_on_stop
+from runwright.runtime.stop import OverlappedStopVote, StopRequest
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
@@ -85,9 +85,10 @@ class StepLoop:
 
     def __iter__(self) -> Iterator[int]:
         step = self.start_step
+        vote = OverlappedStopVote()
         try:
             while step < self.total_steps:
-                request = agree_on_stop(self.ctx.stop_watcher.local_request())
+                request = vote.boundary(self.ctx.stop_watcher.local_request())
                 if request is not None:
                     self.stop_request = self.ctx.acknowledge_stop(request, step)
                     return
@@ -97,6 +98,9 @@ class StepLoop:
                     self._step_started = time.perf_counter()
                 self._read = []
                 yield step
+            # Not in `finally`: after an exception a peer may be gone, and waiting on its vote
+            # would hide the error that ended the loop.
+            vote.finish()
         finally:
             self._timeline.flush()
 

@@ -12,7 +12,9 @@ script installed itself is called on every signal too.
 
 All ranks of a data-parallel group must stop at the same step or the others would block in the
 next collective. Two boundaries agree on it:
-- the step loop (`StepLoop`, the full integration) all-reduces a flag at every boundary;
+- the step loop (`StepLoop`, the full integration) all-reduces a flag at every boundary,
+  overlapped with the next step (`OverlappedStopVote`: the vote cast at boundary N decides at
+  N+1);
 - `step_healthy` (the two-line integration) may be called by some ranks only, so it cannot take
   part in a collective: `StopAgreement` writes the step every rank stops after into torchrun's
   store with compare-and-set (the first rank to see a stop at step s names s + 1, after which the
@@ -128,22 +130,25 @@ class StopWatcher:
         return read_stop_request(self.path)
 
 
-def agree_on_stop(local: StopRequest | None) -> StopRequest | None:
-    """Collective: if any rank wants to stop, every rank stops at this boundary."""
+def _vote_device() -> Any:
     import torch
     import torch.distributed as dist
 
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return local
-    # Encode the reason as its index + 1 so MAX picks a defined one and 0 means "go on".
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _encode_vote(local: StopRequest | None) -> Any:
+    """The rank's vote as [reason index + 1 (0: go on), save]: MAX picks a defined reason."""
+    import torch
+
     code = 0 if local is None else STOP_REASONS.index(local.reason) + 1
-    device = (
-        torch.device("cuda", torch.cuda.current_device())
-        if dist.get_backend() == "nccl"
-        else torch.device("cpu")
-    )
-    flag = torch.tensor([code, int(local.save) if local else 0], dtype=torch.int64, device=device)
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    save = int(local.save) if local else 0
+    return torch.tensor([code, save], dtype=torch.int64, device=_vote_device())
+
+
+def _decode_vote(flag: Any, local: StopRequest | None) -> StopRequest | None:
     # One device-to-host copy for both fields (on NCCL each int(flag[i]) would be a sync).
     code, save = flag.tolist()
     if code == 0:
@@ -151,6 +156,54 @@ def agree_on_stop(local: StopRequest | None) -> StopRequest | None:
     if local is not None:
         return local
     return StopRequest(reason=STOP_REASONS[code - 1], save=bool(save), requested_unix_s=time.time())
+
+
+def _distributed() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
+class OverlappedStopVote:
+    """The step loop's stop vote, overlapped with the next step.
+
+    A blocking all-reduce at every boundary costs a round trip per step and, on NCCL, reading
+    its result waits for the device to finish the step, so the host can never run a step ahead.
+    Here the vote cast at boundary N is read at boundary N+1: the all-reduce runs while step N+1
+    is computed (and on a device, reading it waits only for step N). Every rank reads the same
+    vote at the same boundary, so all still stop after the same step; a stop takes effect one
+    step later than a blocking vote would. Without a process group (or with one rank) the
+    local request decides at once."""
+
+    def __init__(self) -> None:
+        self._pending: tuple[Any, Any, StopRequest | None] | None = None
+        """(the all-reduce's work handle, its tensor, this rank's request when it voted)."""
+
+    def boundary(self, local: StopRequest | None) -> StopRequest | None:
+        """The stop every rank agrees on at this boundary, else None (and a new vote cast)."""
+        import torch.distributed as dist
+
+        if not _distributed():
+            return local
+        if self._pending is not None:
+            work, flag, voted = self._pending
+            self._pending = None
+            work.wait()
+            decided = _decode_vote(flag, voted)
+            if decided is not None:
+                return decided
+        flag = _encode_vote(local)
+        work = dist.all_reduce(flag, op=dist.ReduceOp.MAX, async_op=True)
+        self._pending = (work, flag, local)
+        return None
+
+    def finish(self) -> None:
+        """Complete the vote still in flight when the loop ran to its last step (every rank
+        cast it, so this returns as soon as the all-reduce does)."""
+        if self._pending is not None:
+            work = self._pending[0]
+            self._pending = None
+            work.wait()
 
 
 class AgreedStop(NamedTuple):

@@ -1,28 +1,35 @@
-"""Checkpoint benchmark: runwright vs plain DCP, a host memcpy and a raw sequential write.
+"""Checkpoint benchmark: runwright vs plain DCP, a host memcpy and a raw write+fsync (issue 20).
 
-    .venv/bin/python benchmarks/checkpoint.py [--megabytes 512] [--rounds 7] [--threads 1]
-                                              [--dir PATH]
+    .venv/bin/python benchmarks/checkpoint.py [--megabytes 512] [--rounds 9] [--threads 1]
+                                              [--cpus 0,1] [--baseline REV] [--dir PATH]
 
-For a model state of about `--megabytes` MB (float32 Linear layers) it measures, on the same
-disk (a temporary folder under --dir, deleted afterwards):
-  - sync save (runwright, sha256 on) vs plain `dcp.save` with FileSystemWriter(sync_files=True)
-    of the same state dict                                             target ratio <= 1.1
-  - async stall (time the training loop is blocked) vs a plain host memcpy of the same tensors
-    into preallocated buffers                                          target ratio <= 1.5
-  - async persist bandwidth vs a raw sequential write + fsync of the same number of bytes
-                                                                       target ratio >= 0.8
-  - restore time (full sha256 verification + DCP load), next to a plain `dcp.load`
-  - retention: deleting one committed checkpoint (its own line, never inside a timed save)
+For a model state of about `--megabytes` MB (float32 Linear layers), on the same disk (a temporary
+folder under --dir, deleted afterwards), every round measures:
+  - sync save (runwright) vs plain `dcp.save` with FileSystemWriter(sync_files=True) of the same
+    state dict                                                          target ratio <= 1.1
+  - async stall (the step blocked) vs a host memcpy of the same tensors into preallocated buffers
+                                                                        target ratio <= 1.5
+  - async persist bandwidth vs a raw sequential write + one fsync of the same bytes: the disk's
+    own write bandwidth, measured in the same round                     target ratio >= 0.8
+  - restore with full verification (every checksum) vs a plain `dcp.load` of the same bytes,
+    both into preallocated tensors                                      target ratio <= 1.1
+  - restore without verification (what the checksums cost), and deleting one checkpoint
+With `--baseline REV`, git revision REV's runwright (unpacked by benchmarks/revision.py) is
+measured in the same rounds, next to this checkout's, with the same baselines.
 
-Fairness. A shared disk drifts by 2x within minutes, so every compared pair is measured
-back to back inside one round, the order alternating (A B, then B A) so neither side always runs
-on the disk state the other left; the figures are medians over `--rounds` rounds after one
-discarded warm-up round, and each round's own ratio is reported. Both sides use the same DCP
-thread count and fsync every data file (DCP's FileSystemWriter does by default; runwright's
-writer additionally fsyncs its sidecar, manifest, commit record and folders, which is the commit
-protocol's cost). Every checkpoint is deleted outside the timed region, so each save writes to a
-disk holding the same data. The page cache is not dropped (the machine is shared): restores read
-files that were just written, so restore figures are warm-cache figures.
+Fairness. Every side runs in a worker process of its own (this checkout's `src/`, or the
+revision's, first on PYTHONPATH) that holds the state and times what the parent asks; the parent
+only orders the requests. A shared disk drifts by 2x within minutes and the first write after a
+pause is faster, so the sides of one comparison run back to back, their order rotated every round
+(every order occurs as often over 6 rounds), and each figure is a median over `--rounds` rounds
+after one warm-up round; each round's own ratio is kept and summarised as p10/p50/p90. The warm-up
+round is reported on its own line ("first in a process"): it holds one-off costs a short job pays
+(imports, first-touch allocation). Both sides use the same DCP thread count and fsync every data
+file; runwright additionally fsyncs its sidecar, manifest, commit record, pointer and folders,
+which is the commit protocol's cost, reported apart as `commit_seconds` (the save's time after
+DCP's write returned). `--cpus` pins every worker to those CPUs (os.sched_setaffinity) and sets
+torch's thread count to their number. Every checkpoint is deleted outside the timed regions. The
+page cache is not dropped (the machine is shared): restores read files just written (warm cache).
 Results: benchmarks/results/checkpoint.json.
 """
 
@@ -31,134 +38,64 @@ import json
 import os
 import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import torch
-import torch.distributed.checkpoint as dcp
-from rich.console import Console
-from rich.table import Table
-from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
+from revision import REPO, baseline_src
 
-from runwright.ckpt import (
-    Checkpointer,
-    LocalFence,
-    MemorySink,
-    SaveResult,
-    SaveStatus,
-    TrainState,
-)
-from runwright.ckpt.retention import delete_checkpoint
-from runwright.ckpt.state import capture
-from runwright.events import EventType
-from runwright.spec.policies import CheckpointSpec
-
-RESULTS = Path(__file__).parent / "results" / "checkpoint.json"
+RESULTS = REPO / "benchmarks" / "results" / "checkpoint.json"
 # Retention must never run inside a timed save: keep more checkpoints than a run ever makes and
 # delete each one explicitly, timed on its own line.
 _KEEP_ALL = 1_000_000
+# (measure, baseline, target, higher_is_better): the comparisons every side reports
+COMPARISONS = (
+    ("sync", "dcp", "<= 1.1", False),
+    ("stall", "memcpy", "<= 1.5", False),
+    ("persist", "raw", ">= 0.8", True),
+    ("restore", "load", "<= 1.1", False),
+    ("restore_unverified", "load", "reported", False),
+    # CPU seconds of the process (every thread), which a busy machine disturbs less than wall time
+    ("sync_cpu_seconds", "dcp_cpu_seconds", "reported", False),
+    ("restore_cpu_seconds", "load_cpu_seconds", "reported", False),
+)
 
 
-def build_state(megabytes: int) -> TrainState:
-    # 2048 x 4096 float32 = 33.5 MB per layer; 16 layers = 537 MB
-    layers = max(1, round(megabytes * 2**20 / (2048 * 4096 * 4)))
-    model = torch.nn.Sequential(*(torch.nn.Linear(2048, 4096, bias=False) for _ in range(layers)))
-    return TrainState(model=model)
+# worker: one side, in its own process ---------------------------------------------------------
+def worker(work: Path, megabytes: int, threads: int, cpus: list[int] | None) -> None:
+    """Read one request per line on stdin, answer one JSON line of seconds on stdout."""
+    import warnings
 
+    import torch
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader, FileSystemWriter
 
-def timed(fn: Callable[[], object]) -> float:
-    started = time.perf_counter()
-    fn()
-    return time.perf_counter() - started
+    from runwright.ckpt import Checkpointer, LocalFence, MemorySink, SaveStatus, TrainState
+    from runwright.ckpt.retention import delete_checkpoint
+    from runwright.ckpt.state import capture
+    from runwright.events import EventType
+    from runwright.spec.policies import CheckpointSpec
 
+    warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+    if cpus:
+        os.sched_setaffinity(0, cpus)
+        torch.set_num_threads(len(cpus))
 
-def pair(
-    first: Callable[[], float], second: Callable[[], float], flip: bool
-) -> tuple[float, float]:
-    """Run both measurements back to back, in the order given or flipped."""
-    if flip:
-        b = second()
-        a = first()
-    else:
-        a = first()
-        b = second()
-    return a, b
+    def build_state() -> TrainState:
+        # 2048 x 4096 float32 = 33.5 MB per layer; 16 layers = 537 MB
+        layers = max(1, round(megabytes * 2**20 / (2048 * 4096 * 4)))
+        linears = (torch.nn.Linear(2048, 4096, bias=False) for _ in range(layers))
+        return TrainState(model=torch.nn.Sequential(*linears))
 
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--megabytes", type=int, default=512)
-    parser.add_argument("--rounds", type=int, default=7, help="Measured rounds (after 1 warm-up).")
-    parser.add_argument("--threads", type=int, default=1, help="DCP writer threads, both sides.")
-    parser.add_argument("--dir", default=None, help="Folder on the disk to measure (default: cwd).")
-    args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="rw-ckpt-bench-", dir=args.dir or os.getcwd()))
-    try:
-        figures = run(work, args.megabytes, args.rounds, args.threads)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
-    render(figures)
-    print(f"wrote {RESULTS}")
-
-
-def render(figures: dict) -> None:
-    title = (
-        f"checkpoint benchmark, {figures['state_bytes'] / 1e6:.0f} MB state, "
-        f"median of {figures['rounds']} interleaved rounds"
-    )
-    table = Table(title=title)
-    for column in ("measure", "runwright", "baseline", "ratio", "per-round ratios", "target"):
-        table.add_column(column)
-    for row in figures["comparisons"]:
-        table.add_row(
-            row["measure"],
-            f"{row['runwright']:.3f}",
-            "" if row["baseline"] is None else f"{row['baseline']:.3f}",
-            "" if row["ratio"] is None else f"{row['ratio']:.2f}",
-            " ".join(f"{r:.2f}" for r in row["round_ratios"]),
-            row["target"],
-        )
-    Console().print(table)
-
-
-def run(work: Path, megabytes: int, rounds: int, threads: int) -> dict:
-    state = build_state(megabytes)
+    state, target = build_state(), build_state()
     sd = capture(state, step=0, rank=0)
     tensors = [p.detach() for p in state.model.parameters()]
-    state_bytes = sum(t.numel() * t.element_size() for t in tensors)
     buffers = [torch.empty_like(t) for t in tensors]
-    raw_path, dcp_path = work / "raw.bin", work / "dcp"
-
-    def raw_write() -> float:
-        with open(raw_path, "wb") as handle:
-            started = time.perf_counter()
-            for t in tensors:
-                handle.write(memoryview(t.numpy()).cast("B"))
-            handle.flush()
-            os.fsync(handle.fileno())
-            return time.perf_counter() - started
-
-    def plain_save() -> float:
-        writer = FileSystemWriter(dcp_path, sync_files=True, thread_count=threads)
-        return timed(lambda: dcp.save(sd, storage_writer=writer, no_dist=True))
-
-    def plain_load() -> float:
-        target = {"model": {k: torch.empty_like(v) for k, v in sd["model"].items()}}
-        reader = FileSystemReader(dcp_path)
-        return timed(lambda: dcp.load(target, storage_reader=reader, no_dist=True))
-
-    def memcpy() -> float:
-        def copy() -> None:
-            for src, dst in zip(tensors, buffers, strict=True):
-                dst.copy_(src)
-
-        return timed(copy)
-
-    root = str(work / "ckpt")
+    load_target = {"model": {k: torch.empty_like(v) for k, v in sd["model"].items()}}
+    raw_path, dcp_path, root = work / "raw.bin", work / "dcp", str(work / "ckpt")
     fence = LocalFence(root)
     sync = Checkpointer(
         root,
@@ -176,137 +113,348 @@ def run(work: Path, megabytes: int, rounds: int, threads: int) -> dict:
         thread_count=threads,
     )
     steps = iter(range(1, 1_000_000))
-    target = build_state(megabytes)
-    saved: list[SaveResult] = []
+    folders: list[str] = []
 
-    def sync_save() -> float:
-        seconds = timed(lambda: saved.append(sync.save(next(steps), state)))
-        assert saved[-1].status == SaveStatus.COMMITTED
-        return seconds
+    def raw() -> dict:
+        with open(raw_path, "wb") as handle:
+            started = time.perf_counter()
+            for t in tensors:
+                handle.write(memoryview(t.numpy()).cast("B"))
+            handle.flush()
+            os.fsync(handle.fileno())
+            return {"raw": time.perf_counter() - started}
 
-    def async_save() -> tuple[float, float]:
+    def plain_save() -> dict:
+        writer = FileSystemWriter(dcp_path, sync_files=True, thread_count=threads)
+        return {"dcp": timed(lambda: dcp.save(sd, storage_writer=writer, no_dist=True))}
+
+    def plain_load() -> dict:
+        reader = FileSystemReader(dcp_path)
+        return {"load": timed(lambda: dcp.load(load_target, storage_reader=reader, no_dist=True))}
+
+    def memcpy() -> dict:
+        def copy() -> None:
+            for src, dst in zip(tensors, buffers, strict=True):
+                dst.copy_(src)
+
+        return {"memcpy": timed(copy)}
+
+    def sync_save() -> dict:
+        started = time.perf_counter()
+        result = sync.save(next(steps), state)
+        seconds = time.perf_counter() - started
+        assert result.status == SaveStatus.COMMITTED
+        folders.append(result.folder or "")
+        write = result.timings_seconds.get("write", 0.0)
+        return {"sync": seconds, "commit_seconds": result.timings_seconds["persist"] - write}
+
+    def async_save() -> dict:
         """(stall, persist): the step is blocked for the stall; the persist runs behind it."""
         result = asynchronous.save(next(steps), state)
         assert result.status == SaveStatus.QUEUED
         asynchronous.wait()
         committed = async_events.of_type(EventType.CHECKPOINT_COMMITTED)[-1]
-        return result.stall_seconds, float(committed.attributes["persist_seconds"])
+        folders.append(committed.attributes["folder"])
+        persist = float(committed.attributes["persist_seconds"])
+        return {
+            "stall": result.stall_seconds,
+            "persist": persist,
+            "persist_commit_seconds": persist - float(committed.attributes.get("write", 0.0)),
+        }
 
-    def restore() -> float:
-        reader = Checkpointer(root, policy=CheckpointSpec(), fence=fence, events=MemorySink())
-        restored = reader.restore(target, verify="full")
-        assert restored is not None  # the async save of this round: the newest
-        return restored.seconds
+    def restore(verify: str, name: str) -> Callable[[], dict]:
+        def run() -> dict:
+            reader = Checkpointer(root, policy=CheckpointSpec(), fence=fence, events=MemorySink())
+            started = time.perf_counter()
+            restored = reader.restore(target, verify=verify)
+            assert restored is not None
+            return {name: time.perf_counter() - started}
 
-    names = ("dcp", "sync", "memcpy", "stall", "raw", "persist", "restore", "load", "delete")
-    samples: dict[str, list[float]] = {name: [] for name in names}
-    load_before = os.getloadavg()
-    for index in range(rounds + 1):
-        # writes first, back to back, each pair in alternating order; then the reads
-        flip = index % 2 == 1
-        dcp_s, sync_s = pair(plain_save, sync_save, flip)
-        if flip:
-            raw_s = raw_write()
-            memcpy_s, (stall_s, persist_s) = memcpy(), async_save()
-        else:
-            (stall_s, persist_s), memcpy_s = async_save(), memcpy()
-            raw_s = raw_write()
-        restore_s, load_s = pair(restore, plain_load, flip)
-        # clean-up outside every timed region; deleting the sync checkpoint is what retention
-        # would do, so it is timed on its own line
-        delete_s = timed(lambda: delete_checkpoint(sync.storage, saved[-1].folder or ""))
-        for event in async_events.of_type(EventType.CHECKPOINT_COMMITTED)[-1:]:
-            delete_checkpoint(asynchronous.storage, event.attributes["folder"])
-        shutil.rmtree(dcp_path)
-        raw_path.unlink()
-        if index == 0:
-            continue  # warm-up: first-touch allocation of buffers, threads and page tables
-        for name, value in zip(
-            names,
-            (dcp_s, sync_s, memcpy_s, stall_s, raw_s, persist_s, restore_s, load_s, delete_s),
-            strict=True,
-        ):
-            samples[name].append(value)
+        return run
+
+    def cleanup() -> dict:
+        # deleting the newest sync checkpoint is what retention would do: timed on its own line
+        seconds = {"delete": timed(lambda: delete_checkpoint(sync.storage, folders[0]))}
+        for folder in folders[1:]:
+            delete_checkpoint(sync.storage, folder)
+        folders.clear()
+        shutil.rmtree(dcp_path, ignore_errors=True)
+        raw_path.unlink(missing_ok=True)
+        return seconds
+
+    requests: dict[str, Callable[[], dict]] = {
+        "raw": raw,
+        "dcp": plain_save,
+        "load": plain_load,
+        "memcpy": memcpy,
+        "sync": sync_save,
+        "async": async_save,
+        "restore": restore("full", "restore"),
+        "restore_unverified": restore("none", "restore_unverified"),
+        "cleanup": cleanup,
+    }
+    import runwright
+
+    print(json.dumps({"ready": True, "runwright": runwright.__file__}), flush=True)
+    for line in sys.stdin:
+        name = line.strip()
+        if name == "exit":
+            break
+        cpu_started = time.process_time()
+        answer = requests[name]()
+        answer[f"{name}_cpu_seconds"] = time.process_time() - cpu_started
+        print(json.dumps(answer), flush=True)
     asynchronous.close()
     sync.close()
-    return figures_of(samples, state_bytes, rounds, threads, load_before)
+
+
+def timed(fn: Callable[[], object]) -> float:
+    started = time.perf_counter()
+    fn()
+    return time.perf_counter() - started
+
+
+# parent: orders the requests --------------------------------------------------------------------
+class Side:
+    """A worker process running one side's code."""
+
+    def __init__(self, name: str, src: Path, work: Path, args: argparse.Namespace) -> None:
+        self.name = name
+        work.mkdir(parents=True)
+        command = [sys.executable, __file__, "--worker", str(work)]
+        command += ["--megabytes", str(args.megabytes), "--threads", str(args.threads)]
+        command += ["--cpus", args.cpus] if args.cpus else []
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), str(REPO / "benchmarks")])}
+        self.process = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+        )
+        self.code = json.loads(self._line())["runwright"]
+
+    def _line(self) -> str:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the {self.name} worker exited (rc {self.process.wait()})")
+        return line
+
+    def ask(self, request: str) -> dict:
+        assert self.process.stdin is not None
+        self.process.stdin.write(request + "\n")
+        self.process.stdin.flush()
+        return json.loads(self._line())
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("exit\n")
+        self.process.stdin.flush()
+        self.process.wait()
+
+
+def rotated(items: list, index: int) -> list:
+    """Round `index`'s order: rotated by index, reversed every other round."""
+    shift = index % len(items)
+    order = items[shift:] + items[:shift]
+    return order[::-1] if (index // len(items)) % 2 else order
+
+
+def run_rounds(sides: list[Side], rounds: int) -> list[dict[str, dict]]:
+    """Per round, per side: every figure of that round (round 0 is the warm-up)."""
+    main = sides[0]
+    groups = [
+        [(main, "dcp")] + [(s, "sync") for s in sides],
+        [(main, "raw")] + [(s, "async") for s in sides],
+        [(main, "memcpy")],
+        [(main, "load")]
+        + [(s, "restore") for s in sides]
+        + [(s, "restore_unverified") for s in sides],
+    ]
+    measured = []
+    for index in range(rounds + 1):
+        figures: dict[str, dict] = {s.name: {} for s in sides}
+        for group in groups:
+            for side, request in rotated(group, index):
+                figures[side.name] |= side.ask(request)
+        for side in sides:
+            figures[side.name] |= side.ask("cleanup")
+        measured.append(figures)
+        print(f"round {index}{' (warm-up)' if index == 0 else ''}: " + _brief(figures), flush=True)
+    return measured
+
+
+def _brief(figures: dict[str, dict]) -> str:
+    return "; ".join(
+        f"{side} " + " ".join(f"{k}={v:.2f}" for k, v in sorted(f.items()) if "cpu" not in k)
+        for side, f in figures.items()
+    )
+
+
+def spread(values: list[float]) -> dict:
+    """p10/p50/p90 (inclusive quantiles of the per-round values) and the range."""
+    if len(values) == 1:
+        return {
+            "p10": values[0],
+            "p50": values[0],
+            "p90": values[0],
+            "min": values[0],
+            "max": values[0],
+        }
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
+    return {
+        "p10": deciles[0],
+        "p50": statistics.median(values),
+        "p90": deciles[-1],
+        "min": min(values),
+        "max": max(values),
+    }
 
 
 def figures_of(
-    samples: dict[str, list[float]],
-    state_bytes: int,
-    rounds: int,
-    threads: int,
-    load_before: tuple[float, float, float],
+    measured: list[dict[str, dict]], workers: list[Side], args: argparse.Namespace, state_bytes: int
 ) -> dict:
-    median = {name: statistics.median(values) for name, values in samples.items()}
+    sides = [w.name for w in workers]
+    main = sides[0]
+    rounds = measured[1:]
 
-    def ratios(a: str, b: str) -> list[float]:
-        return [x / y for x, y in zip(samples[a], samples[b], strict=True)]
+    def samples(side: str, name: str) -> list[float]:
+        return [r[side][name] for r in rounds]
 
-    # bandwidth ratio = (bytes / persist) / (bytes / raw) = raw / persist
-    persist_ratios = ratios("raw", "persist")
+    def base(name: str) -> list[float]:
+        return samples(main, name)
+
+    comparisons = []
+    for side in sides:
+        for measure, baseline, target, higher_is_better in COMPARISONS:
+            a, b = samples(side, measure), base(baseline)
+            # a bandwidth ratio is (bytes / a) / (bytes / b) = b / a
+            ratios = [y / x if higher_is_better else x / y for x, y in zip(a, b, strict=True)]
+            comparisons.append(
+                {
+                    "side": side,
+                    "measure": f"{measure} vs {baseline}",
+                    "runwright_seconds": statistics.median(a),
+                    "baseline_seconds": statistics.median(b),
+                    "ratio": statistics.median(ratios),
+                    "ratio_spread": spread(ratios),
+                    "round_ratios": ratios,
+                    "target": target,
+                }
+            )
+    # context: plain DCP's own bandwidth against the raw write, the ceiling for persist
+    ratios = [r / d for r, d in zip(base("raw"), base("dcp"), strict=True)]
+    comparisons.append(
+        {
+            "side": main,
+            "measure": "plain dcp save vs raw (bandwidth)",
+            "runwright_seconds": statistics.median(base("dcp")),
+            "baseline_seconds": statistics.median(base("raw")),
+            "ratio": statistics.median(ratios),
+            "ratio_spread": spread(ratios),
+            "round_ratios": ratios,
+            "target": "ceiling for persist",
+        }
+    )
+    for side in sides[1:]:
+        # this checkout against the revision, measure by measure, paired by round
+        for measure in ("sync", "stall", "persist", "restore", "restore_unverified"):
+            ratios = [x / y for x, y in zip(base(measure), samples(side, measure), strict=True)]
+            comparisons.append(
+                {
+                    "side": f"{main}/{side}",
+                    "measure": measure,
+                    "runwright_seconds": statistics.median(base(measure)),
+                    "baseline_seconds": statistics.median(samples(side, measure)),
+                    "ratio": statistics.median(ratios),
+                    "ratio_spread": spread(ratios),
+                    "round_ratios": ratios,
+                    "target": "reported",
+                }
+            )
+    disk = [state_bytes / s / 1e9 for s in base("raw")]
     return {
+        "date": time.strftime("%Y-%m-%d"),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "state_bytes": state_bytes,
-        "rounds": rounds,
-        "threads": threads,
+        "rounds": len(rounds),
+        "threads": args.threads,
+        "cpus_pinned": args.cpus,
         "cpus": os.cpu_count(),
-        "load_average_before": list(load_before),
         "load_average_after": list(os.getloadavg()),
         "page_cache": "not dropped (shared machine); restore and load read warm files",
-        "samples_seconds": samples,
-        "median_seconds": median,
-        "comparisons": [
-            {
-                "measure": "sync save vs plain DCP save (s)",
-                "runwright": median["sync"],
-                "baseline": median["dcp"],
-                "ratio": statistics.median(ratios("sync", "dcp")),
-                "round_ratios": ratios("sync", "dcp"),
-                "target": "<= 1.1",
-            },
-            {
-                "measure": "async stall vs host memcpy (s)",
-                "runwright": median["stall"],
-                "baseline": median["memcpy"],
-                "ratio": statistics.median(ratios("stall", "memcpy")),
-                "round_ratios": ratios("stall", "memcpy"),
-                "target": "<= 1.5",
-            },
-            {
-                "measure": "persist vs raw write+fsync (GB/s)",
-                "runwright": state_bytes / median["persist"] / 1e9,
-                "baseline": state_bytes / median["raw"] / 1e9,
-                "ratio": statistics.median(persist_ratios),
-                "round_ratios": persist_ratios,
-                "target": ">= 0.8",
-            },
-            {
-                "measure": "context: plain DCP save vs raw write+fsync (GB/s)",
-                "runwright": state_bytes / median["dcp"] / 1e9,
-                "baseline": state_bytes / median["raw"] / 1e9,
-                "ratio": statistics.median(ratios("raw", "dcp")),
-                "round_ratios": ratios("raw", "dcp"),
-                "target": "ceiling for persist",
-            },
-            {
-                "measure": "restore, full verify, vs plain DCP load (s)",
-                "runwright": median["restore"],
-                "baseline": median["load"],
-                "ratio": statistics.median(ratios("restore", "load")),
-                "round_ratios": ratios("restore", "load"),
-                "target": "reported",
-            },
-            {
-                "measure": "retention: delete one checkpoint (s)",
-                "runwright": median["delete"],
-                "baseline": None,
-                "ratio": None,
-                "round_ratios": [],
-                "target": "reported",
-            },
-        ],
+        "sides": {w.name: w.code for w in workers},
+        "disk_write_fsync_gb_per_second": {"per_round": disk, **spread(disk)},
+        "samples_seconds": {
+            side: {k: [r[side][k] for r in rounds] for k in rounds[0][side]} for side in sides
+        },
+        "median_seconds": {
+            side: {k: statistics.median(r[side][k] for r in rounds) for k in rounds[0][side]}
+            for side in sides
+        },
+        "first_in_process_seconds": measured[0],
+        "comparisons": comparisons,
     }
+
+
+def render(figures: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"checkpoint benchmark, {figures['state_bytes'] / 1e6:.0f} MB state, "
+        f"{figures['rounds']} rounds (+1 warm-up), medians and per-round ratio p10/p50/p90"
+    )
+    for column in ("side", "measure", "runwright s", "baseline s", "ratio", "p10-p90", "target"):
+        table.add_column(column)
+    for row in figures["comparisons"]:
+        s = row["ratio_spread"]
+        table.add_row(
+            row["side"],
+            row["measure"],
+            f"{row['runwright_seconds']:.3f}",
+            f"{row['baseline_seconds']:.3f}",
+            f"{row['ratio']:.2f}",
+            f"{s['p10']:.2f}-{s['p90']:.2f}",
+            row["target"],
+        )
+    Console().print(table)
+    disk = figures["disk_write_fsync_gb_per_second"]
+    print(
+        f"disk write+fsync: {disk['p50']:.3f} GB/s (p10 {disk['p10']:.3f}, p90 {disk['p90']:.3f})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--megabytes", type=int, default=512)
+    parser.add_argument("--rounds", type=int, default=9, help="Measured rounds (after 1 warm-up).")
+    parser.add_argument("--threads", type=int, default=1, help="DCP writer threads, every side.")
+    parser.add_argument("--cpus", default="", help="Pin every worker to these CPUs, e.g. 0,1.")
+    parser.add_argument("--baseline", default=None, help="Also measure this git revision.")
+    parser.add_argument("--dir", default=None, help="Folder on the disk to measure (default: cwd).")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    cpus = [int(c) for c in args.cpus.split(",") if c]
+    if args.worker:
+        worker(Path(args.worker), args.megabytes, args.threads, cpus)
+        return
+    work = Path(tempfile.mkdtemp(prefix="rw-ckpt-bench-", dir=args.dir or os.getcwd()))
+    sides: list[Side] = []
+    try:
+        sources = [("now", REPO / "src")]
+        if args.baseline:
+            sources.append(("base", baseline_src(args.baseline, work / "baseline")))
+        for name, src in sources:
+            sides.append(Side(name, src, work / name, args))
+        measured = run_rounds(sides, args.rounds)
+    finally:
+        for side in sides:
+            side.close()
+        shutil.rmtree(work, ignore_errors=True)
+    layers = max(1, round(args.megabytes * 2**20 / (2048 * 4096 * 4)))
+    figures = figures_of(measured, sides, args, layers * 2048 * 4096 * 4)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    render(figures)
+    print(f"wrote {RESULTS}")
 
 
 if __name__ == "__main__":

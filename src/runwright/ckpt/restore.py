@@ -8,6 +8,15 @@ nothing unpickled freely: DCP's `.metadata` is read with metadata.py's allow-lis
 with torch's weights-only unpickler, and runwright's own values with values.py's allow-list. A
 checkpoint refused on load (it holds code, or a value does not decode) is skipped like one that
 fails verification, and the next older one is tried.
+
+Verification is split around the load (verify.py, `ChecksumPass`): what reads no shard bytes
+(sizes, the folder's listing, DCP's metadata) is checked before loading; the checksums are
+computed on a thread while DCP reads the same files, and nothing but tensor bytes is applied (no
+RNG stream, counter, scheduler or data cursor; no result returned) until every checksum matched.
+A mismatch skips the checkpoint as a failed verification did before the load: the next older
+one's load overwrites every tensor (restore is strict), and when none is left restore raises, so
+a run never continues from the skipped bytes. Overlapping saves a second pass over the state in
+series: a full verification was 1.19x a plain `dcp.load` of 537 MB, see docs/ckpt.md, "Cost".
 """
 
 import math
@@ -36,7 +45,7 @@ from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.state import TrainState, apply, apply_rng, capture_rng, skeleton
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.ckpt.values import SafeLoadPlanner
-from runwright.ckpt.verify import VerifyMode, verify_checkpoint
+from runwright.ckpt.verify import ChecksumPass, VerifyMode, VerifyReport, verify_checkpoint
 from runwright.records import Record
 from runwright.remote import remote_errors
 
@@ -120,8 +129,10 @@ def choose(
     verify_mode: VerifyMode,
     excluded: dict[str, Fallback],
 ) -> tuple[CommittedCheckpoint, RestoreMode] | list[Fallback] | None:
-    """The newest candidate that fits and verifies, or every fallback if none did, or None when
-    the run has no committed checkpoint. Refusal (incompatible) raises."""
+    """The newest candidate that fits and passes every check that reads no shard bytes (sizes,
+    listing, DCP metadata), or every fallback if none did, or None when the run has no committed
+    checkpoint. Refusal (incompatible) raises. The checksums of `verify_mode` are checked by
+    `load_verified`, overlapped with the load."""
     candidates = restore_candidates(storage, fence)
     if not candidates:
         return None
@@ -132,17 +143,21 @@ def choose(
         if candidate.record.checkpoint_id in excluded:
             continue
         mode = decide(candidate.manifest, current)
-        report = verify_checkpoint(storage, candidate.path, candidate.manifest, verify_mode)
+        report = verify_checkpoint(storage, candidate.path, candidate.manifest, "none")
         if report.ok:
             return candidate, mode
         fallback = Fallback(
             checkpoint_id=candidate.record.checkpoint_id,
             step=candidate.record.step,
-            reason="verification failed: " + report.summary(),
+            reason=verification_failed(report),
         )
         excluded[candidate.record.checkpoint_id] = fallback
         fallbacks.append(fallback)
     return fallbacks
+
+
+def verification_failed(report: VerifyReport) -> str:
+    return "verification failed: " + report.summary()
 
 
 def no_usable(fallbacks: list[Fallback]) -> NoUsableCheckpointError:
@@ -161,9 +176,12 @@ def load_into(
     mode: RestoreMode,
     rank: int,
     process_group: dist.ProcessGroup | None,
+    before_apply: Callable[[], None] | None = None,
 ) -> tuple[dict[str, object], bool]:
     """DCP-load `path` into the live state; returns (progress record, rng_restored). Raises
-    CheckpointCorruptError when a value holds code or does not load (nothing of it is run)."""
+    CheckpointCorruptError when a value holds code or does not load (nothing of it is run).
+    `before_apply()` runs once DCP has read every tensor, before anything else is applied
+    (`load_verified` waits there for the checksums); what it raises propagates."""
     source_rank = rank if mode == RestoreMode.EXACT else None
     sd = skeleton(state, rank, source_rank)
     reader = (
@@ -193,10 +211,76 @@ def load_into(
                     f"restore of {manifest.checkpoint_id} (step {manifest.step})", path, exc
                 ) from exc
             raise
+    if before_apply is not None:
+        before_apply()
     progress = apply(state, sd, source_rank)
     if source_rank is None and state.data_loader is not None and manifest.data_cursor is not None:
         state.data_loader.load_state_dict(manifest.data_cursor)
     return progress, source_rank is not None
+
+
+class _ChecksumsDiffer(Exception):
+    """The overlapped checksum pass found a file that differs from its manifest entry."""
+
+    def __init__(self, report: VerifyReport) -> None:
+        super().__init__(report.summary())
+        self.report = report
+
+
+def load_verified(
+    state: TrainState,
+    storage: CheckpointStorage,
+    candidate: CommittedCheckpoint,
+    mode: RestoreMode,
+    ranks: Ranks,
+    verify: VerifyMode,
+) -> tuple[tuple[dict[str, object], bool] | None, str | None]:
+    """`load_into`, with rank 0 hashing the checkpoint's files (`verify`) on a thread meanwhile:
+    ((progress, rng_restored), None) once loaded and every checksum matched, or (None, why) when
+    this rank refuses the checkpoint (a checksum differs, or a value is refused on load)."""
+    checksums = (
+        ChecksumPass(storage, candidate.path, candidate.manifest, verify)
+        if ranks.rank == 0 and verify != "none"
+        else None
+    )
+
+    def verified() -> None:
+        if checksums is not None and not (report := checksums.result()).ok:
+            raise _ChecksumsDiffer(report)
+
+    try:
+        loaded = load_into(
+            state,
+            storage,
+            candidate.path,
+            candidate.manifest,
+            mode,
+            ranks.rank,
+            ranks.persist_group,
+            before_apply=verified,
+        )
+    except _ChecksumsDiffer as exc:
+        return None, verification_failed(exc.report)
+    except CheckpointCorruptError as exc:
+        # damaged bytes can make DCP's read refuse a value before the checksums are in (a
+        # flipped zip header does): when they differ, that is the reason to give
+        if checksums is not None and not (verdict := checksums.result()).ok:
+            return None, verification_failed(verdict)
+        return None, f"refused on load: {exc}"
+    except CheckpointException:
+        # any other failure of DCP's read reaches every rank together (DCP gathers them all):
+        # rank 0's checksums decide, for every rank, whether damaged bytes explain it
+        differs = None
+        if checksums is not None and not (verdict := checksums.result()).ok:
+            differs = verification_failed(verdict)
+        differs = ranks.from_rank0(differs)
+        if differs is None:
+            raise
+        return None, differs
+    finally:
+        if checksums is not None:
+            checksums.join()
+    return loaded, None
 
 
 def smoke(
@@ -260,20 +344,15 @@ def restore_newest(
                 reported.add(fallback.checkpoint_id)
                 on_fallback(fallback)
         manifest = candidate.manifest
-        refused = None
-        try:
-            progress, rng_restored = load_into(
-                state, storage, candidate.path, manifest, mode, ranks.rank, ranks.persist_group
-            )
-        except CheckpointCorruptError as exc:
-            refused = str(exc)
-        if ranks.any(refused is not None):
+        loaded, refused = load_verified(state, storage, candidate, mode, ranks, verify)
+        if ranks.any(refused is not None) or loaded is None:
             excluded[manifest.checkpoint_id] = Fallback(
                 checkpoint_id=manifest.checkpoint_id,
                 step=manifest.step,
-                reason="refused on load: " + (refused or "another rank refused a value"),
+                reason=refused or "refused on load: another rank refused the checkpoint",
             )
             continue
+        progress, rng_restored = loaded
         checked = None
         if smoke_check is not None and manifest.loss_at_save is not None:
             checked = smoke(smoke_check, manifest.loss_at_save, smoke_relative_tolerance)
@@ -308,6 +387,7 @@ __all__ = [
     "choose",
     "current_run",
     "load_into",
+    "load_verified",
     "no_usable",
     "restore_newest",
     "smoke",

@@ -2,17 +2,16 @@
 
 DCP (`torch.distributed.checkpoint.FileSystemWriter` / `FsspecWriter`) does the sharded layout; this
 module only wraps the output streams so each file's size and checksum (ckpt/checksum.py) are known
-the moment it is closed. Where the hashing happens decides what the checksum costs:
-
-- Local files: a follower thread hashes the bytes back out of the page cache, behind the writer,
-  and never blocks a write. Plain DCP spends most of a save waiting for the disk (the fsync of
-  every data file); the follower's hashing runs inside that wait, so on a loaded 2-core machine a
-  537 MB save hashes in parallel with I/O instead of on top of the copy.
-  It reads only bytes the writer already handed to the kernel (flushed), and the file is
-  append-only, so what it hashes is what the fsync makes durable. Hashing the caller's buffers
-  after `write` returns would not be safe: DCP may pass a temporary tensor's memory.
-- Object stores (fsspec): nothing to read back cheaply, so each large buffer is hashed in a
-  helper thread while the same buffer is uploaded (hashlib and writes release the GIL).
+the moment it is closed. Each buffer DCP writes is hashed during the `write` call that receives it
+(a large one on a helper thread while the same buffer is written: the file write releases the
+GIL, so the two overlap), so what is hashed is exactly what was handed to the file, while the
+buffer is still alive: DCP may pass a temporary tensor's memory, so hashing after `write` returns
+would not be safe. An earlier version read each local file back from the page cache behind
+the writer, to hide a sha256 inside the fsync wait; with XXH3-128 (about 10 GB/s here) that
+read-back cost more than the hash: 0.82 s of CPU per 537 MB save against 0.62 s hashing the
+written buffers and 0.63 s for plain DCP (process CPU seconds, medians of 5 paired rounds,
+2026-12-02; docs/ckpt.md "Cost"), and on a shared 2-core machine CPU seconds turn into wall
+seconds.
 
 After its data files, each rank writes `__<rank>_files.json` (its files with size and checksum, and
 the logical keys it asked DCP to save). The coordinator reads all of them to check step 4 of the
@@ -41,9 +40,7 @@ from runwright.remote import bound
 
 SIDECAR_SUFFIX = "_files.json"
 DCP_METADATA = ".metadata"
-_PARALLEL_HASH_MIN_BYTES = 1 << 20
-_FOLLOW_MIN_BYTES = 1 << 20  # smaller files are hashed inline: a thread costs more than the hash
-_FOLLOW_CHUNK_BYTES = 8 << 20
+_PARALLEL_HASH_MIN_BYTES = 1 << 20  # smaller buffers are hashed inline: a handoff costs more
 _PROBE_CHUNK_BYTES = 1 << 16
 
 ByteProbe = Callable[[int], None]
@@ -52,67 +49,6 @@ ByteProbe = Callable[[int], None]
 
 def sidecar_name(rank: int) -> str:
     return f"__{rank}{SIDECAR_SUFFIX}"
-
-
-class _Follower:
-    """Hashes a local file that is being appended to, reading it back behind the writer."""
-
-    def __init__(self, path: str, digest: Any, offset: int) -> None:
-        self._fd = os.open(path, os.O_RDONLY)
-        self._digest, self._position = digest, offset
-        self._available, self._final = offset, False
-        self._error: BaseException | None = None
-        self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="runwright-hash", daemon=True)
-        self._thread.start()
-
-    def advance(self, available: int) -> None:
-        """The first `available` bytes of the file are in the kernel (written and flushed)."""
-        with self._cond:
-            self._available = available
-            self._cond.notify()
-
-    def finish(self, size_bytes: int) -> None:
-        """Wait until all `size_bytes` are hashed; raise what went wrong in the thread."""
-        with self._cond:
-            self._available, self._final = size_bytes, True
-            self._cond.notify()
-        self._thread.join()
-        os.close(self._fd)
-        if self._error is not None:
-            raise self._error
-        if self._position != size_bytes:
-            raise OSError(f"hashed {self._position} of {size_bytes} bytes: the file shrank")
-
-    def abandon(self) -> None:
-        """The write failed: stop hashing and close the file, so deleting it frees its space."""
-        with self._cond:
-            self._final = True
-            self._cond.notify()
-        self._thread.join()
-        os.close(self._fd)
-
-    def _run(self) -> None:
-        buffer = bytearray(_FOLLOW_CHUNK_BYTES)
-        view = memoryview(buffer)
-        try:
-            while True:
-                with self._cond:
-                    while self._position >= self._available and not self._final:
-                        self._cond.wait()
-                    end, final = self._available, self._final
-                while self._position < end:
-                    count = os.preadv(
-                        self._fd, [view[: min(len(buffer), end - self._position)]], self._position
-                    )
-                    if count == 0:
-                        return
-                    self._digest.update(view[:count])
-                    self._position += count
-                if final:
-                    return
-        except BaseException as exc:
-            self._error = exc
 
 
 class _HashingStream(io.RawIOBase):
@@ -125,15 +61,12 @@ class _HashingStream(io.RawIOBase):
         on_close: Callable[[str, int, str], None],
         pool: ThreadPoolExecutor,
         probe: Callable[[int], None] | None,
-        follow: bool,
     ) -> None:
-        """`follow`: hash by reading `path` back behind the writer (local files only)."""
         super().__init__()
         self._raw, self._path, self._on_close = raw, path, on_close
-        self._pool, self._probe, self._follow = pool, probe, follow
+        self._pool, self._probe = pool, probe
         self._hash = new_hasher(DEFAULT_CHECKSUM)
         self._size_bytes = 0
-        self._follower: _Follower | None = None
 
     def writable(self) -> bool:
         return True
@@ -148,16 +81,6 @@ class _HashingStream(io.RawIOBase):
         return self._write(view)
 
     def _write(self, view: memoryview) -> int:
-        starts_following = self._follow and self._size_bytes + view.nbytes >= _FOLLOW_MIN_BYTES
-        if self._follower is None and starts_following:
-            # the first _size_bytes are hashed already; the follower takes it from there
-            self._follower = _Follower(self._path, self._hash, self._size_bytes)
-        if self._follower is not None:
-            self._raw.write(view)
-            self._raw.flush()
-            self._size_bytes += view.nbytes
-            self._follower.advance(self._size_bytes)
-            return view.nbytes
         if view.nbytes >= _PARALLEL_HASH_MIN_BYTES:
             hashed: ThreadFuture[None] = self._pool.submit(self._hash.update, view)
             self._raw.write(view)
@@ -181,18 +104,13 @@ class _HashingStream(io.RawIOBase):
         self._raw.flush()
 
     def abandon(self) -> None:
-        """The write failed: release the follower and its descriptor, record nothing."""
-        if self._follower is not None:
-            self._follower.abandon()
-            self._follower = None
+        """The write failed: close the file, record nothing."""
         with contextlib.suppress(OSError):  # closing flushes, which fails again on a full disk
             super().close()
 
     def close(self) -> None:
         if not self.closed:
             self._raw.flush()
-            if self._follower is not None:
-                self._follower.finish(self._size_bytes)
             name = os.path.basename(self._path)
             self._on_close(name, self._size_bytes, self._hash.hexdigest())
         super().close()
@@ -219,13 +137,12 @@ class _HashingFileSystem:
                 self._owner._record_file,
                 self._owner._pool,
                 self._owner._probe,
-                follow=self._owner._follow,
             )
             try:
                 yield stream
             except BaseException:
-                # a failed write (ENOSPC) must not leave the follower holding the file open: an
-                # open descriptor keeps a deleted file's blocks allocated
+                # a failed write (ENOSPC) is closed at once: an open descriptor keeps a deleted
+                # file's blocks allocated
                 stream.abandon()
                 raise
             stream.close()
@@ -238,11 +155,8 @@ class _MeasuringMixin:
     path: Any
     sync_files: bool
 
-    def _setup(
-        self, rank: int, probe: ByteProbe | None, thread_count: int, *, follow: bool
-    ) -> None:
+    def _setup(self, rank: int, probe: ByteProbe | None, thread_count: int) -> None:
         self.rank = rank
-        self._follow = follow
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=max(1, thread_count), thread_name_prefix="hash")
         self._probe = probe
@@ -310,7 +224,7 @@ class MeasuringFileSystemWriter(_MeasuringMixin, FileSystemWriter):
         FileSystemWriter.__init__(
             self, path, sync_files=True, thread_count=thread_count, overwrite=False
         )
-        self._setup(rank, probe, thread_count, follow=True)
+        self._setup(rank, probe, thread_count)
 
 
 class MeasuringFsspecWriter(_MeasuringMixin, FsspecWriter):
@@ -335,7 +249,7 @@ class MeasuringFsspecWriter(_MeasuringMixin, FsspecWriter):
             **(options or {}),
         )
         bound(self.fs.fs)
-        self._setup(rank, probe, thread_count, follow=False)
+        self._setup(rank, probe, thread_count)
 
 
 def make_writer(

@@ -7,21 +7,31 @@ indices. Eligible node sets are computed once per kind of request (pool, device 
 floor) and reused, since a queue of 1,000 gangs has few kinds.
 """
 
+import bisect
 import math
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from runwright.sched import reasons
 from runwright.sched.inventory import Inventory
-from runwright.sched.placement import Eligible, Shape, diagnose, eligible_nodes, place
+from runwright.sched.placement import (
+    Eligible,
+    Shape,
+    device_type_matches,
+    diagnose,
+    domain_amounts,
+    eligible_nodes,
+    place,
+)
 from runwright.sched.quota import QuotaLedger
 from runwright.sched.reasons import PendingReason
 from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, RunningGang
 
-MAX_PREEMPTION_TRIES = 64
-"""Placements tried while adding victims one by one: bounds a pass where a large high-priority
-gang meets many small preemptible ones."""
+MAX_PRUNED_VICTIMS = 8
+"""Victims of one preemption checked one by one for whether the placement needs them: a
+placement each, so a large gang over many small victims keeps its pass short."""
 
 Kind = tuple[str, str | None, int | None]
 """What selects a request's nodes: (pool, device type, memory floor)."""
@@ -60,27 +70,69 @@ class PassReservation:
     """Reserved node -> devices a gang still running at the start may take there."""
 
 
-class _Capped(Mapping[str, int]):
-    """Free counts limited by the reservations a backfill must not delay."""
+def _capped(free: dict[str, int], limits: list[dict[str, int]]) -> dict[str, int]:
+    """Free counts limited by the reservations a backfill must not delay (each `limits` entry:
+    reserved node -> devices a gang still running at that reservation's start may take)."""
+    if not limits:
+        return free
+    usable = dict(free)
+    for spare in limits:
+        for node, most in spare.items():
+            if node in usable:
+                usable[node] = max(min(usable[node], most), 0)
+    return usable
 
-    def __init__(self, free: dict[str, int], limits: list[dict[str, int]]) -> None:
-        self.free, self.limits = free, limits
 
-    def get(self, key: str, default: int = 0) -> int:  # type: ignore[override]
-        value = self.free.get(key, default)
-        for spare in self.limits:
-            if key in spare:
-                value = min(value, spare[key])
-        return max(value, 0)
+def _amount_of(shape: Shape) -> Callable[[int], int]:
+    """What a one-node domain with `free` devices offers `shape` (placement.py's amounts)."""
+    unit, per = shape.unit, shape.devices_per_node
 
-    def __getitem__(self, key: str) -> int:
-        return self.get(key)
+    def amount(free: int) -> int:
+        usable = (per if free >= per else 0) if per else free
+        return usable - usable % unit
 
-    def __iter__(self):
-        return iter(self.free)
+    return amount
 
-    def __len__(self) -> int:
-        return len(self.free)
+
+def _move(amounts: list[tuple[int, str]], domain: str, old: int, new: int) -> None:
+    """Keep the sorted `amounts` right when `domain`'s amount goes from `old` to `new`."""
+    if old == new:
+        return
+    if old > 0:
+        del amounts[bisect.bisect_left(amounts, (old, domain))]
+    if new > 0:
+        bisect.insort(amounts, (new, domain))
+
+
+class InventoryIndex:
+    """What a pass derives from the inventory alone (eligible node sets, never-fits verdicts),
+    kept for the next pass over the same Inventory object: records are frozen, so the same
+    object means the same nodes, and a controller passes the same one until a node changes."""
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.nodes = {node.name: node for node in inventory.nodes}
+        self.offered = [node for node in inventory.nodes if node.offered]
+        self.eligible: dict[tuple[Kind, bool], Eligible] = {}
+        self.static: dict[tuple, PendingReason | None] = {}
+        self.out_of_service: dict[Kind, int] = {}
+        self._members: dict[Kind, set[str]] = {}
+
+    def members(self, kind: Kind, eligible: Eligible) -> set[str]:
+        if kind not in self._members:
+            self._members[kind] = set(eligible.nodes)
+        return self._members[kind]
+
+
+_LAST_INDEX: list[tuple[Inventory, InventoryIndex]] = []
+
+
+def _index_of(inventory: Inventory) -> InventoryIndex:
+    """The index of `inventory`, reused when the last pass had the same object."""
+    if _LAST_INDEX and _LAST_INDEX[0][0] is inventory:
+        return _LAST_INDEX[0][1]
+    index = InventoryIndex(inventory)
+    _LAST_INDEX[:] = [(inventory, index)]
+    return index
 
 
 class PassState:
@@ -89,8 +141,9 @@ class PassState:
         self.options = options
         self.now = state.now_seconds
         self.kind_word = inventory.fast_interconnect
-        self.nodes = {node.name: node for node in inventory.nodes}
-        self.offered = [node for node in inventory.nodes if node.offered]
+        self.index = _index_of(inventory)
+        self.nodes = self.index.nodes
+        self.offered = self.index.offered
         self.free: dict[str, list[int]] = {
             n.name: list(range(n.device_count)) for n in self.offered
         }
@@ -102,10 +155,40 @@ class PassState:
         self.ledger = QuotaLedger(state.quotas, state.running)
         self.reservations: list[PassReservation] = []
         self._reserved_kinds: dict[Kind, PassReservation] = {}
-        self._eligible: dict[tuple[Kind, bool], Eligible] = {}
-        self._static: dict[tuple, PendingReason | None] = {}
+        self._eligible = self.index.eligible
+        self._members: dict[Kind, set[str]] = {}
+        """Kind -> its offered nodes."""
+        self._kind_free: dict[Kind, int] = {}
+        """Kind -> free devices on its offered nodes: a gang larger than that is not placed
+        (checked before any placement, so a long queue on a full pool costs little)."""
+        self._out_of_service = self.index.out_of_service
+        self._histogram: dict[Kind, Counter[int]] = {}
+        """Kind -> how many of its offered nodes have each free count, for kinds whose fast
+        domains are single nodes (the usual HGX machine): whether a gang's shape can be placed
+        is then a sum over a few counts instead of a walk over every node (`_shape_fits`)."""
+        self._amounts: dict[tuple[Kind, int, int | None], list[tuple[int, str]]] = {}
+        """(kind, unit, devices_per_node) -> its one-node domains' amounts, sorted, kept as
+        counts change: a placement then starts from them instead of walking every node."""
+        self._kind_by_eligible: dict[int, Kind] = {}
+        self._static = self.index.static
 
     # -- state ------------------------------------------------------------------------------
+
+    def _set_count(self, node: str) -> None:
+        delta = len(self.free[node]) - self.count[node]
+        self.count[node] += delta
+        for kind, members in self._members.items():
+            if node in members:
+                self._kind_free[kind] += delta
+                histogram = self._histogram.get(kind)
+                if histogram is not None:
+                    histogram[self.count[node] - delta] -= 1
+                    histogram[self.count[node]] += 1
+        for (kind, unit, per), amounts in self._amounts.items():
+            if node in self._members[kind]:
+                amount = _amount_of(Shape(unit, per, unit))
+                _move(amounts, self.nodes[node].fast_domain, amount(self.count[node] - delta),
+                      amount(self.count[node]))  # fmt: skip
 
     def _hold(self, gang: RunningGang) -> None:
         self.running[gang.run_id] = gang
@@ -121,7 +204,7 @@ class PassState:
         for share in gang.placement:
             if share.node in self.free:
                 self.free[share.node] = sorted({*self.free[share.node], *share.devices})
-                self.count[share.node] = len(self.free[share.node])
+                self._set_count(share.node)
 
     def _take(
         self, request: GangRequest, counts: list[tuple[str, int]], borrowed: bool
@@ -129,7 +212,7 @@ class PassState:
         placement = []
         for node, k in counts:
             indices, self.free[node] = self.free[node][:k], self.free[node][k:]
-            self.count[node] = len(self.free[node])
+            self._set_count(node)
             placement.append((node, indices))
         gang = RunningGang(
             run_id=request.run_id,
@@ -160,7 +243,15 @@ class PassState:
         if key not in self._eligible:
             nodes = self.offered if offered_only else list(self.inventory.nodes)
             self._eligible[key] = eligible_nodes(nodes, *kind)
-        return self._eligible[key]
+        found = self._eligible[key]
+        if offered_only:
+            self._kind_by_eligible[id(found)] = kind
+        if offered_only and kind not in self._members:
+            self._members[kind] = self.index.members(kind, found)
+            self._kind_free[kind] = sum(self.count[n] for n in found.nodes)
+            if len(found.fast) == len(found.nodes):
+                self._histogram[kind] = Counter(self.count[n] for n in found.nodes)
+        return found
 
     @staticmethod
     def kind_of(request: GangRequest) -> Kind:
@@ -173,12 +264,64 @@ class PassState:
             request.devices, request.devices_per_node, request.tp, request.same_network_domain
         )
 
-    def _place(self, shape: Shape, eligible: Eligible, usable: Mapping[str, int]):
+    def _shape_fits(
+        self,
+        kind: Kind,
+        shape: Shape,
+        limits: list[dict[str, int]],
+        extra: Mapping[str, int] | None = None,
+    ) -> bool:
+        """False when the free devices of `kind` (plus `extra` per node, capped by `limits`)
+        certainly cannot hold `shape`; True when they might (a placement then decides). Exact
+        for one-node domains without a network-domain constraint: such a placement exists iff
+        the domains' usable amounts add up to the gang (placement.py), and those depend only on
+        the nodes' free counts, which a histogram holds."""
+        histogram = self._histogram.get(kind)
+        if histogram is None or shape.same_network_domain:
+            return True
+        amount = _amount_of(shape)
+        total = sum(amount(free) * nodes for free, nodes in histogram.items() if nodes)
+        members = self._members[kind]
+        touched = {n for spare in limits for n in spare if n in members}
+        touched.update(n for n in extra or () if n in members)
+        for node in touched:
+            now = self.count[node]
+            usable = now + (extra or {}).get(node, 0)
+            for spare in limits:
+                if node in spare:
+                    usable = max(min(usable, spare[node]), 0)
+            total += amount(usable) - amount(now)
+        return total >= shape.devices
+
+    def _place(
+        self,
+        shape: Shape,
+        eligible: Eligible,
+        usable: Mapping[str, int],
+        touched: Iterable[str] | None = None,
+    ) -> list[tuple[str, int]]:
+        """A placement on `usable`; `touched`: the only nodes where it differs from the free
+        counts, when the caller knows (else every eligible node is compared)."""
         if self.options.placer == "first-fit":
             from runwright.sched.baseline import place_first_fit
 
             return place_first_fit(shape, eligible, usable)
-        return place(shape, eligible, usable)
+        kind = self._kind_by_eligible.get(id(eligible))
+        if kind is None or kind not in self._histogram or shape.same_network_domain:
+            return place(shape, eligible, usable)
+        key = (kind, shape.unit, shape.devices_per_node)
+        if key not in self._amounts:
+            self._amounts[key] = domain_amounts(shape, eligible.fast, self.count)
+        domains = self._amounts[key]
+        if usable is not self.count:
+            domains = list(domains)
+            amount = _amount_of(shape)
+            members = self._members[kind]
+            for node in eligible.nodes if touched is None else set(touched) & members:
+                if usable.get(node, 0) != self.count[node]:
+                    _move(domains, self.nodes[node].fast_domain, amount(self.count[node]),
+                          amount(usable.get(node, 0)))  # fmt: skip
+        return place(shape, eligible, usable, domains=list(domains))
 
     # -- the decision -----------------------------------------------------------------------
 
@@ -197,7 +340,7 @@ class PassState:
         in_pool = [n for n in self.inventory.nodes if pool in n.pools and n.device_count]
         if not in_pool:
             return reasons.never_fits(f"pool {pool} has no nodes with devices", pool=pool)
-        typed = [n for n in in_pool if eligible_nodes([n], pool, wanted, None).nodes]
+        typed = [n for n in in_pool if device_type_matches(n.device_type, wanted)]
         if not typed:
             have = sorted({n.device_type for n in in_pool})
             return reasons.never_fits(
@@ -218,7 +361,11 @@ class PassState:
         every = self.eligible(request, offered_only=False)
         whole = {name: self.nodes[name].device_count for name in every.nodes}
         shape = self.shape_of(request)
-        if self._place(shape, every, whole):
+        if len(every.fast) == len(every.nodes) and not shape.same_network_domain:
+            amount = _amount_of(shape)  # one-node domains: the sum decides (_shape_fits)
+            if sum(amount(count) for count in whole.values()) >= shape.devices:
+                return None
+        elif self._place(shape, every, whole):
             return None
         why = diagnose(shape, every, whole, wanted, self.kind_word, pool)
         return why.model_copy(
@@ -245,17 +392,20 @@ class PassState:
             for r in self.reservations
             if not (math.isfinite(r.start_seconds) and ends <= r.start_seconds)
         ]
-        usable: Mapping[str, int] = _Capped(self.count, limits) if limits else self.count
-        counts = self._place(shape, eligible, usable)
+        usable = _capped(self.count, limits)
+        kind = self.kind_of(request)
+        enough = self._kind_free[kind] >= request.devices
+        fits = enough and self._shape_fits(kind, shape, limits)
+        limited = {node for spare in limits for node in spare}
+        counts = self._place(shape, eligible, usable, limited) if fits else []
         if counts:
             return Outcome(self._take(request, counts, verdict.borrowed), verdict.borrowed)
-        kind = self.kind_of(request)
         held = self._reserved_kinds.get(kind)
         if held is None and not verdict.borrowed and self.options.preempt:
             preempted = self._preempt(request, shape, eligible, limits)
             if preempted is not None:
                 return preempted
-        if limits and self._place(shape, eligible, self.count):
+        if limits and enough and self._shape_fits(kind, shape, []):
             blocker = next(r for r in self.reservations if r.spare in limits)
             return Outcome(
                 reason=reasons.reserved(
@@ -268,10 +418,19 @@ class PassState:
 
     def _why(self, request: GangRequest, shape: Shape, eligible: Eligible) -> PendingReason:
         every = self.eligible(request, offered_only=False)
-        out = sum(self.nodes[n].device_count for n in every.nodes if not self.nodes[n].offered)
-        why = diagnose(
-            shape, eligible, self.count, request.device_type, self.kind_word, request.pool, out
-        )
+        kind = self.kind_of(request)
+        if kind not in self._out_of_service:
+            self._out_of_service[kind] = sum(
+                self.nodes[n].device_count for n in every.nodes if not self.nodes[n].offered
+            )
+        out = self._out_of_service[kind]
+        free = self._kind_free[kind]
+        if free < request.devices:  # the common case on a full pool, without a walk
+            why = reasons.capacity(request.devices, request.device_type, request.pool, free, out)
+        else:
+            why = diagnose(
+                shape, eligible, self.count, request.device_type, self.kind_word, request.pool, out
+            )
         floor = request.min_device_memory_bytes
         if floor and why.code == "capacity":
             largest = max(self.nodes[n].device_memory_bytes for n in every.nodes)
@@ -310,32 +469,60 @@ class PassState:
         )
         if reach < shape.devices:
             return None
-        victims: list[RunningGang] = []
-        tries = 0
-        counts: list[tuple[str, int]] = []
-        for gang in candidates:
-            victims.append(gang)
-            for share in gang.placement:
-                if share.node in usable:
-                    usable[share.node] += len(share.devices)
-                    total += len(share.devices)
-            if total < shape.devices:
-                continue
-            tries += 1
-            counts = self._place(shape, eligible, _Capped(usable, limits))
-            if counts or tries >= MAX_PREEMPTION_TRIES:
-                break
-        if not counts:
-            return None
-        for gang in reversed(list(victims)):  # drop victims the placement does not need
-            trial = dict(usable)
-            for share in gang.placement:
-                if share.node in trial:
-                    trial[share.node] -= len(share.devices)
-            fewer = self._place(shape, eligible, _Capped(trial, limits))
-            if fewer:
-                victims.remove(gang)
-                usable, counts = trial, fewer
+
+        kind = self.kind_of(request)
+
+        def extra_of(gangs: list[RunningGang]) -> dict[str, int]:
+            extra: dict[str, int] = {}
+            for gang in gangs:
+                for share in gang.placement:
+                    if share.node in usable:
+                        extra[share.node] = extra.get(share.node, 0) + len(share.devices)
+            return extra
+
+        def grown_by(gangs: list[RunningGang]) -> dict[str, int]:
+            grown = dict(usable)
+            for node, more in extra_of(gangs).items():
+                grown[node] += more
+            return _capped(grown, limits)
+
+        limited = {node for spare in limits for node in spare}
+
+        def fits(k: int) -> bool:
+            extra = extra_of(candidates[:k])
+            if not self._shape_fits(kind, shape, limits, extra):
+                return False
+            return bool(
+                self._place(shape, eligible, grown_by(candidates[:k]), limited | set(extra))
+            )
+
+        # The shortest prefix of the candidates whose devices (with the free ones) hold the
+        # gang: first the prefix that reaches its size, then doubling, then a binary search
+        # back (more devices never make a placement impossible): O(log n) placements.
+        reached, k = total, 0
+        while reached < shape.devices:
+            reached += sum(len(s.devices) for s in candidates[k].placement if s.node in usable)
+            k += 1
+        high = max(k, 1)  # k = 0: enough devices are free, but not in a shape that fits
+        low = high - 1
+        while not fits(high):
+            if high == len(candidates):
+                return None
+            low, high = high, min(2 * high, len(candidates))
+        while high - low > 1:
+            middle = (low + high) // 2
+            if fits(middle):
+                high = middle
+            else:
+                low = middle
+        victims = list(candidates[:high])
+        for gang in reversed(victims[-MAX_PRUNED_VICTIMS:]):  # drop victims not needed
+            fewer = [v for v in victims if v is not gang]
+            if self._shape_fits(kind, shape, limits, extra_of(fewer)) and self._place(
+                shape, eligible, grown_by(fewer), limited | set(extra_of(fewer))
+            ):
+                victims = fewer
+        counts = self._place(shape, eligible, grown_by(victims), limited | set(extra_of(victims)))
         for gang in victims:
             self._release(gang)
         placement = self._take(request, counts, borrowed=False)

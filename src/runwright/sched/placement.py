@@ -82,10 +82,16 @@ def eligible_nodes(
     return found
 
 
-def place(shape: Shape, eligible: Eligible, usable: Mapping[str, int]) -> list[tuple[str, int]]:
-    """(node, device count) per node of a best-fit placement, domain by domain; [] if none."""
+def place(
+    shape: Shape,
+    eligible: Eligible,
+    usable: Mapping[str, int],
+    domains: list[tuple[int, str]] | None = None,
+) -> list[tuple[str, int]]:
+    """(node, device count) per node of a best-fit placement, domain by domain; [] if none.
+    `domains`: the fast domains' amounts (`domain_amounts`) when the caller keeps them."""
     if not shape.same_network_domain:
-        return _place_in(shape, eligible.fast, usable)
+        return _place_in(shape, eligible.fast, usable, domains)
     options = []
     for name, by_fast in eligible.network.items():
         total = sum(usable.get(n, 0) for nodes in by_fast.values() for n in nodes)
@@ -98,23 +104,38 @@ def place(shape: Shape, eligible: Eligible, usable: Mapping[str, int]) -> list[t
     return []
 
 
-def _domain_usable(shape: Shape, nodes: list[str], usable: Mapping[str, int]) -> int:
-    if shape.devices_per_node:
-        whole = sum(1 for n in nodes if usable.get(n, 0) >= shape.devices_per_node)
-        total = whole * shape.devices_per_node
-    else:
-        total = sum(usable.get(n, 0) for n in nodes)
-    return total - total % shape.unit
+def domain_amounts(
+    shape: Shape, fast: Mapping[str, list[str]], usable: Mapping[str, int]
+) -> list[tuple[int, str]]:
+    """(devices the gang may take, domain) of every domain that offers some, ascending: a
+    multiple of `unit` (whole `devices_per_node` shares, whole TP groups). This walk is most of
+    a pass's time, so the usual one-node domain takes the short path."""
+    unit, per, get = shape.unit, shape.devices_per_node, usable.get
+    amounts = []
+    for name, nodes in fast.items():
+        if len(nodes) == 1:
+            amount = get(nodes[0], 0)
+            if per:
+                amount = per if amount >= per else 0
+        elif per:
+            amount = per * sum(1 for n in nodes if get(n, 0) >= per)
+        else:
+            amount = sum(get(n, 0) for n in nodes)
+        amount -= amount % unit
+        if amount > 0:
+            amounts.append((amount, name))
+    amounts.sort()
+    return amounts
 
 
 def _place_in(
-    shape: Shape, fast: Mapping[str, list[str]], usable: Mapping[str, int]
+    shape: Shape,
+    fast: Mapping[str, list[str]],
+    usable: Mapping[str, int],
+    domains: list[tuple[int, str]] | None = None,
 ) -> list[tuple[str, int]]:
-    domains = sorted(
-        (amount, name)
-        for name, nodes in fast.items()
-        if (amount := _domain_usable(shape, nodes, usable)) > 0
-    )
+    if domains is None:
+        domains = domain_amounts(shape, fast, usable)
     if sum(amount for amount, _ in domains) < shape.devices:
         return []
     chosen: list[tuple[str, int]] = []
@@ -189,7 +210,7 @@ def diagnose(
         return reasons.network_domain(shape.devices, device_type, most)
     # Whole nodes and TP groups each fit, but not together (devices_per_node and tp whose
     # least common multiple no free domain holds): say so in the fast-domain terms.
-    raw = [_domain_usable(shape, nodes, usable) for nodes in eligible.fast.values()]
+    raw = [amount for amount, _ in domain_amounts(shape, eligible.fast, usable)]
     return reasons.fast_domain(
         shape.devices, shape.unit, device_type, kind, sum(raw) // shape.unit, max(raw, default=0)
     )

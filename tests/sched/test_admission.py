@@ -187,6 +187,18 @@ def test_borrowing_is_reclaimed_when_the_owner_needs_its_quota(make_cluster, mak
         ),
     ).of("a-big")
     assert first.outcome == "admit" and first.borrowed
+    baseline = admit(
+        inventory,
+        AdmissionInput(
+            pending=(GangRequest(run_id="a-big", project="a", devices=24, preemptible=True),),
+            quotas=quotas,
+        ),
+        "fifo-firstfit-v1",
+    ).of("a-big")
+    assert baseline.reason.words == (
+        "project a uses 0 of its 16-device quota and asks for 24; "
+        "borrowing unavailable: this admission policy does not borrow"
+    )
     stiff = admit(
         inventory,
         AdmissionInput(
@@ -290,7 +302,7 @@ def test_backfill_may_use_devices_the_reservation_does_not_need(make_cluster, ma
     wider = make_cluster(islands=1, nodes_per_island=4)
     running = (*running, make_holding("c", "i0n2", 4, expected_end_seconds=math.inf))
     result = admit(wider, AdmissionInput(pending=pending, running=running))
-    assert [shares(r) for r in result.reservations] == [{"i0n0": 8, "i0n3": 8}]
+    assert [r.placement for r in result.reservations] == [{"i0n0": 8, "i0n3": 8}]
     assert shares(result.of("filler")) == {"i0n2": 4}
 
 

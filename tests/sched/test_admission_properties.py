@@ -187,9 +187,9 @@ def check_reservations_not_delayed(
         for ends, node, count in holds:
             if ends > reservation.start_seconds:
                 busy[node] += count
-        for share in reservation.placement:
-            free = nodes[share.node].device_count - busy[share.node]
-            assert free >= len(share.devices), f"reservation {reservation} delayed on {share.node}"
+        for node, count in reservation.placement.items():
+            free = nodes[node].device_count - busy[node]
+            assert free >= count, f"reservation {reservation} delayed on {node}"
 
 
 def _run(inventory: Inventory, state: AdmissionInput, policy: str) -> None:

@@ -1,5 +1,6 @@
 """Inventory records and their sources: this host, a YAML file, and the health history."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -124,3 +125,17 @@ def test_reading_this_host_does_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_this_host_reads_gpus_from_nvidia_smi(tmp_path, monkeypatch):
+    """What nvidia-smi prints on an 8-GPU H100 host (a stand-in script on PATH: this machine
+    has no GPU)."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        "#!/bin/sh\nfor i in 0 1 2 3 4 5 6 7; do echo 'NVIDIA H100 80GB HBM3, 81559'; done\n"
+    )
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    node = this_host().nodes[0]
+    assert (node.device_type, node.device_count) == ("H100-80GB-HBM3", 8)
+    assert node.device_memory_bytes == 81559 * 2**20

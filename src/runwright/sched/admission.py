@@ -57,8 +57,8 @@ class Reservation(Record):
     """The run they are held for."""
     start_seconds: float
     """When the running gangs' expected ends free them (inf: a gang of unknown end holds some)."""
-    placement: tuple[NodeShare, ...]
-    """Where it would start then (device counts; indices are chosen when it is admitted)."""
+    placement: dict[str, int]
+    """Node -> devices it would take there then (indices are chosen when it is admitted)."""
 
 
 class AdmissionResult(Record):
@@ -107,7 +107,7 @@ def _run_pass(
         Reservation(
             run_id=r.run_id,
             start_seconds=r.start_seconds,
-            placement=tuple(NodeShare(node=n, devices=tuple(range(k))) for n, k in r.placement),
+            placement=dict(r.placement),
         )
         for r in work.reservations
     )

@@ -379,9 +379,7 @@ class PassState:
         static = self.never_fits(request)
         if static is not None:
             return Outcome(reason=static)
-        verdict = self.ledger.verdict(request)
-        if verdict.borrowed and not self.options.borrow:
-            verdict = self.ledger.verdict(request.model_copy(update={"preemptible": False}))
+        verdict = self.ledger.verdict(request, may_borrow=self.options.borrow)
         if not verdict.allowed:
             return Outcome(reason=verdict.reason)
         eligible = self.eligible(request)

@@ -66,7 +66,8 @@ class QuotaLedger:
         """Quota nobody in the pool holds: what borrowing can draw on."""
         return self._pool_quota.get(pool, 0) - self.pool_used.get(pool, 0)
 
-    def verdict(self, request: GangRequest) -> QuotaVerdict:
+    def verdict(self, request: GangRequest, may_borrow: bool = True) -> QuotaVerdict:
+        """How `request` may be charged; `may_borrow=False` for a policy that never borrows."""
         pool, project, asked = request.pool, request.project, request.devices
         if not self.metered(pool) or asked <= self.headroom(pool, project):
             return QuotaVerdict(allowed=True)
@@ -74,7 +75,9 @@ class QuotaLedger:
         borrowed_now = self.borrowed.get((pool, project), 0)
         idle = self.idle_quota(pool)
         why = None
-        if not request.preemptible:
+        if not may_borrow:
+            why = "this admission policy does not borrow"
+        elif not request.preemptible:
             why = "the run is not preemptible, so borrowed devices could not be reclaimed"
         elif limit is not None and borrowed_now + asked > limit:
             why = (

@@ -132,6 +132,8 @@ class Job:
     same_pod: bool
     work_seconds: float
     """Work left to do."""
+    demand_seconds: float
+    """The run's whole length, as submitted (work_seconds shrinks as it runs)."""
     limit_factor: float
     submitted: float
     first_start: float | None = None
@@ -167,7 +169,8 @@ def draw_job(rng: random.Random, index: int, at: float) -> Job:
         tp=8 if whole else 1,
         per_node=8 if whole else None,
         same_pod=size >= 64 and rng.random() < 0.5,
-        work_seconds=min(2 * HOUR * math.exp(rng.gauss(0, 1)), 48 * HOUR),
+        work_seconds=(length := min(2 * HOUR * math.exp(rng.gauss(0, 1)), 48 * HOUR)),
+        demand_seconds=length,
         limit_factor=rng.uniform(1.0, 2.0),
         submitted=at,
         crash_at_fraction=rng.random() if rng.random() < 0.05 else None,
@@ -192,6 +195,8 @@ class Sim:
     running: dict[str, tuple[Job, RunningGang]] = field(default_factory=dict)
     finished: list[Job] = field(default_factory=list)
     pass_ms: list[float] = field(default_factory=list)
+    pass_cpu_ms: list[float] = field(default_factory=list)
+    fragmented_devices: list[int] = field(default_factory=list)
     fragmentation: list[float] = field(default_factory=list)
     busy_device_seconds: float = 0.0
     healthy_device_seconds: float = 0.0
@@ -305,9 +310,10 @@ def run_pass(sim: Sim, nodes, node_state, now: float, push) -> None:
         running=tuple(gang for _, gang in sim.running.values()),
         quotas=sim.quotas,
     )
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     result = admit(inventory, state, sim.policy)
     sim.pass_ms.append((time.perf_counter() - started) * 1000)
+    sim.pass_cpu_ms.append((time.process_time() - started_cpu) * 1000)
     for decision in result.decisions:
         if decision.outcome != "admit":
             continue
@@ -347,6 +353,7 @@ def run_pass(sim: Sim, nodes, node_state, now: float, push) -> None:
     total_free = sum(free.values())
     whole = sum(v for n, v in free.items() if v == nodes[n].device_count)
     sim.fragmentation.append(1 - whole / total_free if total_free else 0.0)
+    sim.fragmented_devices.append(total_free - whole)
 
 
 def report(sim: Sim, end: float, arrivals: list[Job]) -> dict:
@@ -362,7 +369,7 @@ def report(sim: Sim, end: float, arrivals: list[Job]) -> dict:
     demand: dict[str, float] = {}
     for job in arrivals:
         if job.submitted <= end:
-            demand[job.project] = demand.get(job.project, 0.0) + job.devices * job.work_seconds
+            demand[job.project] = demand.get(job.project, 0.0) + job.devices * job.demand_seconds
     used_total = sum(sim.used_by_project.values()) or 1.0
     demand_total = sum(demand.values()) or 1.0
     projects = {
@@ -392,11 +399,17 @@ def report(sim: Sim, end: float, arrivals: list[Job]) -> dict:
         "projects": projects,
         "jain_served_of_demand": jain([v["served_of_demand"] for v in projects.values()]),
         "fragmentation": statistics.fmean(sim.fragmentation) if sim.fragmentation else math.nan,
+        "fragmented_devices": statistics.fmean(sim.fragmented_devices)
+        if sim.fragmented_devices
+        else math.nan,
         "pass_ms": {
             "count": len(sim.pass_ms),
             "p50": percentile(sim.pass_ms, 50),
             "p99": percentile(sim.pass_ms, 99),
             "max": max(sim.pass_ms, default=math.nan),
+            "cpu_p50": percentile(sim.pass_cpu_ms, 50),
+            "cpu_p99": percentile(sim.pass_cpu_ms, 99),
+            "cpu_max": max(sim.pass_cpu_ms, default=math.nan),
         },
         "runs_finished": len(sim.finished),
         "preemptions": sim.preemptions,
@@ -523,8 +536,11 @@ def show(results: dict) -> None:
             for name, _, _ in PROJECTS
         ),
         ("Jain index of served/demand", lambda s: f"{s['jain_served_of_demand']:.3f}"),
-        ("fragmentation (free, not whole nodes)", lambda s: f"{s['fragmentation']:.1%}"),
+        ("fragmentation (free, not whole nodes)",
+         lambda s: f"{s['fragmentation']:.1%} ({s['fragmented_devices']:.0f} devices)"),
         ("pass ms p50 / p99 / max", lambda s: "{p50:.0f} / {p99:.0f} / {max:.0f}"
+         .format(**s["pass_ms"])),
+        ("pass CPU ms p50 / p99 / max", lambda s: "{cpu_p50:.0f} / {cpu_p99:.0f} / {cpu_max:.0f}"
          .format(**s["pass_ms"])),
         ("runs finished", lambda s: f"{s['runs_finished']:,}"),
         ("preemptions / failures", lambda s: f"{s['preemptions']:,} / {s['failures']:,}"),

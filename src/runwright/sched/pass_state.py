@@ -403,8 +403,13 @@ class PassState:
             preempted = self._preempt(request, shape, eligible, limits)
             if preempted is not None:
                 return preempted
-        if limits and enough and self._shape_fits(kind, shape, []):
-            blocker = next(r for r in self.reservations if r.spare in limits)
+        if (
+            limits
+            and enough
+            and self._shape_fits(kind, shape, [])
+            and self._place(shape, eligible, self.count, ())
+        ):  # it would fit but for a reservation: name the first one in its way
+            blocker = next(r for r in self.reservations if any(r.spare is s for s in limits))
             return Outcome(
                 reason=reasons.reserved(
                     blocker.run_id, blocker.priority, blocker.start_seconds - self.now

@@ -168,6 +168,13 @@ RULES = [
         allowed=frozenset({"errors", "records"}),
     ),
     Rule(
+        "sched",
+        None,
+        "the scheduler's core is a pure function of records (inventory, queue, usage), so the "
+        "controller, the CLI and benchmarks call it and it calls none of them",
+        allowed=frozenset({"errors", "records"}),
+    ),
+    Rule(
         "data",
         frozenset({*FACES, *CONTROL_PLANE}),
         "data/ is usable inside any training script, without the control plane",

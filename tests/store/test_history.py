@@ -165,12 +165,12 @@ def test_status_does_not_read_the_steps_of_a_long_run(tmp_path):
         conn.execute(runs.insert(), [_run_row("run-a")])
         conn.execute(events.insert(), _event_rows("run-a", 210))
         conn.execute(
-            events.insert(), _event_rows("run-a", 2_000, 1_000, kinds=[EventType.STEP_HEALTHY])
+            events.insert(), _event_rows("run-a", 1_000, 1_000, kinds=[EventType.STEP_HEALTHY])
         )
     short = _vm_steps_of_status(url)
     with engine.begin() as conn:
         conn.execute(
-            events.insert(), _event_rows("run-a", 18_000, 10_000, kinds=[EventType.STEP_HEALTHY])
+            events.insert(), _event_rows("run-a", 9_000, 10_000, kinds=[EventType.STEP_HEALTHY])
         )
     engine.dispose()
     long = _vm_steps_of_status(url)

@@ -6,6 +6,8 @@ keeps it for the next poll and remembers the error, which the ingestor records o
 an upgraded worker is visible instead of silently dropped.
 """
 
+import fnmatch
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +36,8 @@ class ChannelReader:
         self._last_turn: Path | None = None
         """The file whose turn began last: the next poll starts with the file after it, so a
         poll cut at its deadline does not begin with the same rank every time."""
+        self._known: dict[str, Path] = {}
+        """File name -> its Path, built once per file."""
         self.unreadable: dict[Path, ProtocolVersionError] = {}
         """Files stopped at a line of a newer protocol, with the error that names the versions."""
 
@@ -68,16 +72,38 @@ class ChannelReader:
             yield batch
         self._offsets.update(pending)
 
+    def unread_bytes(self) -> int:
+        """Bytes the channel's files hold past this reader's cursor: its backlog."""
+        return sum(max(0, size - self._offsets.get(path, 0)) for path, size in self._files())
+
+    def _files(self) -> list[tuple[Path, int]]:
+        """(file, its size) for every rank file of the channel, in name order. One directory
+        read with a stat per file: a run of 1,024 ranks has 1,024 files, and globbing, sorting
+        and opening each as a Path every pass cost 50 ms of CPU even with nothing new in them
+        (benchmarks/cluster_sim.py), a quarter of a core at five passes a second."""
+        if not self.channel_dir.is_dir():
+            return []
+        found = []
+        with os.scandir(self.channel_dir) as entries:
+            for entry in entries:
+                if fnmatch.fnmatchcase(entry.name, RANK_FILE_GLOB):
+                    path = self._known.get(entry.name)
+                    if path is None:
+                        path = self._known[entry.name] = self.channel_dir / entry.name
+                    found.append((entry.name, path, entry.stat().st_size))
+        found.sort()
+        return [(path, size) for _, path, size in found]
+
     def _lines(self) -> Iterator[tuple[Path, ChannelMessage | None, int]]:
         """(file, decoded message or None for a line to skip, offset just past the line) for
         every complete new line, the files read in turns of READ_CHUNK_BYTES; the caller moves
-        the cursor."""
-        if not self.channel_dir.is_dir():
-            return
-        paths = sorted(self.channel_dir.glob(RANK_FILE_GLOB))
-        if self._last_turn in paths:
-            after = paths.index(self._last_turn) + 1
-            paths = paths[after:] + paths[:after]
+        the cursor. A file no longer than the cursor is not opened."""
+        files = self._files()
+        names = [path for path, _ in files]
+        if self._last_turn in names:
+            after = names.index(self._last_turn) + 1
+            files = files[after:] + files[:after]
+        paths = [path for path, size in files if size > self._offsets.get(path, 0)]
         positions = {path: self._offsets.get(path, 0) for path in paths}
         turn = paths
         while turn:
@@ -85,11 +111,7 @@ class ChannelReader:
             for path in turn:
                 self._last_turn = path
                 offset = positions[path]
-                with open(path, "rb") as f:
-                    f.seek(offset)
-                    data = f.read(READ_CHUNK_BYTES)
-                    if len(data) == READ_CHUNK_BYTES and b"\n" not in data:
-                        data += f.read()  # one line longer than a turn: take it whole
+                data = _read_from(path, offset)
                 full = len(data) >= READ_CHUNK_BYTES
                 start = 0
                 # A line without its newline is still being written; read it next time.
@@ -106,3 +128,18 @@ class ChannelReader:
                 if full:
                     again.append(path)
             turn = again
+
+
+def _read_from(path: Path, offset: int) -> bytes:
+    """Up to READ_CHUNK_BYTES of `path` from `offset`, or to its end when that much holds no
+    newline (one line longer than a turn is taken whole). os.pread on a raw descriptor: the
+    buffered file object `open()` builds was most of a 1,024-rank pass's file reading."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.pread(fd, READ_CHUNK_BYTES, offset)
+        if len(data) == READ_CHUNK_BYTES and b"\n" not in data:
+            rest = os.fstat(fd).st_size - offset - len(data)
+            data += os.pread(fd, max(rest, 0), offset + len(data))
+        return data
+    finally:
+        os.close(fd)

@@ -34,6 +34,14 @@ if TYPE_CHECKING:
 FAILED_GROUP_GRACE_SECONDS = 2.0
 
 RECENT_EVENTS = 200
+"""The newest events a diagnostics bundle keeps."""
+RECOVERY_INPUTS = (
+    EventType.NAN_DETECTED,
+    EventType.STOP_ACKNOWLEDGED,
+    EventType.RESTORED,
+    EventType.FAILURE_CLASSIFIED,
+)
+"""The event types `RecoverySequence.recover` classifies and decides from."""
 
 
 def past_failures(events: list[EventRecord]) -> list[PastFailure]:
@@ -97,7 +105,7 @@ def write_diagnostics(
     kept (`FailureEvidence.log_tails`: for local torchrun, torchrun's and every rank's)."""
     bundle_file = run_paths(Path(run.root), run.run_id).diagnostics_bundle(run.generation)
     bundle_file.parent.mkdir(parents=True, exist_ok=True)
-    events = store.events(run.run_id)
+    recent = store.events(run.run_id, newest=RECENT_EVENTS)
     logs = dict(evidence.log_tails)
     errors: list[dict[str, Any]] = [r.model_dump() for r in evidence.error_records]
     latest = store.checkpoints.latest(run.run_id)  # the fence's pointer
@@ -112,7 +120,7 @@ def write_diagnostics(
         "rank_manifest": run.rank_manifest,
         "error_records": errors,
         "node_exits": [n.model_dump() for n in evidence.node_exits],
-        "recent_events": [e.model_dump(mode="json") for e in events[-RECENT_EVENTS:]],
+        "recent_events": [e.model_dump(mode="json") for e in recent],
         "log_tails": logs,
     }
     bundle_file.write_text(json.dumps(bundle, indent=1, default=str))
@@ -148,7 +156,9 @@ class RecoverySequence:
         verdict: Verdict | None,
     ) -> None:
         detected = time.time()
-        events = self.store.events(run.run_id)
+        # The types the classification and the decision read, by index: a run with a million
+        # STEP_HEALTHY rows is not read whole at the moment it fails.
+        events = self.store.events(run.run_id, types=RECOVERY_INPUTS)
         current = [e for e in events if e.generation == run.generation]
         nan = next(
             (

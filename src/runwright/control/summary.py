@@ -7,7 +7,7 @@ from typing import Any
 from runwright.control.leasing import describe_lease
 from runwright.control.states import TERMINAL, RunState
 from runwright.events import EventType
-from runwright.store import EventRecord, Store
+from runwright.store import EventRecord, StaleWriteTally, Store
 
 # What the controller does next from each non-terminal state, in words.
 NEXT_ACTION = {
@@ -63,15 +63,18 @@ INCIDENT_KEYS = (
 
 
 SUMMARY_TYPES = (EventType.STATE_CHANGED, *INCIDENT_TYPES)
-"""What the summary is computed from: a summary without the event log reads only these."""
+"""What the summary is computed from: a summary without the event log reads only these (and the
+rejected stale writes only as counts, `Store.stale_write_tally`)."""
+_LISTED_TYPES = tuple(t for t in SUMMARY_TYPES if t != EventType.STALE_WRITE_REJECTED)
 
 
 def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[str, Any]:
     """The run as data. `with_events=False` leaves the event log out (`events` empty,
-    `event_count` None) and reads only the events the summary is made of: what `status` prints,
-    at a cost that does not grow with every step a long run reports."""
+    `event_count` None) and reads only the events the summary is made of, by index, with the
+    stale writes counted in the database: what `status` prints, at a cost that does not grow with
+    the steps a run reports (1M events: benchmarks/status_scale.py, docs/control.md)."""
     run = store.get_run(run_id)
-    events = store.events(run.run_id, types=None if with_events else SUMMARY_TYPES)
+    events = store.events(run.run_id, types=None if with_events else _LISTED_TYPES)
     history = [
         {
             "state": e.attributes.get("to_state"),
@@ -123,7 +126,7 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "transitions": history,
         "attempts": attempts,
         "incidents": incidents,
-        "stale_writes": stale_writes(events),
+        "stale_writes": stale_writes(store.stale_write_tally(run.run_id)),
         "controller": {
             **(lease.model_dump(mode="json") if lease else {"holder": None}),
             "live": bool(lease and lease.live(db_now)),
@@ -140,38 +143,35 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
     }
 
 
-def stale_writes(events: list[EventRecord]) -> list[dict[str, Any]]:
+def stale_writes(tally: list[StaleWriteTally]) -> list[dict[str, Any]]:
     """The rejected writes of fenced-off generations, counted: one entry per writer generation
     with how many of each type and the steps they span. A fenced group may report for a while
     after its fence (until its ranks reach the agreed stop step); `status` printed each one
     (issue 19: ~44,000 lines), where what the reader needs is that it happened and how much."""
     groups: dict[int, dict[str, Any]] = {}
-    for event in events:
-        if event.type != EventType.STALE_WRITE_REJECTED:
-            continue
-        writer = int(event.attributes.get("writer_generation") or 0)
+    for row in tally:
         group = groups.setdefault(
-            writer,
+            row.writer_generation,
             {
-                "writer_generation": writer,
-                "run_generation": event.attributes.get("run_generation", event.generation),
+                "writer_generation": row.writer_generation,
+                "run_generation": row.run_generation,
                 "count": 0,
                 "types": {},
                 "first_step": None,
                 "last_step": None,
-                "first_unix_s": event.time_unix_s,
-                "last_unix_s": event.time_unix_s,
+                "first_unix_s": row.first_unix_s,
+                "last_unix_s": row.last_unix_s,
             },
         )
-        group["count"] += 1
-        kind = str(event.attributes.get("rejected_type"))
-        group["types"][kind] = group["types"].get(kind, 0) + 1
-        group["run_generation"] = event.attributes.get("run_generation", event.generation)
-        group["last_unix_s"] = event.time_unix_s
-        if event.step is not None:
-            first, last = group["first_step"], group["last_step"]
-            group["first_step"] = event.step if first is None else min(first, event.step)
-            group["last_step"] = event.step if last is None else max(last, event.step)
+        group["count"] += row.count
+        group["types"][row.rejected_type] = row.count
+        group["run_generation"] = max(group["run_generation"], row.run_generation)
+        group["first_unix_s"] = min(group["first_unix_s"], row.first_unix_s)
+        group["last_unix_s"] = max(group["last_unix_s"], row.last_unix_s)
+        for key, pick in (("first_step", min), ("last_step", max)):
+            step = getattr(row, key)
+            if step is not None:
+                group[key] = step if group[key] is None else pick(group[key], step)
     return [groups[g] for g in sorted(groups)]
 
 

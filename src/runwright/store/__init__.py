@@ -3,6 +3,7 @@ by default, PostgreSQL for shared deployments)."""
 
 from runwright.store.engine import resolve_store_url
 from runwright.store.faults import describe_fault, is_transient
+from runwright.store.history import StaleWriteTally
 from runwright.store.records import (
     AttemptRecord,
     CheckpointRow,
@@ -23,6 +24,7 @@ __all__ = [
     "NewEvent",
     "Outcome",
     "RunRecord",
+    "StaleWriteTally",
     "Store",
     "WriteResult",
     "describe_fault",

@@ -65,7 +65,7 @@ events = sa.Table(
     # seq orders events as the store accepted them; event_id makes a duplicate a no-op.
     sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("event_id", sa.String(200), nullable=False, unique=True),
-    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False, index=True),
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
     sa.Column("generation", sa.Integer, nullable=False),
     sa.Column("type", sa.String(48), nullable=False),
     sa.Column("step", sa.Integer),
@@ -73,6 +73,11 @@ events = sa.Table(
     sa.Column("checkpoint_id", sa.String(64)),
     sa.Column("time_unix_s", sa.Float, nullable=False),
     sa.Column("attributes", sa.JSON, nullable=False),
+    # Reads that must not grow with a run's history (migration 0102_event_indexes): one run's
+    # events of some types in order (status, `events --type`, the controller's run views), and
+    # one run's events after a sequence number or its newest ones.
+    sa.Index("ix_events_run_id_type_seq", "run_id", "type", "seq"),
+    sa.Index("ix_events_run_id_seq", "run_id", "seq"),
 )
 
 checkpoints = sa.Table(

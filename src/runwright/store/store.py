@@ -20,6 +20,7 @@ from runwright.store.appends import insert_event_once, insert_new, rejection, st
 from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
 from runwright.store.engine import create_engine, migrate, resolve_store_url
 from runwright.store.fence import fence_generation, raise_fence
+from runwright.store.history import StaleWriteTally, select_events, stale_write_tally
 from runwright.store.leases import LeaseToken, RunLeases
 from runwright.store.records import (
     AttemptRecord,
@@ -449,13 +450,26 @@ class Store:
         *,
         after_seq: int = 0,
         types: Collection[str] | None = None,
+        generation: int | None = None,
         limit: int | None = None,
+        newest: int | None = None,
     ) -> list[EventRecord]:
-        query = events.select().where(events.c.run_id == run_id, events.c.seq > after_seq)
-        if types:
-            query = query.where(events.c.type.in_(list(types)))
-        query = query.order_by(events.c.seq)
-        if limit:
-            query = query.limit(limit)
+        """A run's events in sequence order: after `after_seq`, of `types`, of `generation`;
+        the first `limit` of them, or the last `newest` (still oldest first). Each form is one
+        indexed read of the rows it returns (history.py), never a scan of the whole log."""
+        query = select_events(
+            run_id,
+            after_seq=after_seq,
+            types=types,
+            generation=generation,
+            limit=limit,
+            newest=newest,
+        )
         with self.engine.connect() as conn:
-            return [EventRecord.model_validate(r._asdict()) for r in conn.execute(query)]
+            rows = [EventRecord.model_validate(r._asdict()) for r in conn.execute(query)]
+        return rows[::-1] if newest else rows
+
+    def stale_write_tally(self, run_id: str) -> list[StaleWriteTally]:
+        """The run's rejected stale writes counted by writer generation and rejected type."""
+        with self.engine.connect() as conn:
+            return stale_write_tally(conn, run_id)

@@ -35,7 +35,6 @@ import os
 import platform
 import resource
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -110,21 +109,10 @@ def unread_bytes(reader: Any) -> int:
 
 
 def new_store(url: str, root: Path):
-    from runwright.store import Store
+    # imported here: the writer processes this module spawns never load the store
+    from control_plane import new_store as store_with_run
 
-    store = Store(url)
-    store.create_run(
-        run_id=RUN_ID,
-        name="sim",
-        spec={"name": "sim"},
-        spec_hash="h" * 64,
-        plan={},
-        workdir=str(root),
-        root=str(root),
-        state="RUNNING",
-    )
-    store.transition(RUN_ID, "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
-    return store
+    return store_with_run(url, root, RUN_ID)
 
 
 def simulate(url: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -235,21 +223,13 @@ def main() -> None:
         results["sqlite"] = simulate(f"sqlite:///{Path(tmp) / 'state.db'}", args)
         print(json.dumps({k: v for k, v in results["sqlite"].items() if "each" not in k}))
     if args.postgres:
-        import sqlalchemy as sa
+        from control_plane import postgres_urls
 
-        sys.path.insert(0, str(REPO / "tests"))
-        from conftest import find_bindir, postgres_server  # the tests' throw-away server
-
-        if find_bindir() is None:
-            results["postgresql"] = "skipped: no PostgreSQL binaries"
-        else:
-            with postgres_server() as server:
-                admin = sa.create_engine(server.url, isolation_level="AUTOCOMMIT")
-                with admin.connect() as conn:
-                    conn.exec_driver_sql("CREATE DATABASE sim")
-                admin.dispose()
-                url = server.url.rsplit("/", 1)[0] + "/sim"
-                results["postgresql"] = simulate(url, args)
+        with postgres_urls() as fresh:
+            if fresh is None:
+                results["postgresql"] = "skipped: no PostgreSQL binaries"
+            else:
+                results["postgresql"] = simulate(fresh(), args)
                 print(
                     json.dumps({k: v for k, v in results["postgresql"].items() if "each" not in k})
                 )

@@ -62,10 +62,11 @@ def write_channel(root: Path, ranks: int, events_per_rank: int) -> None:
         writer.close()
 
 
-def new_store(url: str, root: Path) -> Store:
+def new_store(url: str, root: Path, run_id: str = RUN_ID) -> Store:
+    """A store holding one RUNNING run at generation 1 (what ingest fences against)."""
     store = Store(url)
     store.create_run(
-        run_id=RUN_ID,
+        run_id=run_id,
         name="bench",
         spec={"name": "bench"},
         spec_hash="h" * 64,
@@ -74,7 +75,7 @@ def new_store(url: str, root: Path) -> Store:
         root=str(root),
         state="RUNNING",
     )
-    store.transition(RUN_ID, "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
+    store.transition(run_id, "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
     return store
 
 
@@ -146,6 +147,8 @@ def sqlite_urls(folder: Path) -> Iterator[str]:
 
 @contextlib.contextmanager
 def postgres_urls() -> Iterator[Callable[[], str] | None]:
+    """The tests' throw-away PostgreSQL server (tests/conftest.py) for the block, as a function
+    that creates a fresh database on it and returns its URL; None without the server binaries."""
     sys.path.insert(0, str(REPO / "tests"))
     from conftest import find_bindir, postgres_server  # the tests' throw-away server
 

@@ -330,14 +330,11 @@ def run_pass(sim: Sim, nodes, node_state, now: float, push) -> None:
         job.started = now
         if job.first_start is None:
             job.first_start = now
-        gang = RunningGang(
-            run_id=job.run_id,
-            project=job.project,
-            priority=job.priority,
-            preemptible=job.preemptible,
-            borrowed=decision.borrowed,
-            placement=decision.placement,
-            expected_end_seconds=now + job.work_seconds * job.limit_factor,
+        gang = RunningGang.admitted(
+            job.request(),
+            decision.placement,
+            decision.borrowed,
+            now + job.work_seconds * job.limit_factor,
         )
         sim.running[job.run_id] = (job, gang)
         sim.hold(job, job.devices)
@@ -432,15 +429,7 @@ def thousand_pending(args, inventory: Inventory) -> dict:
     first = admit(inventory, AdmissionInput(pending=tuple(fill), quotas=quotas))
     by_id = {r.run_id: r for r in fill}
     running = tuple(
-        RunningGang(
-            run_id=d.run_id,
-            project=by_id[d.run_id].project,
-            priority=by_id[d.run_id].priority,
-            preemptible=by_id[d.run_id].preemptible,
-            borrowed=d.borrowed,
-            placement=d.placement,
-            expected_end_seconds=rng.uniform(60, 48 * HOUR),
-        )
+        RunningGang.admitted(by_id[d.run_id], d.placement, d.borrowed, rng.uniform(60, 48 * HOUR))
         for d in first.decisions
         if d.outcome == "admit"
     )

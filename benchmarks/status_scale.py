@@ -201,7 +201,10 @@ def populate(url: str, ranks: int, total: int, stale: int, other_runs: int) -> N
             "world_size": 1,
             "checkpoint_id": None,
             "time_unix_s": now,
-            "attributes": {},
+            # what the controller writes: a state change names both states
+            "attributes": {"from_state": "CREATED", "to_state": "QUEUED"}
+            if kind == "STATE_CHANGED"
+            else {},
         }
         for r in run_rows[1:]
         for kind in ("STATE_CHANGED", "WORKER_STARTED", "STEP_HEALTHY", "RUN_FINISHED")
@@ -392,18 +395,12 @@ def main() -> None:
 
 def postgres(args: argparse.Namespace, counts: list[str]) -> dict | str:
     import sqlalchemy as sa
+    from control_plane import postgres_urls
 
-    sys.path.insert(0, str(REPO / "tests"))
-    from conftest import find_bindir, postgres_server  # the tests' throw-away server
-
-    if find_bindir() is None:
-        return "skipped: no PostgreSQL binaries"
-    with postgres_server() as server:
-        admin = sa.create_engine(server.url, isolation_level="AUTOCOMMIT")
-        with admin.connect() as conn:
-            conn.exec_driver_sql("CREATE DATABASE scale")
-        admin.dispose()
-        url = server.url.rsplit("/", 1)[0] + "/scale"
+    with postgres_urls() as fresh:
+        if fresh is None:
+            return "skipped: no PostgreSQL binaries"
+        url = fresh()
         env = side_python(None)
         began = time.perf_counter()
         filled = run_self(env, "populate", "--url", url, *counts)

@@ -83,14 +83,11 @@ def scenarios(draw) -> tuple[Inventory, AdmissionInput]:
     earlier = admit(inventory, AdmissionInput(pending=first, quotas=quotas))
     by_id = {r.run_id: r for r in first}
     running = tuple(
-        RunningGang(
-            run_id=d.run_id,
-            project=by_id[d.run_id].project,
-            priority=by_id[d.run_id].priority,
-            preemptible=by_id[d.run_id].preemptible,
-            borrowed=d.borrowed,
-            placement=d.placement,
-            expected_end_seconds=rng.choice([math.inf, *range(5, 300, 20)]),
+        RunningGang.admitted(
+            by_id[d.run_id],
+            d.placement,
+            d.borrowed,
+            rng.choice([math.inf, *range(5, 300, 20)]),
         )
         for d in earlier.decisions
         if d.outcome == "admit"

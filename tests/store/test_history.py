@@ -104,10 +104,6 @@ def test_the_indexed_reads_give_what_filtering_the_whole_log_gave(store_url):
                 dict(after_seq=middle, types=pair),
                 [e for e in log if e.seq > middle and e.type in pair],
             ),
-            (
-                dict(types=pair, generation=2),
-                [e for e in log if e.type in pair and e.generation == 2],
-            ),
             (dict(types=pair, limit=7), [e for e in log if e.type in pair][:7]),
             (dict(newest=20), log[-20:]),
             (dict(after_seq=middle, newest=5), log[-5:]),

@@ -11,12 +11,14 @@ fails verification, and the next older one is tried.
 
 Verification is split around the load (verify.py, `ChecksumPass`): what reads no shard bytes
 (sizes, the folder's listing, DCP's metadata) is checked before loading; the checksums are
-computed on a thread while DCP reads the same files, and nothing but tensor bytes is applied (no
-RNG stream, counter, scheduler or data cursor; no result returned) until every checksum matched.
-A mismatch skips the checkpoint as a failed verification did before the load: the next older
-one's load overwrites every tensor (restore is strict), and when none is left restore raises, so
-a run never continues from the skipped bytes. Overlapping saves a second pass over the state in
-series: a full verification was 1.19x a plain `dcp.load` of 537 MB, see docs/ckpt.md, "Cost".
+computed by rank 0 on a thread while DCP reads the same files. Rank 0 applies nothing but tensor
+bytes (no RNG stream, counter, scheduler or data cursor) until every checksum matched; the other
+ranks apply as they load, and every rank returns only once all agreed (`Ranks.any`). A mismatch
+skips the checkpoint on every rank as a failed verification did before the load: the next older
+one's load overwrites everything applied (restore is strict), and when none is left restore
+raises, so a run never continues from the skipped bytes. Overlapping saves a second pass over the
+state in series: a full verification was 1.19x a plain `dcp.load` of 537 MB (docs/ckpt.md,
+"Cost").
 """
 
 import math

@@ -214,15 +214,11 @@ class PassState:
             indices, self.free[node] = self.free[node][:k], self.free[node][k:]
             self._set_count(node)
             placement.append((node, indices))
-        gang = RunningGang(
-            run_id=request.run_id,
-            project=request.project,
-            pool=request.pool,
-            priority=request.priority,
-            preemptible=request.preemptible,
-            borrowed=borrowed,
-            placement=tuple(NodeShare(node=n, devices=tuple(i)) for n, i in placement),
-            expected_end_seconds=self.now + request.expected_duration_seconds,
+        gang = RunningGang.admitted(
+            request,
+            tuple(NodeShare(node=n, devices=tuple(i)) for n, i in placement),
+            borrowed,
+            self.now + request.expected_duration_seconds,
         )
         self.running[gang.run_id] = gang
         self.admitted_here.add(gang.run_id)

@@ -107,6 +107,27 @@ class RunningGang(Record):
     def devices(self) -> int:
         return sum(len(share.devices) for share in self.placement)
 
+    @classmethod
+    def admitted(
+        cls,
+        request: "GangRequest",
+        placement: tuple[NodeShare, ...],
+        borrowed: bool,
+        expected_end_seconds: float,
+    ) -> "RunningGang":
+        """The gang `request` becomes once admitted on `placement`: one place copies the
+        request's identity, pool and preemption terms, so no caller forgets one."""
+        return cls(
+            run_id=request.run_id,
+            project=request.project,
+            pool=request.pool,
+            priority=request.priority,
+            preemptible=request.preemptible,
+            borrowed=borrowed,
+            placement=placement,
+            expected_end_seconds=expected_end_seconds,
+        )
+
 
 class ProjectQuota(Record):
     """One project's device quota in one pool."""

@@ -43,11 +43,10 @@ def select_events(
     *,
     after_seq: int = 0,
     types: Collection[str] | None = None,
-    generation: int | None = None,
     limit: int | None = None,
     newest: int | None = None,
 ) -> sa.Select:
-    """One run's events after `after_seq`, of `types` and `generation` when given, in sequence
+    """One run's events after `after_seq`, of `types` when given, in sequence
     order; with `newest`, the newest that many in descending order (the caller reverses them).
 
     With two or more `types`, the order is by `seq + 0`, which no index can supply (the trick of
@@ -64,8 +63,6 @@ def select_events(
         query = query.where(events.c.seq > after_seq)
     if types:
         query = query.where(events.c.type.in_(sorted(types)))
-    if generation is not None:
-        query = query.where(events.c.generation == generation)
     if newest:
         return query.order_by(events.c.seq.desc()).limit(newest)
     by_seq = events.c.seq + 0 if types and len(set(types)) > 1 else events.c.seq

@@ -450,18 +450,16 @@ class Store:
         *,
         after_seq: int = 0,
         types: Collection[str] | None = None,
-        generation: int | None = None,
         limit: int | None = None,
         newest: int | None = None,
     ) -> list[EventRecord]:
-        """A run's events in sequence order: after `after_seq`, of `types`, of `generation`;
+        """A run's events in sequence order: after `after_seq`, of `types`;
         the first `limit` of them, or the last `newest` (still oldest first). Each form is one
         indexed read of the rows it returns (history.py), never a scan of the whole log."""
         query = select_events(
             run_id,
             after_seq=after_seq,
             types=types,
-            generation=generation,
             limit=limit,
             newest=newest,
         )

@@ -87,3 +87,22 @@ def test_an_unknown_pid_or_rank_passes_the_verdict_through():
     assert liveness.confirm(HANG, None) is HANG
     anonymous = Verdict(FailureClass.HANG, None, "silent")
     assert liveness.confirm(anonymous, 1) is anonymous
+
+
+def test_a_rank_that_never_started_is_judged_by_its_generations_processes(child):
+    """No pid yet (start-up outlasted its allowance): the generation's processes stand in, so a
+    start-up that still computes is slow, and one that computes nothing is hung."""
+    NEVER = Verdict(FailureClass.HANG, 1, "rank 1 never sent a heartbeat in 61 s after launch")
+    busy, blocked = child("while True: pass"), child("import time; time.sleep(600)")
+    starting = Liveness(grace_seconds=5, max_silent_seconds=60, confirm_seconds=0.5)
+    deadline = time.monotonic() + 1.5
+    while time.monotonic() < deadline:
+        assert starting.confirm(NEVER, None, members=lambda: [busy.pid, blocked.pid]) is None
+        time.sleep(0.1)
+    stuck = Liveness(grace_seconds=5, max_silent_seconds=60, confirm_seconds=0.5)
+    verdict = stuck.confirm(NEVER, None, members=lambda: [blocked.pid])
+    deadline = time.monotonic() + 10
+    while verdict is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+        verdict = stuck.confirm(NEVER, None, members=lambda: [blocked.pid])
+    assert verdict is not None and "used no CPU" in verdict.detail

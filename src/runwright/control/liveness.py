@@ -14,12 +14,19 @@ silent rank's own process confirms or clears before the run is recovered:
   up to the progress timeout of silence (a rank that spins without ever beating is hung too).
 - alive with no CPU time for `confirm_seconds` since the suspicion began: hung (blocked in a
   deadlock, a collective whose peer never comes, a stuck storage call).
+
+A rank that never beat has no pid yet: start-up (imports, rendezvous) outlasted its allowance.
+Where the executor can list the generation's processes (the local one, by launch tag), those
+processes stand in for the rank and the same rules apply to their summed CPU time: on a busy
+machine importing torch may take minutes, and a generation that still computes is slow, not
+hung. Elsewhere (a Slurm job's processes are on other hosts) the verdict stands as it is.
 """
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from runwright.control.processes import ProcessSample, sample
+from runwright.control.processes import ProcessSample, sample, sample_all
 from runwright.control.watchdog import Verdict
 
 CONFIRM_SECONDS = 2.0
@@ -48,14 +55,19 @@ class Liveness:
     suspected: dict[int, _Suspicion] = field(default_factory=dict)
 
     def confirm(
-        self, verdict: Verdict, pid: int | None, now: float | None = None
+        self,
+        verdict: Verdict,
+        pid: int | None,
+        now: float | None = None,
+        members: Callable[[], list[int]] | None = None,
     ) -> Verdict | None:
         """The verdict once the rank's process confirms it; None while it is only slow, or gone
-        with its group's exit status still to come."""
-        if verdict.rank is None or pid is None:
-            return verdict  # never started (or no rank named): nothing to look at
+        with its group's exit status still to come. `members` lists the generation's processes,
+        which stand in for a rank that never reported its pid."""
+        if verdict.rank is None or (pid is None and members is None):
+            return verdict  # no rank named, or nothing to look at
         now = time.monotonic() if now is None else now
-        seen = sample(pid)
+        seen = sample(pid) if pid is not None else sample_all(members() if members else [])
         suspicion = self.suspected.setdefault(verdict.rank, _Suspicion(now, now, seen))
         waited = now - suspicion.since
         if seen is None:

@@ -65,6 +65,19 @@ def sample(pid: int) -> ProcessSample | None:
     return ProcessSample(state=fields[0], cpu_ticks=int(fields[11]) + int(fields[12]))
 
 
+def sample_all(pids: Iterable[int]) -> ProcessSample | None:
+    """The processes as one: their CPU time summed, stopped only when every live one is; None
+    once all are gone."""
+    seen = [s for s in map(sample, pids) if s is not None]
+    if not seen:
+        return None
+    running = [s.state for s in seen if s.state not in ("T", "t")]
+    return ProcessSample(
+        state=running[0] if running else seen[0].state,
+        cpu_ticks=sum(s.cpu_ticks for s in seen),
+    )
+
+
 def descendants(root_pid: int) -> list[int]:
     """Every live process below `root_pid`, found by scanning parent pids in /proc."""
     children: dict[int, list[int]] = {}

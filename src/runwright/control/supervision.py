@@ -45,7 +45,10 @@ class Supervision:
             self.liveness.clear()
             return verdict
         pid = self.rank_pids.get(verdict.rank) if verdict.rank is not None else None
-        return self.liveness.confirm(verdict, pid)
+        # A rank with no pid yet is still starting: the generation's processes, where the
+        # executor can list them, show whether start-up computes or is stuck.
+        members = getattr(self.group, "members", None) if pid is None else None
+        return self.liveness.confirm(verdict, pid, members=members)
 
     def end_attempt(
         self, store: Store, run_id: str, code: int | None, failure_class: str | None

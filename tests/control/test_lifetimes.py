@@ -158,7 +158,7 @@ def test_a_sigkilled_torchrun_leaves_no_rank_alive(tmp_path):
 
     store = Store.open(tmp_path)
     controller = Controller(store, tmp_path, poll_seconds=0.1, on_event=on_event)
-    run, _ = controller.submit(spec_for(steps=6, every=2, step_sleep=2.0), tmp_path)
+    run, _ = controller.submit(spec_for(steps=4, every=2, step_sleep=2.0), tmp_path)
     final = controller.drive(run.run_id)
     assert len(holder["ranks"]) == 2
     assert holder["alive"] == [], f"ranks alive {holder['bound']:.2f} s after torchrun died"

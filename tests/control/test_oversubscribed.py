@@ -86,6 +86,9 @@ def test_a_slow_run_on_a_busy_machine_succeeds_without_a_failure(tmp_path, overs
     store.close()
 
 
+# A minute of CI time: the default suite has the hang itself (test_recovery's SIGSTOP on a quiet
+# machine, test_liveness's stopped process) and the busy machine without a hang (above).
+@pytest.mark.slow
 def test_a_stopped_rank_on_a_busy_machine_is_still_a_hang(tmp_path, oversubscribed):
     store = Store.open(tmp_path)
     frozen: list[int] = []

@@ -134,16 +134,6 @@ def test_sigstop_one_rank_is_detected_as_a_hang_and_recovered(tmp_path):
     assert of_type(store, run.run_id, "RECOVERY_SUCCEEDED")
 
 
-def test_the_same_error_every_time_ends_failed_permanent(tmp_path):
-    store, controller, run = start(tmp_path, spec_for(args=["--raise-at-step", "3"]))
-    final = controller.drive(run.run_id)
-    assert final.state == "FAILED" and final.terminal_reason == "FAILED_PERMANENT"
-    failures = of_type(store, run.run_id, "FAILURE_CLASSIFIED")
-    assert [f.attributes["failure_class"] for f in failures] == ["user_code", "user_code"]
-    assert "deterministic bug at step 3" in failures[0].attributes["message"]
-    assert failures[0].attributes["rank"] == 0
-
-
 def test_nan_rolls_back_and_skips_the_batch(tmp_path):
     once = tmp_path / "once"
     store, controller, run = start(

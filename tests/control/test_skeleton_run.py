@@ -57,7 +57,8 @@ def test_two_rank_job_succeeds_with_events_in_order(tmp_path):
 
 def test_failing_worker_is_retried_then_fails_permanently(tmp_path):
     """Exit code 3 at step 3 on rank 1, every time: one retry (user_code allows one), then the
-    same signature again stops the run as FAILED_PERMANENT instead of a retry storm."""
+    same signature again stops the run as FAILED_PERMANENT instead of a retry storm. (A raised
+    exception takes the same path; its message as the cause is test_root_cause's.)"""
     store, run = drive(tmp_path, skeleton_spec(args=["--fail-at-step", "3", "--fail-rank", "1"]))
     assert run.state == "FAILED"
     assert run.terminal_reason == "FAILED_PERMANENT"

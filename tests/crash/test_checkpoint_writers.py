@@ -19,9 +19,9 @@ from runwright.spec.policies import CheckpointSpec
 
 pytestmark = pytest.mark.integration
 
-DEFAULT_KILLS = 20
+DEFAULT_KILLS = 12
 # Each torchrun life costs an interpreter start per rank (about 3-5 s here): fewer by default.
-TORCHRUN_KILLS = 4
+TORCHRUN_KILLS = 3
 KNOWN = {"FENCE.lock", "GENERATION", "LATEST.json", STAGING}
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 

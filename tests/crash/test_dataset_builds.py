@@ -15,7 +15,7 @@ from runwright.data import build_dataset
 
 pytestmark = pytest.mark.integration
 
-DEFAULT_KILLS = 20
+DEFAULT_KILLS = 12
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 
 

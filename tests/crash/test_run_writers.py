@@ -36,10 +36,10 @@ pytestmark = pytest.mark.integration
 
 SCRIPT = Path(__file__).resolve().parents[1] / "control" / "scripts" / "small_train.py"
 # Each controller life costs an interpreter start and the run must outlast them all: the run of
-# the default sample takes about a minute here.
-DEFAULT_KILLS = 8
+# the default sample takes about half a minute here.
+DEFAULT_KILLS = 5
 # Each supervisor kill costs a new generation (a torchrun start-up and a restore).
-SUPERVISOR_KILLS = 4
+SUPERVISOR_KILLS = 3
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 
 
@@ -141,6 +141,23 @@ def beside(store_root: Path, run_id: str) -> threading.Thread:
     return thread
 
 
+def kill_rank_once_started(store: Store, run_id: str, life: subprocess.Popen) -> bool:
+    """SIGKILL rank 1 of the run's current generation once the store shows it started, while
+    `life` (a controller) runs; False if the life ended or two minutes passed first."""
+    deadline = time.monotonic() + 120
+    while life.poll() is None and time.monotonic() < deadline:
+        generation = patiently(store.get_run, run_id).generation
+        for event in patiently(store.events, run_id, types=["WORKER_STARTED"]):
+            if event.generation == generation and event.attributes["rank"] == 1:
+                try:
+                    os.kill(int(event.attributes["pid"]), signal.SIGKILL)
+                except ProcessLookupError:
+                    continue  # already gone: a new generation's rank comes next
+                return True
+        time.sleep(0.2)
+    return False
+
+
 def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
     rng = random.Random(seed)
     store = Store.open(tmp_path)
@@ -149,20 +166,24 @@ def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
     # Kill times are drawn from [0, 2 x measured start-up]: about half land while the controller
     # starts (imports, opening the store) and the rest inside launch, reconcile, ingest and
     # recovery passes. The run must outlast every life: `kills` lives of window/2 on average,
-    # plus one recovery, with half as much again to spare.
+    # with half as much again to spare, plus ten seconds of steps for the lost rank's recovery.
     window = 2 * startup
-    steps = int(kills * window * 0.75 / step_sleep) + 80
+    steps = int(kills * window * 0.75 / step_sleep) + 40
     spec = spec_for(steps=steps, step_sleep=step_sleep)
     reference, _ = Controller(store, tmp_path).submit(spec, tmp_path, idempotency_key="reference")
     uninterrupted = beside(tmp_path, reference.run_id)  # the same spec, never interrupted
     run, _ = Controller(store, tmp_path).submit(spec, tmp_path, idempotency_key="killed")
     landed, rank_killed = 0, False
     log = open(tmp_path / "controller.log", "ab")  # noqa: SIM115 - one log for every life
-    # The lost rank must land inside the sweep: on a loaded machine the store may not show step 5
-    # before the last planned kill, so the sweep goes on (killing the controller still) until the
-    # rank is lost, and at the latest loses it once every planned kill has landed.
-    while landed < kills or (not rank_killed and landed < 3 * kills):
+    while landed < kills or not rank_killed:
         life = subprocess.Popen(controller_argv(tmp_path, run.run_id), stdout=log, stderr=log)
+        current = patiently(store.get_run, run.run_id)
+        trained = (current.last_step or 0) >= 5 or landed >= kills
+        if not rank_killed and landed >= kills // 3 and trained:
+            # One lost rank, so that later controller kills land in its recovery too. This life
+            # lives until the store shows the current generation's rank 1 (short lives on a
+            # loaded machine may never ingest it), then the rank is killed under it.
+            rank_killed = kill_rank_once_started(store, run.run_id, life)
         try:
             code = life.wait(timeout=rng.uniform(0.0, window))
         except subprocess.TimeoutExpired:
@@ -173,14 +194,6 @@ def controller_kill_sweep(tmp_path: Path, kills: int, seed: int) -> dict:
             assert code == 0, (tmp_path / "controller.log").read_text()[-3000:]
             if patiently(store.get_run, run.run_id).state == "SUCCEEDED":
                 break
-        current = patiently(store.get_run, run.run_id)
-        trained = (current.last_step or 0) >= 5 or landed >= kills
-        if not rank_killed and landed >= kills // 3 and trained:
-            # One lost rank, so that later controller kills land in its recovery too.
-            for event in patiently(store.events, run.run_id, types=["WORKER_STARTED"]):
-                if event.generation == current.generation and event.attributes["rank"] == 1:
-                    os.kill(int(event.attributes["pid"]), signal.SIGKILL)
-                    rank_killed = True
     done = subprocess.run(
         controller_argv(tmp_path, run.run_id), stdout=log, stderr=log, timeout=600
     )

@@ -76,6 +76,18 @@ class ChannelReader:
         """Bytes the channel's files hold past this reader's cursor: its backlog."""
         return sum(max(0, size - self._offsets.get(path, 0)) for path, size in self._files())
 
+    def holds_unread(self, path: Path) -> bool:
+        """Whether `path` holds bytes this reader has not consumed: its writer wrote more than
+        the controller has read (an ingest backlog), so it was not silent. A file stopped at a
+        line of a newer protocol never counts: those bytes are never read."""
+        if path in self.unreadable:
+            return False
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return False
+        return size > self._offsets.get(path, 0)
+
     def _files(self) -> list[tuple[Path, int]]:
         """(file, its size) for every rank file of the channel, in name order. One directory
         read with a stat per file: a run of 1,024 ranks has 1,024 files, and globbing, sorting

@@ -18,6 +18,7 @@ live controller holds is left to it (this one stands by and takes it over when t
 released or runs out).
 """
 
+import functools
 import logging
 import socket
 import time
@@ -350,6 +351,7 @@ class Controller:
             watchdog=Watchdog(
                 spec.recovery, spec.resources.world_size, start_step=run.last_step or 0
             ),
+            unread=functools.partial(self._unread, run.run_id, group.generation),
         )
         self._sup[run.run_id] = sup
         # Re-read the channel from the start so the new supervision sees every message of its
@@ -406,6 +408,13 @@ class Controller:
             )
 
     # -- supervision ----------------------------------------------------------------------------
+
+    def _unread(self, run_id: str, generation: int, rank: int) -> bool:
+        """Whether the rank's channel file holds messages this controller has not read yet."""
+        ingestor = self._ingest.get(run_id)
+        if ingestor is None:
+            return False
+        return ingestor.reader.holds_unread(ingestor.paths.channel_file(generation, rank))
 
     def _ingest_and_watch(self, run: RunRecord, spec: JobSpec, until: float | None = None) -> None:
         """Ingest what the run's workers reported (past `until`, a monotonic time, the rest waits
@@ -547,7 +556,9 @@ class Controller:
                 self.journal.finished(run)
                 return True
             sup = Supervision(
-                group=group, watchdog=Watchdog(spec.recovery, spec.resources.world_size)
+                group=group,
+                watchdog=Watchdog(spec.recovery, spec.resources.world_size),
+                unread=functools.partial(self._unread, run.run_id, group.generation),
             )
             self._sup[run.run_id] = sup
         if sup.stop_deadline is None:

@@ -1,6 +1,7 @@
 """What a controller holds for a run's current worker group."""
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from runwright.control.executors.protocol import GroupHandle
@@ -28,6 +29,8 @@ class Supervision:
     """Monotonic time after which a stopping group is killed."""
     liveness: Liveness | None = None
     """Confirms the watchdog's HANG verdicts from the ranks' processes (slow is not stopped)."""
+    unread: Callable[[int], bool] | None = None
+    """rank -> whether its channel file holds messages the controller has not read yet."""
 
     def __post_init__(self) -> None:
         if self.liveness is None:
@@ -44,6 +47,12 @@ class Supervision:
         if verdict is None or verdict.failure_class is not FailureClass.HANG:
             self.liveness.clear()
             return verdict
+        if verdict.rank is not None and self.unread is not None and self.unread(verdict.rank):
+            # The rank wrote more than the controller has read yet (an ingest backlog, or a
+            # controller that waited for a core): silence is measured from what it wrote.
+            self.watchdog.beat(verdict.rank)
+            self.liveness.suspected.pop(verdict.rank, None)
+            return None
         pid = self.rank_pids.get(verdict.rank) if verdict.rank is not None else None
         # A rank with no pid yet is still starting: the generation's processes, where the
         # executor can list them, show whether start-up computes or is stuck.

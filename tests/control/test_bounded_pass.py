@@ -66,6 +66,7 @@ def test_cancel_kills_a_flooding_group_on_time(tmp_path):
     store = Store.open(tmp_path)
     marks: dict[str, float] = {}
     pids: list[int] = []
+    watchers: list[threading.Thread] = []
 
     def on_event(event) -> None:
         if event.type == "WORKER_STARTED":
@@ -73,7 +74,8 @@ def test_cancel_kills_a_flooding_group_on_time(tmp_path):
         if event.type == "STEP_HEALTHY" and (event.step or 0) >= 3000 and "cancel" not in marks:
             marks["cancel"] = time.monotonic()
             request_cancel(store, event.run_id, "test: cancel a flood")
-            threading.Thread(target=watch_workers, daemon=True).start()
+            watchers.append(threading.Thread(target=watch_workers, daemon=True))
+            watchers[0].start()
 
     def watch_workers() -> None:
         while any(_alive(pid) for pid in pids):
@@ -95,7 +97,10 @@ def test_cancel_kills_a_flooding_group_on_time(tmp_path):
     run, _ = controller.submit(spec, tmp_path)
     final = controller.drive(run.run_id)
     assert final.state == "CANCELLED"
-    assert len(pids) == 2 and "gone" in marks
+    # drive returns once the workers are gone; the watcher notices within one of its polls.
+    for watcher in watchers:
+        watcher.join(timeout=30)
+    assert len(pids) == 2 and "gone" in marks, marks
     killed_after = marks["gone"] - marks["cancel"]
     # The grace, then at most the pass that notices the deadline and the one before it: bounded
     # by the slowest pass measured after the cancel (a backlog would make it the ingest slice).
@@ -117,6 +122,7 @@ def test_cancel_kills_a_flooding_group_on_time(tmp_path):
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][:1] != "Z"
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (ProcessLookupError, FileNotFoundError):
+        return False  # gone, also between the signal and the read (the watcher must not die)
+    return stat.split(") ")[-1][:1] != "Z"

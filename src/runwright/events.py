@@ -32,6 +32,13 @@ class EventType(StrEnum):
     # -- the controller: submit, placement, launch ----------------------------------------------
     JOB_SUBMITTED = "JOB_SUBMITTED"
     """A spec was accepted into a new run (spec_hash, idempotency_key)."""
+    RUN_ADMITTED = "RUN_ADMITTED"
+    """The scheduler admitted the run's gang onto the controller's inventory (request, policy,
+    position in the queue, placement: one `{node, devices}` per node, borrowed); the run moves
+    to ALLOCATING. Only with an inventory configured (control/admission.py)."""
+    ADMISSION_PENDING = "ADMISSION_PENDING"
+    """A queued run waits for admission, for a reason that changed since the last such event
+    (request, code: sched/reasons.py's, reason in words, policy)."""
     ALLOCATION_REQUESTED = "ALLOCATION_REQUESTED"
     """The run asked its executor for its gang (request: the how-manieth time the run entered
     ALLOCATING, executor, pool, engine_id such as the Slurm job id, exclude_hosts)."""

@@ -236,6 +236,14 @@ def controller_cmd(
     ),
     daemon: bool = typer.Option(False, "--daemon", help="Keep watching for new runs."),
     pools: Path | None = PoolsOption,
+    inventory: Path | None = typer.Option(
+        None,
+        "--inventory",
+        help="Inventory file (YAML, docs/sched.md): queued runs start only once the scheduler "
+        "admits their whole gang onto these nodes, and say why they wait. Without it a run "
+        "is admitted at once.",
+        show_default=False,
+    ),
     lease_seconds: float = LeaseOption,
     root: Path | None = RootOption,
     store: str | None = StoreOption,
@@ -248,6 +256,7 @@ def controller_cmd(
     this controller cleanly: it hands its runs over and leaves their workers running."""
     resolved, st = open_store(root, store, ride_out_outage=True)
     from runwright.control.controller import Controller
+    from runwright.sched.sources import load_inventory
 
     controller = Controller(
         st,
@@ -255,6 +264,7 @@ def controller_cmd(
         on_event=_printer(False),
         lease_seconds=lease_seconds,
         pools_file=pools,
+        inventory=load_inventory(inventory) if inventory is not None else None,
     )
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if run_id is not None:

@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
+from runwright.control.admission import AdmissionStep
 from runwright.control.allocation import AllocationStep
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
@@ -57,6 +58,8 @@ from runwright.protocol import (
     encode_skip_steps,
     write_stop_request,
 )
+from runwright.sched.admission import DEFAULT_POLICY
+from runwright.sched.inventory import Inventory
 from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store, is_transient
 from runwright.store.leases import Lease, LeaseOutcome, LeaseResult
@@ -102,6 +105,8 @@ class Controller:
         on_event: Callable[[EventRecord], None] | None = None,
         lease_seconds: float = LEASE_SECONDS,
         pools_file: Path | None = None,
+        inventory: Inventory | None = None,
+        admission_policy: str | None = None,
     ) -> None:
         self.store = store
         self.root = root
@@ -118,6 +123,18 @@ class Controller:
         self.journal = Journal(store)
         self.logs = RunLogs(store)
         self.allocations = AllocationStep(store, self.journal)
+        self.admission = (
+            AdmissionStep(
+                store,
+                self.journal,
+                inventory,
+                self._spec_of,
+                admission_policy or DEFAULT_POLICY,
+            )
+            if inventory is not None
+            else None
+        )
+        """Admits QUEUED runs onto `inventory` (control/admission.py); None admits at once."""
         self.journal.before_finished = lambda run: self.allocations.release(
             run, self.executor_of(run), f"the run is {run.state}"
         )
@@ -156,6 +173,8 @@ class Controller:
         daemon cannot take it between the submit and this controller's `drive`. PlacementError
         (no run recorded) when the spec's pool can never place it."""
         refusal = self.executors.for_spec(spec).refusal(spec)
+        if refusal is None and self.admission is not None:
+            refusal = self.admission.refusal(spec, project)
         if refusal is not None:
             raise PlacementError(f"no run was recorded: {refusal}")
         leases = self.leases
@@ -262,7 +281,10 @@ class Controller:
         elif state is RunState.CREATED:
             self.journal.move(run, RunState.QUEUED, "JOB_ACCEPTED")
         elif state is RunState.QUEUED:
-            self.journal.move(run, RunState.ALLOCATING)
+            if self.admission is None:
+                self.journal.move(run, RunState.ALLOCATING)
+            else:
+                self.admission.advance(run, self.logs.of(run_id).events)
         elif state is RunState.ALLOCATING:
             self._allocate(run, spec)
         elif state is RunState.RECOVERING:

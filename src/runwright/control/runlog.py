@@ -23,6 +23,7 @@ from runwright.events import EventType
 from runwright.store import EventRecord, Store
 
 KEPT = (
+    EventType.ADMISSION_PENDING,
     EventType.ALLOCATION_REQUESTED,
     EventType.ALLOCATION_PENDING,
     EventType.ALLOCATION_FAILED,

@@ -1,0 +1,199 @@
+"""The admission step: a QUEUED run moves to ALLOCATING only once the scheduler admits its gang.
+
+With an inventory (`Controller(inventory=...)`, `runwright controller --inventory FILE`), each
+pass over a QUEUED run runs one admission pass (sched.admit, a pure function) over the store's
+queue: every QUEUED run is a pending request, and every run from ALLOCATING to RECOVERING holds
+the devices its newest RUN_ADMITTED event names. For the run at hand:
+
+- admitted: RUN_ADMITTED (policy, position, placement node by node, borrowed), then ALLOCATING,
+  where its executor is asked for the gang as before (the local executor does not yet pin the
+  placement's device indices, e.g. through CUDA_VISIBLE_DEVICES);
+- pending: the reason in words becomes the run's `state_detail` (what `runwright status` and
+  `runwright queue` print) and, when its code or words change, an ADMISSION_PENDING event;
+- a request no state of the inventory can hold fails the run FAILED_PERMANENT at once (submit
+  refuses it first, `refusal`).
+
+A run whose pool no node of the inventory serves is admitted at once, as without an inventory:
+its pool's executor (Slurm, say) places it. Preemption is not wired yet: a request the policy
+would admit by stopping victims waits, and its reason names them. Without an inventory every
+run is admitted at once, as before: ranks under gloo on CPU share the host's cores rather than
+hold devices.
+
+One controller decides at a time only within itself: two controllers sharing a store may each
+admit a different run onto the same free devices in the same instant (docs/sched.md).
+"""
+
+import time
+from collections.abc import Callable
+
+from runwright.control.allocation import request_number
+from runwright.control.journal import Journal
+from runwright.control.states import RunState, TerminalReason
+from runwright.events import EventType
+from runwright.sched import admission as sched_admission
+from runwright.sched.inventory import Inventory
+from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, RunningGang
+from runwright.spec import JobSpec
+from runwright.store import EventRecord, RunRecord, Store
+
+HOLDING = (
+    RunState.ALLOCATING,
+    RunState.STARTING,
+    RunState.RUNNING,
+    RunState.CHECKPOINTING,
+    RunState.RECOVERING,
+)
+"""States in which an admitted run holds its gang."""
+QUEUE_LIMIT = 100_000
+"""Runs read per state in one pass: far above any queue one controller serves."""
+
+
+def gang_request(run_id: str, project: str, submitted: float, spec: JobSpec) -> GangRequest:
+    """The gang a run of `spec` asks for: all its ranks' devices, on the spec's pool and terms."""
+    res = spec.resources
+    return GangRequest(
+        run_id=run_id,
+        project=project,
+        pool=res.pool,
+        priority=res.priority,
+        submitted_at_seconds=submitted,
+        devices=res.world_size,
+        devices_per_node=res.devices_per_node,
+        # `cuda` names no model: any accelerator; `cpu` asks for CPU nodes.
+        device_type="cpu" if res.device_type == "cpu" else None,
+        tp=spec.parallelism.tp,
+        preemptible=res.preemptible,
+    )
+
+
+def _placement(event: EventRecord) -> tuple[NodeShare, ...]:
+    return tuple(NodeShare.model_validate(share) for share in event.attributes["placement"])
+
+
+class AdmissionStep:
+    """One QUEUED pass of one run (controller.py calls `advance`)."""
+
+    def __init__(
+        self,
+        store: Store,
+        journal: Journal,
+        inventory: Inventory,
+        spec_of: Callable[[RunRecord], JobSpec],
+        policy: str = sched_admission.DEFAULT_POLICY,
+    ) -> None:
+        if policy not in sched_admission.POLICIES:
+            raise ValueError(
+                f"unknown admission policy {policy!r}; registered: "
+                f"{', '.join(sorted(sched_admission.POLICIES))}"
+            )
+        self.store = store
+        self.journal = journal
+        self.inventory = inventory
+        self.policy = policy
+        self.pools = frozenset(pool for node in inventory.nodes for pool in node.pools)
+        """Pools the inventory serves: runs of other pools are not admitted here."""
+        self._spec_of = spec_of
+        self._held: dict[tuple[str, int], RunningGang | None] = {}
+        """(run id, generation) -> the gang its newest RUN_ADMITTED names: a holding run is
+        admitted again only after it left for the queue, which starts a new generation, so each
+        is read once."""
+
+    def refusal(self, spec: JobSpec, project: str = "default") -> str | None:
+        """Why no state of the inventory can ever hold a run of `spec` (submit refuses it)."""
+        if spec.resources.pool not in self.pools:
+            return None
+        reason = sched_admission.never_fits(
+            self.inventory, gang_request("submitted", project, 0.0, spec)
+        )
+        return None if reason is None else reason.words
+
+    def advance(self, run: RunRecord, events: list[EventRecord]) -> None:
+        """Admit `run` (RUN_ADMITTED, ALLOCATING) or say why it waits. `events` are the run's
+        kept events (runlog.py)."""
+        if self._spec_of(run).resources.pool not in self.pools:
+            self.journal.move(run, RunState.ALLOCATING)
+            return
+        queued = self.store.list_runs(QUEUE_LIMIT, [RunState.QUEUED.value])
+        holding = self.store.list_runs(QUEUE_LIMIT, [s.value for s in HOLDING])
+        requests = (
+            gang_request(r.run_id, r.project, r.created_unix_s, self._spec_of(r)) for r in queued
+        )
+        pending = tuple(request for request in requests if request.pool in self.pools)
+        if run.run_id not in {p.run_id for p in pending}:
+            return  # it left the queue since this pass read it
+        running = tuple(g for g in map(self._gang_of, holding) if g is not None)
+        result = sched_admission.admit(
+            self.inventory,
+            AdmissionInput(now_seconds=time.time(), pending=pending, running=running),
+            self.policy,
+        )
+        decision = result.of(run.run_id)
+        request = request_number(events)
+        if decision.outcome == "admit" and not decision.preempt:
+            self.journal.record(
+                run,
+                EventType.RUN_ADMITTED,
+                op=f"req{request}",
+                per_step=False,
+                request=request,
+                policy=result.policy,
+                position=decision.position,
+                placement=[share.model_dump(mode="json") for share in decision.placement],
+                borrowed=decision.borrowed,
+            )
+            self.journal.move(run, RunState.ALLOCATING)
+            return
+        if decision.reason is not None and decision.reason.never_fits:
+            self.journal.finish(
+                run, RunState.FAILED, TerminalReason.FAILED_PERMANENT, decision.reason.words
+            )
+            return
+        if decision.reason is not None:
+            code, words = decision.reason.code, decision.reason.words
+        else:
+            code = "preemption"
+            words = (
+                f"would start once {', '.join(decision.preempt)} stopped; preemption is not "
+                "wired into the controller yet, so it waits for them to end"
+            )
+        self._wait(run, request, code, f"#{decision.position} in the queue: {words}", events)
+
+    def _wait(
+        self, run: RunRecord, request: int, code: str, words: str, events: list[EventRecord]
+    ) -> None:
+        said = [
+            e
+            for e in events
+            if e.type == EventType.ADMISSION_PENDING and e.attributes.get("request") == request
+        ]
+        if run.state_detail != words:
+            self.store.update_run(run.run_id, state_detail=words)
+        newest = said[-1].attributes if said else None
+        if newest is None or (newest.get("code"), newest.get("reason")) != (code, words):
+            self.journal.record(
+                run,
+                EventType.ADMISSION_PENDING,
+                op=f"req{request}-{len(said) + 1}",
+                per_step=False,
+                request=request,
+                code=code,
+                reason=words,
+                policy=self.policy,
+            )
+
+    def _gang_of(self, run: RunRecord) -> RunningGang | None:
+        key = (run.run_id, run.generation)
+        if key not in self._held:
+            admitted = self.store.events(run.run_id, types=[EventType.RUN_ADMITTED])
+            # None: admitted before an inventory was configured, so it names no devices.
+            self._held[key] = (
+                RunningGang.admitted(
+                    gang_request(run.run_id, run.project, run.created_unix_s, self._spec_of(run)),
+                    _placement(admitted[-1]),
+                    bool(admitted[-1].attributes.get("borrowed")),
+                    expected_end_seconds=float("inf"),
+                )
+                if admitted
+                else None
+            )
+        return self._held[key]

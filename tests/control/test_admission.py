@@ -20,13 +20,13 @@ TWO_DEVICES = Inventory(
 )
 
 
-def spec_for(name: str, steps: int, devices: int = 2):
+def spec_for(name: str, steps: int, devices: int = 2, **resources):
     return spec_from_mapping(
         {
             "name": name,
             "code": {"entrypoint": str(SCRIPT), "args": ["--step-sleep", "0.1"]},
             "training": {"global_batch_samples": 8, "steps": steps, "optimizer": {"lr": 0.01}},
-            "resources": {"devices_per_node": devices},
+            "resources": {"devices_per_node": devices, **resources},
             "checkpoint": {"interval": {"policy": "steps", "every_steps": 2}},
             "recovery": {"heartbeat_interval_seconds": 0.5, "progress_timeout_seconds": 60},
         }
@@ -57,6 +57,55 @@ def test_a_run_waits_with_its_reason_until_the_gang_ahead_of_it_ends(tmp_path):
     assert admitted_second.time_unix_s >= released.time_unix_s
     moves = [e.attributes["to_state"] for e in store.events(second.run_id, types=["STATE_CHANGED"])]
     assert moves[:3] == ["QUEUED", "ALLOCATING", "STARTING"]
+    store.close()
+
+
+def test_a_higher_priority_run_preempts_a_preemptible_one_which_resumes_after_it(tmp_path):
+    """The low-priority run holds both devices; the high-priority one is admitted by stopping it
+    at a step boundary (saved), and it requeues behind the other and resumes from that save."""
+    store = Store.open(tmp_path)
+    submitted: dict[str, str] = {}
+
+    def submit_urgent(event) -> None:
+        if "urgent" not in submitted and event.type == "STEP_HEALTHY" and (event.step or 0) >= 3:
+            urgent, _ = controller.submit(spec_for("urgent", steps=2, priority=10), tmp_path)
+            submitted["urgent"] = urgent.run_id
+
+    controller = Controller(
+        store, tmp_path, poll_seconds=0.1, inventory=TWO_DEVICES, on_event=submit_urgent
+    )
+    batch, _ = controller.submit(spec_for("batch", steps=30, preemptible=True), tmp_path)
+    controller.drive_all()
+    urgent_id = submitted["urgent"]
+    assert store.get_run(batch.run_id).state == "SUCCEEDED"
+    assert store.get_run(urgent_id).state == "SUCCEEDED"
+
+    (asked,) = store.events(batch.run_id, types=["STOP_REQUESTED"])
+    assert asked.attributes["reason"] == "preemption"
+    assert asked.attributes["preempted_by"] == urgent_id
+    (failure,) = store.events(batch.run_id, types=["FAILURE_CLASSIFIED"])
+    assert failure.attributes["failure_class"] == "preemption"
+    # It may first wait on capacity alone: a batch run in CHECKPOINTING is never a victim.
+    waiting = store.events(urgent_id, types=["ADMISSION_PENDING"])
+    preempting = [w for w in waiting if w.attributes["code"] == "preemption"]
+    assert preempting, [w.attributes for w in waiting]
+    assert batch.run_id in preempting[0].attributes["reason"]
+    # Never both at once: the urgent gang starts after the batch run let go, and the batch run
+    # is admitted again only after the urgent one let go.
+    _, again = store.events(batch.run_id, types=["RUN_ADMITTED"])
+    released = store.events(batch.run_id, types=["ALLOCATION_RELEASED"])
+    (urgent_admitted,) = store.events(urgent_id, types=["RUN_ADMITTED"])
+    (urgent_released,) = store.events(urgent_id, types=["ALLOCATION_RELEASED"])
+    assert released[0].time_unix_s <= urgent_admitted.time_unix_s
+    assert urgent_released.time_unix_s <= again.time_unix_s
+    # It resumed from the step it saved at when it stopped.
+    (stopped_at,) = {e.step for e in store.events(batch.run_id, types=["STOP_ACKNOWLEDGED"])}
+    resumed = [
+        e.step
+        for e in store.events(batch.run_id, types=["STEP_HEALTHY"])
+        if e.generation == 2 and e.attributes["rank"] == 0
+    ]
+    assert resumed[0] == stopped_at + 1 and resumed[-1] == 30
     store.close()
 
 

@@ -13,11 +13,18 @@ the devices its newest RUN_ADMITTED event names. For the run at hand:
 - a request no state of the inventory can hold fails the run FAILED_PERMANENT at once (submit
   refuses it first, `refusal`).
 
+Preemption takes the graceful path: a request the policy admits only by stopping victims
+(preemptible runs of a lower priority class, or borrowed quota reclaimed) waits, with a reason
+that names them, while each victim's current generation gets a stop request with the reason
+`preemption` (STOP_REQUESTED, `preempted_by`). Its ranks save at the next step boundary and
+exit; the exit is classified PREEMPTION and the run requeues (policy.py), so it is admitted again
+behind the run that preempted it and resumes from that save. A victim in CHECKPOINTING is never
+chosen (no preemption mid-save). `on_preempt` lets the controller that supervises a victim kill
+it after its stop grace if it never reaches a step boundary.
+
 A run whose pool no node of the inventory serves is admitted at once, as without an inventory:
-its pool's executor (Slurm, say) places it. Preemption is not wired yet: a request the policy
-would admit by stopping victims waits, and its reason names them. Without an inventory every
-run is admitted at once, as before: ranks under gloo on CPU share the host's cores rather than
-hold devices.
+its pool's executor (Slurm, say) places it. Without an inventory every run is admitted at once,
+as before: ranks under gloo on CPU share the host's cores rather than hold devices.
 
 One controller decides at a time only within itself: two controllers sharing a store may each
 admit a different run onto the same free devices in the same instant (docs/sched.md).
@@ -25,11 +32,14 @@ admit a different run onto the same free devices in the same instant (docs/sched
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from runwright.control.allocation import request_number
 from runwright.control.journal import Journal
 from runwright.control.states import RunState, TerminalReason
 from runwright.events import EventType
+from runwright.layout import run_paths
+from runwright.protocol import write_stop_request
 from runwright.sched import admission as sched_admission
 from runwright.sched.inventory import Inventory
 from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, RunningGang
@@ -80,6 +90,7 @@ class AdmissionStep:
         inventory: Inventory,
         spec_of: Callable[[RunRecord], JobSpec],
         policy: str = sched_admission.DEFAULT_POLICY,
+        on_preempt: Callable[[RunRecord, JobSpec], None] | None = None,
     ) -> None:
         if policy not in sched_admission.POLICIES:
             raise ValueError(
@@ -93,6 +104,7 @@ class AdmissionStep:
         self.pools = frozenset(pool for node in inventory.nodes for pool in node.pools)
         """Pools the inventory serves: runs of other pools are not admitted here."""
         self._spec_of = spec_of
+        self._on_preempt = on_preempt
         self._held: dict[tuple[str, int], RunningGang | None] = {}
         """(run id, generation) -> the gang its newest RUN_ADMITTED names: a holding run is
         admitted again only after it left for the queue, which starts a new generation, so each
@@ -143,20 +155,53 @@ class AdmissionStep:
             )
             self.journal.move(run, RunState.ALLOCATING)
             return
+        if decision.outcome == "admit":  # only by stopping victims first
+            stopping = [self._preempt(victim, run) for victim in decision.preempt]
+            words = (
+                f"stopping {', '.join(stopping)} (preemptible, lower priority or on borrowed "
+                "quota) at its next step boundary to make room; starts once they have left"
+            )
+            self._wait(
+                run, request, "preemption", f"#{decision.position} in the queue: {words}", events
+            )
+            return
         if decision.reason is not None and decision.reason.never_fits:
             self.journal.finish(
                 run, RunState.FAILED, TerminalReason.FAILED_PERMANENT, decision.reason.words
             )
             return
-        if decision.reason is not None:
-            code, words = decision.reason.code, decision.reason.words
-        else:
-            code = "preemption"
-            words = (
-                f"would start once {', '.join(decision.preempt)} stopped; preemption is not "
-                "wired into the controller yet, so it waits for them to end"
-            )
-        self._wait(run, request, code, f"#{decision.position} in the queue: {words}", events)
+        assert decision.reason is not None  # pending always says why
+        reason = decision.reason
+        self._wait(
+            run, request, reason.code, f"#{decision.position} in the queue: {reason.words}", events
+        )
+
+    def _preempt(self, victim_id: str, by: RunRecord) -> str:
+        """Ask the victim's current generation to stop at its next step boundary, saving, with
+        the reason `preemption` (once per generation: the event id and the file are the same
+        every pass). Returns its run id."""
+        victim = self.store.get_run(victim_id)
+        spec = self._spec_of(victim)
+        save = spec.checkpoint.enabled and spec.checkpoint.save_on_stop
+        write_stop_request(
+            run_paths(Path(victim.root), victim.run_id).folder,
+            victim.generation,
+            "preemption",
+            save=save,
+        )
+        self.journal.record(
+            victim,
+            EventType.STOP_REQUESTED,
+            op=f"preempt-g{victim.generation}",
+            per_step=False,
+            reason="preemption",
+            save=save,
+            stopping_generation=victim.generation,
+            preempted_by=by.run_id,
+        )
+        if self._on_preempt is not None:
+            self._on_preempt(victim, spec)
+        return victim.run_id
 
     def _wait(
         self, run: RunRecord, request: int, code: str, words: str, events: list[EventRecord]
@@ -182,6 +227,12 @@ class AdmissionStep:
             )
 
     def _gang_of(self, run: RunRecord) -> RunningGang | None:
+        gang = self._admitted_gang(run)
+        if gang is not None and gang.preemptible and run.state == RunState.CHECKPOINTING:
+            return gang.model_copy(update={"preemptible": False})  # no preemption mid-save
+        return gang
+
+    def _admitted_gang(self, run: RunRecord) -> RunningGang | None:
         key = (run.run_id, run.generation)
         if key not in self._held:
             admitted = self.store.events(run.run_id, types=[EventType.RUN_ADMITTED])

@@ -130,6 +130,7 @@ class Controller:
                 inventory,
                 self._spec_of,
                 admission_policy or DEFAULT_POLICY,
+                on_preempt=self._preempting,
             )
             if inventory is not None
             else None
@@ -430,6 +431,19 @@ class Controller:
             )
 
     # -- supervision ----------------------------------------------------------------------------
+
+    def _preempting(self, victim: RunRecord, spec: JobSpec) -> None:
+        """The scheduler asked `victim` to stop for a preemption: if this controller supervises
+        its group, the group is killed once its stop grace ends (a rank that never reaches a
+        step boundary must not hold the devices for ever)."""
+        sup = self._sup.get(victim.run_id)
+        if (
+            sup is not None
+            and sup.group.generation == victim.generation
+            and sup.stop_deadline is None
+        ):
+            sup.stop_reason = "preemption"
+            sup.stop_by(spec.recovery.stop_grace_seconds)
 
     def _unread(self, run_id: str, generation: int, rank: int) -> bool:
         """Whether the rank's channel file holds messages this controller has not read yet."""

@@ -61,3 +61,15 @@ def test_events_print_attributes_as_they_are(root):
     result = runner.invoke(app, ["events", LONG_ID[:12], "--root", str(root)])
     assert result.exit_code == 0, result.output
     assert "[bold]not markup[/bold]" in result.output
+
+
+def test_a_bad_inventory_is_one_line_naming_the_field(tmp_path):
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text("nodes:\n  - name: a\n    device_type: H100\n    device_count: two\n")
+    root = ["--root", str(tmp_path / "root")]
+    result = runner.invoke(app, ["controller", "--inventory", str(inventory), *root])
+    assert result.exit_code == 2, result.output
+    assert "nodes[0] (a).device_count" in result.output
+    assert "Traceback" not in result.output
+    missing = runner.invoke(app, ["controller", "--inventory", str(tmp_path / "no.yaml"), *root])
+    assert missing.exit_code == 2 and "cannot read inventory file" in missing.output

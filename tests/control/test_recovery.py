@@ -370,19 +370,3 @@ def test_token_budget_stops_at_a_step_boundary_with_a_checkpoint(tmp_path):
     stop = of_type(store, run.run_id, "STOP_ACKNOWLEDGED")[0]
     assert stop.attributes["reason"] == "budget" and stop.step >= 5
     assert store.checkpoints.latest(run.run_id).step == stop.step
-
-
-def test_controller_without_a_run_id_picks_up_every_unfinished_run(tmp_path):
-    store = Store.open(tmp_path)
-    controller = Controller(store, tmp_path, poll_seconds=0.1)
-    first, _ = controller.submit(spec_for(steps=3, every=2), tmp_path)
-    second, _ = controller.submit(spec_for(steps=2, every=2), tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "-m", "runwright.cli.main", "controller", "--root", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "2 run(s) reached a terminal state" in proc.stdout
-    assert {store.get_run(r.run_id).state for r in (first, second)} == {"SUCCEEDED"}

@@ -32,14 +32,11 @@ admit a different run onto the same free devices in the same instant (docs/sched
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from runwright.control.allocation import request_number
 from runwright.control.journal import Journal
 from runwright.control.states import RunState, TerminalReason
 from runwright.events import EventType
-from runwright.layout import run_paths
-from runwright.protocol import write_stop_request
 from runwright.sched import admission as sched_admission
 from runwright.sched.inventory import Inventory
 from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, RunningGang
@@ -182,21 +179,13 @@ class AdmissionStep:
         every pass). Returns its run id."""
         victim = self.store.get_run(victim_id)
         spec = self._spec_of(victim)
-        save = spec.checkpoint.enabled and spec.checkpoint.save_on_stop
-        write_stop_request(
-            run_paths(Path(victim.root), victim.run_id).folder,
+        self.journal.ask_to_stop(
+            victim,
             victim.generation,
             "preemption",
-            save=save,
-        )
-        self.journal.record(
-            victim,
-            EventType.STOP_REQUESTED,
+            save=spec.checkpoint.enabled and spec.checkpoint.save_on_stop,
             op=f"preempt-g{victim.generation}",
             per_step=False,
-            reason="preemption",
-            save=save,
-            stopping_generation=victim.generation,
             preempted_by=by.run_id,
         )
         if self._on_preempt is not None:

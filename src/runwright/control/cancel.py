@@ -9,13 +9,9 @@ The controller that drives the run (or the next one to start) gives the group th
 and then kills it.
 """
 
-from pathlib import Path
-
 from runwright.control.journal import Journal
 from runwright.control.states import TERMINAL, RunState, TerminalReason, advance
 from runwright.events import EventType
-from runwright.layout import run_paths
-from runwright.protocol import write_stop_request
 from runwright.spec import spec_from_mapping
 from runwright.store import Outcome, Store, WriteResult
 
@@ -52,20 +48,13 @@ def request_cancel(
     if RunState(run.state) in ACTIVE:
         spec = spec_from_mapping(run.spec)
         save = spec.checkpoint.enabled and spec.checkpoint.save_on_stop
-        write_stop_request(
-            run_paths(Path(run.root), run.run_id).folder,
+        journal.ask_to_stop(
+            new,
             run.generation,
             "cancel",
             save=save,
-            fence_generation=new.generation,
-        )
-        journal.record(
-            new,
-            EventType.STOP_REQUESTED,
             op="cancel",
-            reason="cancel",
-            save=save,
-            stopping_generation=run.generation,
+            fence_generation=new.generation,
             **who,
         )
     return result

@@ -6,10 +6,13 @@ again by a restarted (or a second) controller is one event, not two.
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from runwright.control.outage import Outage
 from runwright.control.states import RunState, TerminalReason, advance
 from runwright.events import EventType
+from runwright.layout import run_paths
+from runwright.protocol import write_stop_request
 from runwright.store import NewEvent, Outcome, RunRecord, Store
 
 
@@ -25,6 +28,39 @@ class Journal:
     ) -> None:
         """Append one controller event (unfenced: the controller owns the run)."""
         self.store.append_event(self.event(run, type_, op, per_step, **attributes), fenced=False)
+
+    def ask_to_stop(
+        self,
+        run: RunRecord,
+        generation: int,
+        reason: str,
+        *,
+        save: bool,
+        op: str,
+        per_step: bool = True,
+        fence_generation: int | None = None,
+        **attributes: object,
+    ) -> None:
+        """Ask `generation`'s workers to stop at their next step boundary (the run folder's stop
+        request, `protocol.write_stop_request`) and record it as STOP_REQUESTED on `run`. The
+        file and the event id are the same each time, so asking again changes nothing."""
+        write_stop_request(
+            run_paths(Path(run.root), run.run_id).folder,
+            generation,
+            reason,
+            save=save,
+            fence_generation=fence_generation,
+        )
+        self.record(
+            run,
+            EventType.STOP_REQUESTED,
+            op=op,
+            per_step=per_step,
+            reason=reason,
+            save=save,
+            stopping_generation=generation,
+            **attributes,
+        )
 
     @staticmethod
     def event(

@@ -73,3 +73,37 @@ def test_a_bad_inventory_is_one_line_naming_the_field(tmp_path):
     assert "Traceback" not in result.output
     missing = runner.invoke(app, ["controller", "--inventory", str(tmp_path / "no.yaml"), *root])
     assert missing.exit_code == 2 and "cannot read inventory file" in missing.output
+
+
+def test_queue_shows_what_each_run_asked_for_and_why_it_waits(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    resources = {"nodes": 2, "devices_per_node": 8, "pool": "h100", "priority": 5}
+    for run_id, spec, detail in (
+        ("waiting-run", {"resources": {**resources, "preemptible": True}}, "#2 in the queue: x"),
+        ("old-spec-run", {}, None),  # a spec stored before these fields: the spec's defaults
+    ):
+        store.create_run(
+            run_id=run_id,
+            name=run_id,
+            spec=spec,
+            spec_hash="0" * 64,
+            plan={},
+            workdir=str(tmp_path),
+            root=str(tmp_path),
+            state="QUEUED",
+        )
+        if detail:
+            store.update_run(run_id, state_detail=detail)
+    store.close()
+    shown = runner.invoke(app, ["queue", "--root", str(tmp_path), "--json"])
+    assert shown.exit_code == 0, shown.output
+    rows = {r["run_id"]: r for r in json.loads(shown.stdout)}
+    assert {k: rows["waiting-run"][k] for k in (*resources, "preemptible", "waiting_for")} == {
+        **resources,
+        "preemptible": True,
+        "waiting_for": "#2 in the queue: x",
+    }
+    assert (rows["old-spec-run"]["pool"], rows["old-spec-run"]["nodes"]) == ("default", 1)
+    table = runner.invoke(app, ["queue", "--root", str(tmp_path)], env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "2x8" in table.output and "5*" in table.output and "h100" in table.output

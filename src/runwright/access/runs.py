@@ -100,8 +100,10 @@ class RunActions(AccessBase):
         return report.model_dump(mode="json"), html
 
     def queue(self) -> list[dict[str, Any]]:
-        """The unfinished runs of the actor's project, oldest first, each with what it waits
-        for (its state detail: a pending reason, a recovery's backoff)."""
+        """The unfinished runs of the actor's project, oldest first, each with its pool,
+        priority and requested shape (nodes x devices per node, from its spec) and what it waits
+        for (its state detail: a pending reason with its queue position, a recovery's
+        backoff)."""
         from runwright.control.states import TERMINAL, RunState
 
         unfinished = [s.value for s in RunState if s not in TERMINAL]
@@ -119,6 +121,7 @@ class RunActions(AccessBase):
                 "last_step": r.last_step,
                 "waiting_for": worker_text(r.state_detail, self.disclosure(r)),
                 "created_unix_s": r.created_unix_s,
+                **_requested(r.spec),
             }
             for r in reversed(runs)
         ]
@@ -257,3 +260,16 @@ def _check_remote_paths(spec: "JobSpec") -> None:
             "server does not have: give `module:NAME` (an installed module) or an absolute path "
             "that exists on the server's hosts"
         )
+
+
+def _requested(spec: dict[str, Any]) -> dict[str, Any]:
+    """What a run asked the scheduler for, read from its stored spec as written (the spec's
+    defaults where a field is absent): pool, priority, preemptible, nodes, devices per node."""
+    resources = spec.get("resources") or {}
+    return {
+        "pool": resources.get("pool", "default"),
+        "priority": resources.get("priority", 0),
+        "preemptible": bool(resources.get("preemptible", False)),
+        "nodes": resources.get("nodes", 1),
+        "devices_per_node": resources.get("devices_per_node", 1),
+    }

@@ -22,18 +22,26 @@ def queue(
 ) -> None:
     """List the unfinished runs, oldest first, with what each is waiting for.
 
+    Each row also says what the run asked for: project, pool, priority (* when preemptible) and
+    shape (nodes x devices per node).
+
     Through --server: the runs of your token's project."""
     rows = open_backend(root, store).queue()
     if json_out:
         print_json(rows)
         return
     table = Table(title="queue")
-    for col in ("run id", "state", "gen", "step", "submitted by", "since", "waiting for"):
+    columns = ("run id", "state", "project", "pool", "prio", "shape", "gen", "step")
+    for col in (*columns, "submitted by", "since", "waiting for"):
         table.add_column(col, no_wrap=col != "waiting for")
     for r in rows:
         table.add_row(
             r["run_id"],
             r["state"],
+            r["project"],
+            r["pool"],
+            f"{r['priority']}{'*' if r['preemptible'] else ''}",
+            f"{r['nodes']}x{r['devices_per_node']}",
             str(r["generation"]),
             "" if r["last_step"] is None else str(r["last_step"]),
             r["submitted_by"] or "",

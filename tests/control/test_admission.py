@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from runwright.control.controller import Controller
+from runwright.control.states import RunState
 from runwright.errors import PlacementError
 from runwright.govern.compare import compare_runs
 from runwright.sched.inventory import Inventory, Node
@@ -24,11 +25,11 @@ TWO_DEVICES = Inventory(
 )
 
 
-def spec_for(name: str, steps: int, devices: int = 2, **resources):
+def spec_for(name: str, steps: int, devices: int = 2, step_sleep: float = 0.1, **resources):
     return spec_from_mapping(
         {
             "name": name,
-            "code": {"entrypoint": str(SCRIPT), "args": ["--step-sleep", "0.1"]},
+            "code": {"entrypoint": str(SCRIPT), "args": ["--step-sleep", str(step_sleep)]},
             "training": {"global_batch_samples": 8, "steps": steps, "optimizer": {"lr": 0.01}},
             "resources": {"devices_per_node": devices, **resources},
             "checkpoint": {"interval": {"policy": "steps", "every_steps": 2}},
@@ -87,7 +88,9 @@ def test_a_higher_priority_run_preempts_a_preemptible_one_which_resumes_after_it
     controller = Controller(
         store, tmp_path, poll_seconds=0.1, inventory=TWO_DEVICES, on_event=submit_urgent
     )
-    spec = spec_for("batch", steps=30, preemptible=True)
+    # Six seconds of steps after the urgent run is submitted: time for a busy controller to
+    # ingest, admit and ask before the batch run could end on its own.
+    spec = spec_for("batch", steps=30, step_sleep=0.2, preemptible=True)
     batch, _ = controller.submit(spec, tmp_path)
     controller.drive_all()
     urgent_id = submitted["urgent"]
@@ -136,4 +139,24 @@ def test_a_gang_larger_than_the_inventory_is_refused_at_submit(tmp_path):
         controller.submit(spec_for("too-big", steps=2, devices=4), tmp_path)
     assert "4" in str(refused.value)
     assert store.list_runs() == []
+    store.close()
+
+
+def test_one_admission_pass_serves_every_queued_run_until_something_changes(tmp_path):
+    """A sweep over N queued runs runs the policy once, not N times: the pass is reused while
+    the queue and the holders are what it decided on, the runs it admitted counted as holders."""
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, inventory=TWO_DEVICES)
+    runs = [controller.submit(spec_for(f"r{i}", steps=2, devices=1), tmp_path)[0] for i in range(3)]
+    for run in runs:
+        controller.journal.move(store.get_run(run.run_id), RunState.QUEUED, "JOB_ACCEPTED")
+    step = controller.admission
+    passes = []
+    policy = step._admit
+    step._admit = lambda *args: passes.append(1) or policy(*args)
+    for run in runs:
+        step.advance(store.get_run(run.run_id), controller.logs.of(run.run_id).events)
+    assert [store.get_run(r.run_id).state for r in runs] == ["ALLOCATING"] * 2 + ["QUEUED"]
+    assert len(passes) == 1
+    assert "needs 1 devices" in store.get_run(runs[2].run_id).state_detail
     store.close()

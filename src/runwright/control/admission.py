@@ -38,6 +38,7 @@ from runwright.control.journal import Journal
 from runwright.control.states import RunState, TerminalReason
 from runwright.events import EventType
 from runwright.sched import admission as sched_admission
+from runwright.sched.admission import AdmissionResult
 from runwright.sched.inventory import Inventory
 from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, RunningGang
 from runwright.spec import JobSpec
@@ -89,11 +90,7 @@ class AdmissionStep:
         policy: str = sched_admission.DEFAULT_POLICY,
         on_preempt: Callable[[RunRecord, JobSpec], None] | None = None,
     ) -> None:
-        if policy not in sched_admission.POLICIES:
-            raise ValueError(
-                f"unknown admission policy {policy!r}; registered: "
-                f"{', '.join(sorted(sched_admission.POLICIES))}"
-            )
+        self._admit = sched_admission.registered(policy)
         self.store = store
         self.journal = journal
         self.inventory = inventory
@@ -102,10 +99,17 @@ class AdmissionStep:
         """Pools the inventory serves: runs of other pools are not admitted here."""
         self._spec_of = spec_of
         self._on_preempt = on_preempt
-        self._held: dict[tuple[str, int], RunningGang | None] = {}
-        """(run id, generation) -> the gang its newest RUN_ADMITTED names: a holding run is
-        admitted again only after it left for the queue, which starts a new generation, so each
-        is read once."""
+        self._held: dict[str, RunningGang | None] = {}
+        """Holding run -> the gang its newest RUN_ADMITTED names (None: admitted before an
+        inventory was configured), read from its events once. A run seen back in the queue is
+        dropped, so a later admission is read (or written, `advance`) afresh."""
+        self._pass: (
+            tuple[tuple[frozenset[str], frozenset[tuple[str, str]]], AdmissionResult] | None
+        ) = None
+        """The last pass's (pending ids, holders with their states) and its result. Each queued
+        run's turn of a controller sweep reuses it while the queue and the holders are what it
+        decided on (with the runs it admitted since moved to the holders): one pass per change,
+        not one per queued run."""
 
     def refusal(self, spec: JobSpec, project: str = "default") -> str | None:
         """Why no state of the inventory can ever hold a run of `spec` (submit refuses it)."""
@@ -124,18 +128,28 @@ class AdmissionStep:
             return
         queued = self.store.list_runs(QUEUE_LIMIT, [RunState.QUEUED.value])
         holding = self.store.list_runs(QUEUE_LIMIT, [s.value for s in HOLDING])
+        for r in queued:
+            self._held.pop(r.run_id, None)  # back in the queue: it holds nothing now
         requests = (
             gang_request(r.run_id, r.project, r.created_unix_s, self._spec_of(r)) for r in queued
         )
         pending = tuple(request for request in requests if request.pool in self.pools)
         if run.run_id not in {p.run_id for p in pending}:
             return  # it left the queue since this pass read it
-        running = tuple(g for g in map(self._gang_of, holding) if g is not None)
-        result = sched_admission.admit(
-            self.inventory,
-            AdmissionInput(now_seconds=time.time(), pending=pending, running=running),
-            self.policy,
+        # A holder's state counts: one in CHECKPOINTING may not be preempted.
+        basis = (
+            frozenset(p.run_id for p in pending),
+            frozenset((r.run_id, r.state) for r in holding),
         )
+        if self._pass is not None and self._pass[0] == basis:
+            result = self._pass[1]
+        else:
+            running = tuple(g for g in map(self._gang_of, holding) if g is not None)
+            result = self._admit(
+                self.inventory,
+                AdmissionInput(now_seconds=time.time(), pending=pending, running=running),
+            )
+            self._pass = (basis, result)
         decision = result.of(run.run_id)
         request = request_number(events)
         if decision.outcome == "admit" and not decision.preempt:
@@ -151,6 +165,16 @@ class AdmissionStep:
                 borrowed=decision.borrowed,
             )
             self.journal.move(run, RunState.ALLOCATING)
+            self._held[run.run_id] = RunningGang.admitted(
+                next(p for p in pending if p.run_id == run.run_id),
+                decision.placement,
+                decision.borrowed,
+                expected_end_seconds=float("inf"),
+            )
+            # The pass already placed it: later runs' decisions stand with it holding.
+            pending_ids, holding_ids = basis
+            moved = (run.run_id, RunState.ALLOCATING.value)
+            self._pass = ((pending_ids - {run.run_id}, holding_ids | {moved}), result)
             return
         if decision.outcome == "admit":  # only by stopping victims first
             stopping = [self._preempt(victim, run) for victim in decision.preempt]
@@ -222,7 +246,7 @@ class AdmissionStep:
         return gang
 
     def _admitted_gang(self, run: RunRecord) -> RunningGang | None:
-        key = (run.run_id, run.generation)
+        key = run.run_id
         if key not in self._held:
             admitted = self.store.events(run.run_id, types=[EventType.RUN_ADMITTED])
             # None: admitted before an inventory was configured, so it names no devices.

@@ -140,17 +140,21 @@ POLICIES: dict[str, Callable[[Inventory, AdmissionInput], AdmissionResult]] = {
 DEFAULT_POLICY = "gang-bestfit-v1"
 
 
-def admit(
-    inventory: Inventory, state: AdmissionInput, policy: str = DEFAULT_POLICY
-) -> AdmissionResult:
-    """One admission pass under the registered `policy`."""
+def registered(policy: str) -> Callable[[Inventory, AdmissionInput], AdmissionResult]:
+    """The policy registered under `policy`; ValueError naming the registered ones."""
     try:
-        chosen = POLICIES[policy]
+        return POLICIES[policy]
     except KeyError:
         raise ValueError(
             f"unknown admission policy {policy!r}; registered: {', '.join(sorted(POLICIES))}"
         ) from None
-    return chosen(inventory, state)
+
+
+def admit(
+    inventory: Inventory, state: AdmissionInput, policy: str = DEFAULT_POLICY
+) -> AdmissionResult:
+    """One admission pass under the registered `policy`."""
+    return registered(policy)(inventory, state)
 
 
 def never_fits(inventory: Inventory, request: GangRequest) -> PendingReason | None:

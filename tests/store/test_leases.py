@@ -266,8 +266,9 @@ def test_a_run_submitted_with_its_lease_is_held_from_its_first_moment(store, tmp
 def test_every_write_transaction_of_the_store_goes_through_store_begin():
     """`Store.begin` is where controller writes are fenced: a write path opening a transaction
     of its own would pass the lease check by. Only `Store.begin` itself, the lease operations
-    (acquire, renew, release), the migrations, and the server's identity and audit tables (API
-    requests write them, never a controller) open one on the engine."""
+    (acquire, renew, release), the store locks' (acquire, release), the migrations, and the
+    server's identity and audit tables (API requests write them, never a controller) open one
+    on the engine."""
     opened = {
         path.name: path.read_text().count("engine.begin()")
         for path in Path(store_module.__file__).parent.glob("*.py")
@@ -275,6 +276,7 @@ def test_every_write_transaction_of_the_store_goes_through_store_begin():
     assert {name: n for name, n in opened.items() if n} == {
         "store.py": 1,
         "leases.py": 3,
+        "locks.py": 2,
         "engine.py": 1,
         "identity.py": 1,
         "audit.py": 1,

@@ -120,3 +120,16 @@ run_leases = sa.Table(
     sa.Column("renewed_unix_s", sa.Float),
     sa.Column("expires_unix_s", sa.Float, nullable=False),
 )
+
+store_locks = sa.Table(
+    "store_locks",
+    metadata,
+    # Named locks over store-wide jobs (store/locks.py), e.g. the admission pass; timed by the
+    # DATABASE's clock, as run leases are.
+    sa.Column("name", sa.String(200), primary_key=True),
+    sa.Column("holder", sa.String(200)),
+    sa.Column("epoch", sa.Integer, nullable=False),
+    sa.Column("released", sa.Boolean, nullable=False),
+    sa.Column("acquired_unix_s", sa.Float),
+    sa.Column("expires_unix_s", sa.Float, nullable=False),
+)

@@ -22,6 +22,7 @@ from runwright.store.engine import create_engine, migrate, resolve_store_url
 from runwright.store.fence import fence_generation, raise_fence
 from runwright.store.history import StaleWriteTally, select_events, stale_write_tally
 from runwright.store.leases import LeaseToken, RunLeases
+from runwright.store.locks import LockToken, StoreLocks
 from runwright.store.records import (
     AttemptRecord,
     EventRecord,
@@ -56,6 +57,8 @@ class Store:
         self.datasets = DatasetCatalog(self)
         self.leases = RunLeases(self)
         self._lease: ContextVar[LeaseToken | None] = ContextVar(f"lease-{id(self)}", default=None)
+        self.locks = StoreLocks(self)
+        self._lock: ContextVar[LockToken | None] = ContextVar(f"lock-{id(self)}", default=None)
 
     @classmethod
     def open(cls, root: str | Path | None = None, store: str | None = None) -> "Store":
@@ -73,11 +76,15 @@ class Store:
     def begin(self) -> Iterator[sa.Connection]:
         """Every write transaction of the store. Under `fenced_by(token)` it first checks, inside
         the transaction, that the token is still the run's lease (LeaseLostError otherwise, and
-        nothing is written): one place fences every controller write (store/leases.py)."""
+        nothing is written): one place fences every controller write (store/leases.py). Under
+        `fenced_by_lock(token)` it checks the store lock the same way (store/locks.py)."""
         with self.engine.begin() as conn:
             token = self._lease.get()
             if token is not None:
                 self.leases.check(conn, token)
+            lock = self._lock.get()
+            if lock is not None:
+                self.locks.check(conn, lock)
             yield conn
 
     @contextlib.contextmanager
@@ -89,6 +96,16 @@ class Store:
             yield
         finally:
             self._lease.reset(reset)
+
+    @contextlib.contextmanager
+    def fenced_by_lock(self, token: LockToken) -> Iterator[None]:
+        """Within the block (this thread or task), every write is refused (LockLostError) unless
+        `token` still holds its store lock."""
+        reset = self._lock.set(token)
+        try:
+            yield
+        finally:
+            self._lock.reset(reset)
 
     # -- runs ---------------------------------------------------------------------------------
 

@@ -89,6 +89,10 @@ class EventType(StrEnum):
     """The new generation made progress past its restored step (the recovery is proven)."""
     STOP_REQUESTED = "STOP_REQUESTED"
     """The controller asked a generation to stop at its next step boundary (reason, save)."""
+    STOP_GRACE_EXPIRED = "STOP_GRACE_EXPIRED"
+    """A generation asked to stop had not stopped when its grace ran out, so it was killed
+    (reason: why it was asked, grace_seconds); a preemption victim that could not save in time
+    is recorded so."""
     BUDGET_WARNING = "BUDGET_WARNING"
     """A budget crossed its warning share."""
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"

@@ -5,6 +5,7 @@ hold is refused at submit. Real runs under torchrun on an inventory of one two-d
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -159,4 +160,67 @@ def test_one_admission_pass_serves_every_queued_run_until_something_changes(tmp_
     assert [store.get_run(r.run_id).state for r in runs] == ["ALLOCATING"] * 2 + ["QUEUED"]
     assert len(passes) == 1
     assert "needs 1 devices" in store.get_run(runs[2].run_id).state_detail
+    store.close()
+
+
+def test_a_victim_under_another_controller_that_cannot_stop_is_killed_after_its_grace(
+    tmp_path, time_bound
+):
+    """The batch run is driven by a controller process of its own and holds at step 2 (never
+    reaching another step boundary); this controller's admission preempts it for an urgent run.
+    Its own controller sees the stop request, kills it when its stop grace runs out, records so,
+    and requeues it behind the urgent run; it resumes from its step-2 checkpoint and finishes."""
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, poll_seconds=0.1, inventory=TWO_DEVICES)
+    batch_spec = spec_from_mapping(
+        {
+            **spec_for("batch", steps=4, preemptible=True).model_dump(mode="json"),
+            "code": {
+                "entrypoint": str(SCRIPT),
+                "args": ["--hold-at-step", "2", "--hold-file", str(tmp_path / "never")],
+            },
+            "recovery": {
+                "heartbeat_interval_seconds": 0.5,
+                "progress_timeout_seconds": 600,
+                "stop_grace_seconds": 2,
+            },
+        }
+    )
+    batch, _ = controller.submit(batch_spec, tmp_path)
+    inventory = tmp_path / "nodes.yaml"
+    inventory.write_text(yaml.safe_dump(TWO_DEVICES.model_dump(mode="json")))
+    argv = [sys.executable, "-m", "runwright.cli.main", "controller", batch.run_id]
+    other = subprocess.Popen(
+        [*argv, "--root", str(tmp_path), "--inventory", str(inventory)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        with time_bound(180):  # the batch run reached its hold
+            while not [
+                e for e in store.events(batch.run_id, types=["STEP_HEALTHY"]) if e.step == 2
+            ]:
+                assert other.poll() is None, other.stdout.read()[-2000:]
+                time.sleep(0.2)
+        urgent, _ = controller.submit(spec_for("urgent", steps=2, priority=10), tmp_path)
+        assert controller.drive(urgent.run_id).state == "SUCCEEDED"
+        out, _ = other.communicate(timeout=300)
+    finally:
+        other.kill()
+    assert store.get_run(batch.run_id).state == "SUCCEEDED", out[-2000:]
+    (asked,) = store.events(batch.run_id, types=["STOP_REQUESTED"])
+    assert asked.attributes["reason"] == "preemption"
+    (killed,) = store.events(batch.run_id, types=["STOP_GRACE_EXPIRED"])
+    assert killed.attributes["reason"] == "preemption"
+    assert killed.attributes["grace_seconds"] == 2
+    assert killed.time_unix_s - asked.time_unix_s >= 2
+    (failure,) = store.events(batch.run_id, types=["FAILURE_CLASSIFIED"])
+    assert failure.attributes["failure_class"] == "preemption"
+    # Requeued behind the urgent run: its second admission follows the urgent run's release.
+    _, again = store.events(batch.run_id, types=["RUN_ADMITTED"])
+    (urgent_released,) = store.events(urgent.run_id, types=["ALLOCATION_RELEASED"])
+    assert urgent_released.time_unix_s <= again.time_unix_s
+    restored = [e.step for e in store.events(batch.run_id, types=["RESTORED"]) if e.generation == 2]
+    assert restored and set(restored) == {2}
     store.close()

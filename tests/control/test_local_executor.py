@@ -67,6 +67,11 @@ def test_cuda_nodes_sharing_a_host_get_devices_of_their_own(tmp_path, monkeypatc
     pinned = spec(2, "cuda", env={"CUDA_VISIBLE_DEVICES": "4,5,6,7"})
     agents, _ = LocalExecutor().plan_agents(pinned, tmp_path, "r-1", attempt, [HOST] * 2)
     assert [a.env["CUDA_VISIBLE_DEVICES"] for a in agents] == ["4,5", "6,7"]
+    # The scheduler's placement wins over what the environment shows.
+    agents, _ = LocalExecutor().plan_agents(
+        pinned, tmp_path, "r-1", attempt, [HOST] * 2, pinned="2,3,0,1"
+    )
+    assert [a.env["CUDA_VISIBLE_DEVICES"] for a in agents] == ["2,3", "0,1"]
     assert node_devices("0, 1,2 ,3", 1, 2) == "2,3"
     with pytest.raises(LaunchError, match="CUDA_VISIBLE_DEVICES='0,1,2' shows 3"):
         node_devices("0,1,2", 1, 2)

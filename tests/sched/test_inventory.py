@@ -9,7 +9,13 @@ import pytest
 from pydantic import ValidationError
 
 from runwright.sched.inventory import MAX_HEALTH_HISTORY, Inventory, Node, NodeHealth
-from runwright.sched.sources import InventoryError, load_inventory, parse_bytes, this_host
+from runwright.sched.sources import (
+    InventoryError,
+    load_inventory,
+    load_scheduler_file,
+    parse_bytes,
+    this_host,
+)
 
 
 def test_a_yaml_inventory_reads_sizes_labels_and_health(tmp_path):
@@ -44,6 +50,23 @@ def test_a_yaml_inventory_reads_sizes_labels_and_health(tmp_path):
     assert first.fast_domain == "island-a" and second.fast_domain == "node:gpu02"
     assert [n.name for n in inventory.offered()] == ["gpu01"]
     assert second.health.reason == "fan replaced, burn-in pending"
+    assert load_scheduler_file(path)[1].projects == ()  # no quotas: every pool is unmetered
+
+
+def test_quotas_come_from_the_same_file(tmp_path):
+    path = tmp_path / "inventory.yaml"
+    path.write_text(
+        "nodes: [{name: a, device_type: H100, device_count: 8}]\n"
+        "quotas:\n"
+        "  - {project: vision, devices: 6}\n"
+        "  - {project: speech, pool: default, devices: 2, borrowing_limit_devices: 4}\n"
+    )
+    inventory, quotas = load_scheduler_file(path)
+    assert [n.name for n in inventory.nodes] == ["a"]
+    assert [(q.project, q.pool, q.devices, q.borrowing_limit_devices) for q in quotas.projects] == [
+        ("vision", "default", 6, None),
+        ("speech", "default", 2, 4),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -70,6 +93,25 @@ def test_a_yaml_inventory_reads_sizes_labels_and_health(tmp_path):
             "nodes: [{name: a, device_type: H100, device_count: 8},"
             " {name: a, device_type: H100, device_count: 8}]",
             "two nodes are named 'a'; node names must be unique",
+        ),
+        (
+            "nodes: [{name: a, device_type: H100, device_count: 8}]\nquotas: {vision: 8}",
+            "quotas must be a list of {project, pool, devices} entries",
+        ),
+        (
+            "nodes: [{name: a, device_type: H100, device_count: 8}]\n"
+            "quotas: [{project: vision, devices: -1}]",
+            "quotas[0] (vision).devices: Input should be greater than or equal to 0",
+        ),
+        (
+            "nodes: [{name: a, device_type: H100, device_count: 8}]\n"
+            "quotas: [{project: vision, devices: 8, gpus: 8}]",
+            "quotas[0] (vision).gpus: Extra inputs are not permitted (remove it; the fields",
+        ),
+        (
+            "nodes: [{name: a, device_type: H100, device_count: 8}]\n"
+            "quotas: [{project: vision, devices: 8}, {project: vision, devices: 4}]",
+            "two quotas for project 'vision' in pool 'default'; keep one",
         ),
     ],
 )

@@ -240,8 +240,8 @@ def controller_cmd(
         None,
         "--inventory",
         help="Inventory file (YAML, docs/sched.md): queued runs start only once the scheduler "
-        "admits their whole gang onto these nodes, and say why they wait. Without it a run "
-        "is admitted at once.",
+        "admits their whole gang onto these nodes, within their project's quota (the file's "
+        "`quotas:`), and say why they wait. Without it a run is admitted at once.",
         show_default=False,
     ),
     lease_seconds: float = LeaseOption,
@@ -256,15 +256,17 @@ def controller_cmd(
     this controller cleanly: it hands its runs over and leaves their workers running."""
     resolved, st = open_store(root, store, ride_out_outage=True)
     from runwright.control.controller import Controller
-    from runwright.sched.sources import load_inventory
+    from runwright.sched.sources import load_scheduler_file
 
+    nodes, quotas = load_scheduler_file(inventory) if inventory is not None else (None, None)
     controller = Controller(
         st,
         resolved,
         on_event=_printer(False),
         lease_seconds=lease_seconds,
         pools_file=pools,
-        inventory=load_inventory(inventory) if inventory is not None else None,
+        inventory=nodes,
+        quotas=quotas,
     )
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if run_id is not None:

@@ -6,8 +6,8 @@ queue: every QUEUED run is a pending request, and every run from ALLOCATING to R
 the devices its newest RUN_ADMITTED event names. For the run at hand:
 
 - admitted: RUN_ADMITTED (policy, position, placement node by node, borrowed), then ALLOCATING,
-  where its executor is asked for the gang as before (the local executor does not yet pin the
-  placement's device indices, e.g. through CUDA_VISIBLE_DEVICES);
+  where its executor is asked for the gang as before; a CUDA gang the local executor starts is
+  held to the placement's device indices (CUDA_VISIBLE_DEVICES, `pinned_devices`);
 - pending: the reason in words becomes the run's `state_detail` (what `runwright status` and
   `runwright queue` print) and, when its code or words change, an ADMISSION_PENDING event;
 - a request no state of the inventory can hold fails the run FAILED_PERMANENT at once (submit
@@ -19,17 +19,23 @@ that names them, while each victim's current generation gets a stop request with
 `preemption` (STOP_REQUESTED, `preempted_by`). Its ranks save at the next step boundary and
 exit; the exit is classified PREEMPTION and the run requeues (policy.py), so it is admitted again
 behind the run that preempted it and resumes from that save. A victim in CHECKPOINTING is never
-chosen (no preemption mid-save). `on_preempt` lets the controller that supervises a victim kill
-it after its stop grace if it never reaches a step boundary.
+chosen (no preemption mid-save). Whichever controller supervises a victim sees the stop request
+and kills the group after its stop grace if it never reaches a step boundary.
 
 A run whose pool no node of the inventory serves is admitted at once, as without an inventory:
 its pool's executor (Slurm, say) places it. Without an inventory every run is admitted at once,
 as before: ranks under gloo on CPU share the host's cores rather than hold devices.
 
-One controller decides at a time only within itself: two controllers sharing a store may each
-admit a different run onto the same free devices in the same instant (docs/sched.md).
+Controllers sharing a store take turns: a pass runs only under the store lock `admission`
+(store/locks.py), taken at a controller's first queued run of a sweep and handed back at the
+sweep's end (`release`), and every admission write is fenced by it. So a pass always reads the
+holders every earlier admission left, and two controllers never admit two runs onto the same
+free devices; a controller that stalled past the lock's expiry while another took it has its
+write refused (LockLostError) and decides again on its next pass. A run whose controller does
+not hold the lock keeps the reason it was last given.
 """
 
+import math
 import time
 from collections.abc import Callable
 
@@ -37,12 +43,14 @@ from runwright.control.allocation import request_number
 from runwright.control.journal import Journal
 from runwright.control.states import RunState, TerminalReason
 from runwright.events import EventType
+from runwright.plan.spec_ledger import device_memory_floor
 from runwright.sched import admission as sched_admission
 from runwright.sched.admission import AdmissionResult
 from runwright.sched.inventory import Inventory
-from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, RunningGang
+from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, Quotas, RunningGang
 from runwright.spec import JobSpec
 from runwright.store import EventRecord, RunRecord, Store
+from runwright.store.locks import LockLostError, LockToken
 
 HOLDING = (
     RunState.ALLOCATING,
@@ -54,11 +62,18 @@ HOLDING = (
 """States in which an admitted run holds its gang."""
 QUEUE_LIMIT = 100_000
 """Runs read per state in one pass: far above any queue one controller serves."""
+LOCK = "admission"
+"""The store lock a pass runs under."""
 
 
-def gang_request(run_id: str, project: str, submitted: float, spec: JobSpec) -> GangRequest:
-    """The gang a run of `spec` asks for: all its ranks' devices, on the spec's pool and terms."""
+def gang_request(
+    run_id: str, project: str, submitted: float, spec: JobSpec, *, sized: bool = False
+) -> GangRequest:
+    """The gang a run of `spec` asks for: all its ranks' devices, on the spec's pool and terms,
+    held to its time limit (`budget.wall_seconds`) and, on accelerators of a `sized` pool (one
+    whose nodes all declare their device memory), to devices its memory ledger fits."""
     res = spec.resources
+    floor = device_memory_floor(spec) if sized and res.device_type != "cpu" else None
     return GangRequest(
         run_id=run_id,
         project=project,
@@ -71,11 +86,41 @@ def gang_request(run_id: str, project: str, submitted: float, spec: JobSpec) -> 
         device_type="cpu" if res.device_type == "cpu" else None,
         tp=spec.parallelism.tp,
         preemptible=res.preemptible,
+        expected_duration_seconds=spec.budget.wall_seconds or math.inf,
+        min_device_memory_bytes=floor,
     )
 
 
 def _placement(event: EventRecord) -> tuple[NodeShare, ...]:
     return tuple(NodeShare.model_validate(share) for share in event.attributes["placement"])
+
+
+def pinned_devices(spec: JobSpec, events: list[EventRecord], host: str) -> dict[str, str]:
+    """The environment that holds a local CUDA gang to the devices its newest admission placed
+    it on: CUDA_VISIBLE_DEVICES, node by node in placement order (the local executor gives each
+    node's agent its own slice). Empty for CPU ranks, a run admitted without an inventory, or a
+    placement on other hosts (Slurm binds its own GRES there)."""
+    if spec.resources.device_type != "cuda":
+        return {}
+    admitted = [e for e in events if e.type == EventType.RUN_ADMITTED]
+    if not admitted:
+        return {}
+    shares = _placement(admitted[-1])
+    if not shares or any(share.node != host for share in shares):
+        return {}
+    return {"CUDA_VISIBLE_DEVICES": ",".join(str(d) for s in shares for d in s.devices)}
+
+
+def _running(request: GangRequest, admitted: EventRecord) -> RunningGang:
+    """The gang `request` holds since its RUN_ADMITTED event: until its time limit (the spec's
+    `budget.wall_seconds`) has passed since then, or inf without one. The limit counts from the
+    run's first start, so this end is a bound, never too early: a reservation behind it holds."""
+    return RunningGang.admitted(
+        request,
+        _placement(admitted),
+        bool(admitted.attributes.get("borrowed")),
+        expected_end_seconds=admitted.time_unix_s + request.expected_duration_seconds,
+    )
 
 
 class AdmissionStep:
@@ -88,17 +133,36 @@ class AdmissionStep:
         inventory: Inventory,
         spec_of: Callable[[RunRecord], JobSpec],
         policy: str = sched_admission.DEFAULT_POLICY,
-        on_preempt: Callable[[RunRecord, JobSpec], None] | None = None,
+        *,
+        quotas: Quotas | None = None,
+        holder: str = "controller",
+        lock_seconds: float = 15.0,
     ) -> None:
         self._admit = sched_admission.registered(policy)
+        self.quotas = quotas or Quotas()
+        self.holder = holder
+        """This controller's id, the admission lock's holder while it runs a pass."""
+        self.lock_seconds = lock_seconds
+        self._lock: tuple[LockToken, float] | None = None
+        """The admission lock while this controller holds it, and when (monotonic) to renew it."""
         self.store = store
         self.journal = journal
         self.inventory = inventory
         self.policy = policy
         self.pools = frozenset(pool for node in inventory.nodes for pool in node.pools)
         """Pools the inventory serves: runs of other pools are not admitted here."""
+        self.sized = frozenset(
+            pool
+            for pool in self.pools
+            if all(
+                node.device_memory_bytes > 0
+                for node in inventory.nodes
+                if pool in node.pools and node.device_type != "cpu"
+            )
+        )
+        """Pools whose accelerators all declare their memory: runs there are held to devices
+        their memory ledger fits (a node of unknown memory would never fit a floor)."""
         self._spec_of = spec_of
-        self._on_preempt = on_preempt
         self._held: dict[str, RunningGang | None] = {}
         """Holding run -> the gang its newest RUN_ADMITTED names (None: admitted before an
         inventory was configured), read from its events once. A run seen back in the queue is
@@ -116,7 +180,7 @@ class AdmissionStep:
         if spec.resources.pool not in self.pools:
             return None
         reason = sched_admission.never_fits(
-            self.inventory, gang_request("submitted", project, 0.0, spec)
+            self.inventory, self._request("submitted", project, 0.0, spec)
         )
         return None if reason is None else reason.words
 
@@ -126,12 +190,42 @@ class AdmissionStep:
         if self._spec_of(run).resources.pool not in self.pools:
             self.journal.move(run, RunState.ALLOCATING)
             return
+        token = self._hold_lock()
+        if token is None:
+            return  # another controller's pass: it sees this run in the queue too
+        try:
+            with self.store.fenced_by_lock(token):
+                self._decide(run, events)
+        except LockLostError:
+            self._lock = None  # another controller took the lock: decide again next pass
+
+    def release(self) -> None:
+        """Hand the admission lock back (the end of a sweep, or of a controller)."""
+        if self._lock is not None:
+            self.store.locks.release(self._lock[0])
+            self._lock = None
+
+    def _hold_lock(self) -> LockToken | None:
+        """The admission lock's token, taken (or renewed a third of the way into its time) for
+        this controller; None while another controller holds it."""
+        now = time.monotonic()
+        if self._lock is not None and now < self._lock[1]:
+            return self._lock[0]
+        taken = self.store.locks.acquire(LOCK, self.holder, self.lock_seconds)
+        if not taken.held:
+            self._lock = None
+            return None
+        self._lock = (taken.token(LOCK), now + self.lock_seconds / 3)
+        return self._lock[0]
+
+    def _decide(self, run: RunRecord, events: list[EventRecord]) -> None:
+        """One pass's decision for `run`, written under the admission lock."""
         queued = self.store.list_runs(QUEUE_LIMIT, [RunState.QUEUED.value])
         holding = self.store.list_runs(QUEUE_LIMIT, [s.value for s in HOLDING])
         for r in queued:
             self._held.pop(r.run_id, None)  # back in the queue: it holds nothing now
         requests = (
-            gang_request(r.run_id, r.project, r.created_unix_s, self._spec_of(r)) for r in queued
+            self._request(r.run_id, r.project, r.created_unix_s, self._spec_of(r)) for r in queued
         )
         pending = tuple(request for request in requests if request.pool in self.pools)
         if run.run_id not in {p.run_id for p in pending}:
@@ -147,16 +241,23 @@ class AdmissionStep:
             running = tuple(g for g in map(self._gang_of, holding) if g is not None)
             result = self._admit(
                 self.inventory,
-                AdmissionInput(now_seconds=time.time(), pending=pending, running=running),
+                AdmissionInput(
+                    now_seconds=time.time(), pending=pending, running=running, quotas=self.quotas
+                ),
             )
             self._pass = (basis, result)
         decision = result.of(run.run_id)
         request = request_number(events)
         if decision.outcome == "admit" and not decision.preempt:
+            # Numbered: an admission whose move was refused (its lock lost) or cut short by a
+            # crash is superseded by the next one, never taken for it (the newest one counts).
+            earlier = self.store.events(run.run_id, types=[EventType.RUN_ADMITTED])
+            tries = sum(1 for e in earlier if e.attributes.get("request") == request)
+            request_gang = next(p for p in pending if p.run_id == run.run_id)
             self.journal.record(
                 run,
                 EventType.RUN_ADMITTED,
-                op=f"req{request}",
+                op=f"req{request}" + (f"-{tries + 1}" if tries else ""),
                 per_step=False,
                 request=request,
                 policy=result.policy,
@@ -166,10 +267,10 @@ class AdmissionStep:
             )
             self.journal.move(run, RunState.ALLOCATING)
             self._held[run.run_id] = RunningGang.admitted(
-                next(p for p in pending if p.run_id == run.run_id),
+                request_gang,
                 decision.placement,
                 decision.borrowed,
-                expected_end_seconds=float("inf"),
+                expected_end_seconds=time.time() + request_gang.expected_duration_seconds,
             )
             # The pass already placed it: later runs' decisions stand with it holding.
             pending_ids, holding_ids = basis
@@ -212,8 +313,6 @@ class AdmissionStep:
             per_step=False,
             preempted_by=by.run_id,
         )
-        if self._on_preempt is not None:
-            self._on_preempt(victim, spec)
         return victim.run_id
 
     def _wait(
@@ -239,6 +338,11 @@ class AdmissionStep:
                 policy=self.policy,
             )
 
+    def _request(self, run_id: str, project: str, submitted: float, spec: JobSpec) -> GangRequest:
+        return gang_request(
+            run_id, project, submitted, spec, sized=spec.resources.pool in self.sized
+        )
+
     def _gang_of(self, run: RunRecord) -> RunningGang | None:
         gang = self._admitted_gang(run)
         if gang is not None and gang.preemptible and run.state == RunState.CHECKPOINTING:
@@ -251,11 +355,9 @@ class AdmissionStep:
             admitted = self.store.events(run.run_id, types=[EventType.RUN_ADMITTED])
             # None: admitted before an inventory was configured, so it names no devices.
             self._held[key] = (
-                RunningGang.admitted(
-                    gang_request(run.run_id, run.project, run.created_unix_s, self._spec_of(run)),
-                    _placement(admitted[-1]),
-                    bool(admitted[-1].attributes.get("borrowed")),
-                    expected_end_seconds=float("inf"),
+                _running(
+                    self._request(run.run_id, run.project, run.created_unix_s, self._spec_of(run)),
+                    admitted[-1],
                 )
                 if admitted
                 else None

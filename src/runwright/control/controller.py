@@ -27,7 +27,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
-from runwright.control.admission import AdmissionStep
+from runwright.control.admission import AdmissionStep, pinned_devices
 from runwright.control.allocation import AllocationStep
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
@@ -56,10 +56,12 @@ from runwright.protocol import (
     ChannelMessage,
     RankEntry,
     encode_skip_steps,
+    read_stop_request,
     write_stop_request,
 )
 from runwright.sched.admission import DEFAULT_POLICY
 from runwright.sched.inventory import Inventory
+from runwright.sched.requests import Quotas
 from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store, is_transient
 from runwright.store.leases import Lease, LeaseOutcome, LeaseResult
@@ -107,6 +109,7 @@ class Controller:
         pools_file: Path | None = None,
         inventory: Inventory | None = None,
         admission_policy: str | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         self.store = store
         self.root = root
@@ -130,12 +133,15 @@ class Controller:
                 inventory,
                 self._spec_of,
                 admission_policy or DEFAULT_POLICY,
-                on_preempt=self._preempting,
+                quotas=quotas,
+                holder=self.leases.holder,
+                lock_seconds=lease_seconds,
             )
             if inventory is not None
             else None
         )
-        """Admits QUEUED runs onto `inventory` (control/admission.py); None admits at once."""
+        """Admits QUEUED runs onto `inventory` under `quotas` (control/admission.py); None admits
+        at once."""
         self.journal.before_finished = lambda run: self.allocations.release(
             run, self.executor_of(run), f"the run is {run.state}"
         )
@@ -218,6 +224,7 @@ class Controller:
         try:
             try:
                 while not self._riding(lambda: self._drive_pass(run_id), runs):
+                    self._riding(self._end_admission, runs)
                     time.sleep(self.poll_seconds)
             except KeyboardInterrupt:
                 from runwright.control.cancel import request_cancel
@@ -264,6 +271,7 @@ class Controller:
             if self._leased_pass(run_id) is PassOutcome.FINISHED:
                 active.discard(run_id)
                 finished.append(run_id)
+        self._end_admission()
 
     def reconcile(self, run_id: str) -> bool:
         """One pass; True once the run is terminal and no worker of it is left. A transient store
@@ -354,7 +362,14 @@ class Controller:
                     root=Path(run.root),
                     workdir=Path(run.workdir),
                     rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
-                    extra_env={ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events))},
+                    extra_env={
+                        ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events)),
+                        **(
+                            pinned_devices(spec, events, self._hostname)
+                            if executor.name == "local"
+                            else {}
+                        ),
+                    },
                 )
             except Exception as exc:
                 self.store.end_attempt(
@@ -431,19 +446,6 @@ class Controller:
             )
 
     # -- supervision ----------------------------------------------------------------------------
-
-    def _preempting(self, victim: RunRecord, spec: JobSpec) -> None:
-        """The scheduler asked `victim` to stop for a preemption: if this controller supervises
-        its group, the group is killed once its stop grace ends (a rank that never reaches a
-        step boundary must not hold the devices for ever)."""
-        sup = self._sup.get(victim.run_id)
-        if (
-            sup is not None
-            and sup.group.generation == victim.generation
-            and sup.stop_deadline is None
-        ):
-            sup.stop_reason = "preemption"
-            sup.stop_by(spec.recovery.stop_grace_seconds)
 
     def _unread(self, run_id: str, generation: int, rank: int) -> bool:
         """Whether the rank's channel file holds messages this controller has not read yet."""
@@ -546,8 +548,19 @@ class Controller:
         return self.store.get_run(run.run_id)
 
     def _watch_live_group(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
+        if sup.stop_deadline is None:
+            # Asked to stop by another process (a scheduler's preemption, from this controller's
+            # admission pass or another's): the group gets its grace from when this controller
+            # saw the request, then is killed, so a rank that never reaches a step boundary
+            # cannot hold its devices for ever.
+            paths = run_paths(Path(run.root), run.run_id)
+            asked = read_stop_request(paths.stop_file(sup.group.generation))
+            if asked is not None:
+                sup.stop_reason = asked.reason
+                sup.stop_by(spec.recovery.stop_grace_seconds)
         if sup.stop_deadline is not None:
             if time.monotonic() > sup.stop_deadline:
+                self._grace_expired(run, spec, sup.group.generation, sup.stop_reason)
                 self.executor_of(run).stop(sup.group, 0.0, sorted(sup.worker_pids))
             return
         verdict = sup.watch()
@@ -573,6 +586,22 @@ class Controller:
             )
             sup.stop_reason = "budget"
             sup.stop_by(spec.recovery.stop_grace_seconds)
+
+    def _grace_expired(
+        self, run: RunRecord, spec: JobSpec, generation: int, reason: str | None
+    ) -> None:
+        """STOP_GRACE_EXPIRED, once per generation: it is killed now."""
+        if self.logs.of(run.run_id).finished:
+            return  # RUN_FINISHED stays the last event of a finished run's log
+        self.journal.record(
+            run,
+            EventType.STOP_GRACE_EXPIRED,
+            op=f"g{generation}",
+            per_step=False,
+            reason=reason,
+            stopping_generation=generation,
+            grace_seconds=spec.recovery.stop_grace_seconds,
+        )
 
     # -- ending ---------------------------------------------------------------------------------
 
@@ -601,6 +630,7 @@ class Controller:
             sup.stop_by(spec.recovery.stop_grace_seconds)
         code = executor.poll(sup.group)
         if code is None and time.monotonic() > (sup.stop_deadline or 0):
+            self._grace_expired(run, spec, sup.group.generation, sup.stop_reason or "cancel")
             pids = sup.worker_pids | self._rank_pids(run.run_id, sup.group.generation)
             code = executor.stop(sup.group, 0.0, sorted(pids))
         if code is None:
@@ -731,10 +761,17 @@ class Controller:
         self._orphans_checked.discard(run_id)
         self._forget(run_id)
 
+    def _end_admission(self) -> None:
+        """Hand the admission lock back between sweeps: other controllers' queued runs are
+        decided by their own passes (control/admission.py)."""
+        if self.admission is not None:
+            self.admission.release()
+
     def _release_leases(self) -> None:
-        """Hand back every lease held, so other controllers take the runs at once; if the store
-        cannot be reached, the leases run out by themselves."""
+        """Hand back every lease held (and the admission lock), so other controllers take the
+        runs at once; if the store cannot be reached, they run out by themselves."""
         try:
+            self._end_admission()
             self.leases.release()
         except Exception as exc:
             if not is_transient(exc):

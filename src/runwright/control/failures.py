@@ -261,10 +261,12 @@ def classify(
     last_step: int | None,
     ranks_started: int,
     world_size: int,
+    preempted_killed: bool = False,
 ) -> Classification:
     """`evidence` is what the executor read of the ended group (`Executor.evidence`); its `lost`
     is what the executor found and did when the supervisor ended without an exit status
-    (exit_code EXIT_LOST)."""
+    (exit_code EXIT_LOST). `preempted_killed`: the preempted group was killed after its stop
+    grace rather than stopping at a boundary."""
 
     def verdict(
         cls: FailureClass,
@@ -300,11 +302,15 @@ def classify(
     if watchdog_class is not None and not nan_explains_it:
         return verdict(watchdog_class, watchdog_rank, watchdog_detail, "watchdog")
     if preempted:
+        killed = preempted_killed
         return verdict(
             FailureClass.PREEMPTION,
             None,
-            "SIGTERM: the group stopped at a step boundary for a preemption",
-            "STOP_ACKNOWLEDGED event",
+            "preempted: the group could not stop at a step boundary within its stop grace and "
+            "was killed; it resumes from its last committed checkpoint"
+            if killed
+            else "SIGTERM: the group stopped at a step boundary for a preemption",
+            "STOP_GRACE_EXPIRED event" if killed else "STOP_ACKNOWLEDGED event",
         )
     if nan_rank_step is not None:
         rank, step = nan_rank_step

@@ -38,6 +38,7 @@ RECENT_EVENTS = 200
 RECOVERY_INPUTS = (
     EventType.NAN_DETECTED,
     EventType.STOP_ACKNOWLEDGED,
+    EventType.STOP_GRACE_EXPIRED,
     EventType.RESTORED,
     EventType.FAILURE_CLASSIFIED,
 )
@@ -168,10 +169,15 @@ class RecoverySequence:
             ),
             None,
         )
-        preempted = any(
-            e.type == EventType.STOP_ACKNOWLEDGED and e.attributes.get("reason") == "preemption"
+        # Preempted: it stopped at a boundary for it, or was killed when it could not in time
+        # (then it resumes from its last committed checkpoint, still requeued behind the run
+        # that preempted it).
+        stops = {
+            e.type
             for e in current
-        )
+            if e.type in (EventType.STOP_ACKNOWLEDGED, EventType.STOP_GRACE_EXPIRED)
+            and e.attributes.get("reason") == "preemption"
+        }
         lost: LostSupervisor | None = None
         executor = self.executor_of(run)
         if exit_code is None:
@@ -193,7 +199,8 @@ class RecoverySequence:
             watchdog_detail=verdict.detail if verdict else "",
             watchdog_rank=verdict.rank if verdict else None,
             nan_rank_step=nan,
-            preempted=preempted,
+            preempted=bool(stops),
+            preempted_killed=EventType.STOP_ACKNOWLEDGED not in stops,
             evidence=evidence,
             last_step=run.last_step,
             ranks_started=len(sup.started_ranks),

@@ -24,6 +24,7 @@ from runwright.store import EventRecord, Store
 
 KEPT = (
     EventType.ADMISSION_PENDING,
+    EventType.RUN_ADMITTED,
     EventType.ALLOCATION_REQUESTED,
     EventType.ALLOCATION_PENDING,
     EventType.ALLOCATION_FAILED,

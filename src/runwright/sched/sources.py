@@ -21,7 +21,13 @@ nodes:
     labels: {fast_domain: island-a, rack: r1, network_domain: ib-0,
              versions: {driver: "550.54", cuda: "12.4"}}
     health: {state: drained, reason: "fan replaced, burn-in pending"}
+quotas:                            # optional; a pool no quota names is unmetered
+  - {project: vision, pool: default, devices: 64}
+  - {project: speech, pool: default, devices: 32, borrowing_limit_devices: 16}
 ```
+
+`quotas` are Kueue's nominal quotas (sched/quota.py): in a pool with quotas, a project holds up
+to its quota on its own and borrows idle quota above it only for preemptible runs.
 """
 
 import os
@@ -38,6 +44,7 @@ from pydantic import ValidationError
 
 from runwright.errors import RunwrightError
 from runwright.sched.inventory import Inventory, Node
+from runwright.sched.requests import Quotas
 
 MAX_INVENTORY_FILE_BYTES = 10_000_000
 """A 10,000-node file is about 3 MB; a larger one is a wrong path."""
@@ -74,6 +81,12 @@ def parse_bytes(value: Any, where: str) -> int:
 
 def load_inventory(path: Path) -> Inventory:
     """The inventory a YAML file describes; InventoryError naming the field and the fix."""
+    return load_scheduler_file(path)[0]
+
+
+def load_scheduler_file(path: Path) -> tuple[Inventory, Quotas]:
+    """The nodes and the project quotas a YAML file describes; InventoryError naming the field
+    and the fix."""
     try:
         if path.stat().st_size > MAX_INVENTORY_FILE_BYTES:
             raise InventoryError(f"inventory file {path} is over {MAX_INVENTORY_FILE_BYTES:,} B")
@@ -97,10 +110,35 @@ def load_inventory(path: Path) -> Inventory:
             if name in fields:
                 fields[name] = parse_bytes(fields[name], f"{label}.{name}")
         nodes.append(fields)
+    quotas = raw.pop("quotas", None) or []
+    if not isinstance(quotas, list):
+        raise InventoryError(
+            f"inventory file {path}: quotas must be a list of {{project, pool, devices}} entries"
+        )
     try:
-        return Inventory.model_validate({**raw, "nodes": nodes})
+        inventory = Inventory.model_validate({**raw, "nodes": nodes})
     except ValidationError as exc:
         raise InventoryError(f"inventory file {path}: {_problems(exc, raw['nodes'])}") from None
+    try:
+        return inventory, Quotas.model_validate({"projects": quotas})
+    except ValidationError as exc:
+        raise InventoryError(f"inventory file {path}: {_quota_problems(exc, quotas)}") from None
+
+
+def _quota_problems(exc: ValidationError, quotas: list[Any]) -> str:
+    """One line per error: the quota's index and project, and the field."""
+    lines = []
+    for err in exc.errors():
+        loc = list(err["loc"])[1:]  # under `projects`
+        if loc and isinstance(loc[0], int):
+            item = quotas[loc[0]] if loc[0] < len(quotas) else {}
+            project = item.get("project", "no project") if isinstance(item, dict) else "?"
+            where = f"quotas[{loc[0]}] ({project})" + "".join(f".{p}" for p in loc[1:])
+        else:
+            where = "quotas"
+        hint = " (remove it; the fields are project, pool, devices, borrowing_limit_devices)"
+        lines.append(f"{where}: {err['msg']}{hint if err['type'] == 'extra_forbidden' else ''}")
+    return "; ".join(lines)
 
 
 def _problems(exc: ValidationError, nodes: list[Any]) -> str:

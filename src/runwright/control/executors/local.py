@@ -389,9 +389,17 @@ class LocalExecutor:
         return older
 
     def plan_agents(
-        self, spec: JobSpec, workdir: Path, run_id: str, attempt: AttemptPaths, hosts: list[str]
+        self,
+        spec: JobSpec,
+        workdir: Path,
+        run_id: str,
+        attempt: AttemptPaths,
+        hosts: list[str],
+        pinned: str | None = None,
     ) -> tuple[list[Agent], Rendezvous | None]:
-        """One torchrun agent per node; several meet through c10d hosted by node 0's agent."""
+        """One torchrun agent per node; several meet through c10d hosted by node 0's agent.
+        `pinned`: the devices the scheduler placed the gang on (CUDA_VISIBLE_DEVICES form, node
+        0's first), which win over the environment's."""
         rendezvous = (
             Rendezvous(
                 endpoint=f"{RENDEZVOUS_HOST}:{free_port()}",
@@ -402,7 +410,7 @@ class LocalExecutor:
             if len(hosts) > 1
             else None
         )
-        visible = spec.environment.env.get(CUDA_DEVICES, os.environ.get(CUDA_DEVICES))
+        visible = pinned or spec.environment.env.get(CUDA_DEVICES, os.environ.get(CUDA_DEVICES))
         agents = []
         for node, host in enumerate(hosts):
             paths = attempt.node(node)
@@ -447,7 +455,8 @@ class LocalExecutor:
             paths.spec_file.write_text(spec.canonical_json())
         attempt.rank_manifest_file.write_text(encode_rank_manifest(rank_manifest))
         hosts = node_hosts(rank_manifest, spec.resources.nodes)
-        agents, rendezvous = self.plan_agents(spec, workdir, run_id, attempt, hosts)
+        pinned = (extra_env or {}).get(CUDA_DEVICES)
+        agents, rendezvous = self.plan_agents(spec, workdir, run_id, attempt, hosts, pinned)
         tags = generation_tags(root, run_id, generation)
         plan = AgentsPlan(
             agents=agents,

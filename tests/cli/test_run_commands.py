@@ -73,6 +73,12 @@ def test_a_bad_inventory_is_one_line_naming_the_field(tmp_path):
     assert "Traceback" not in result.output
     missing = runner.invoke(app, ["controller", "--inventory", str(tmp_path / "no.yaml"), *root])
     assert missing.exit_code == 2 and "cannot read inventory file" in missing.output
+    # `slurm` reads the Slurm pools' nodes live: without one in the pools file, it says so.
+    live = runner.invoke(app, ["controller", "--inventory", "slurm", *root])
+    assert live.exit_code == 2 and "the pools file names no Slurm pool" in live.output
+    inventory.write_text("nodes: slurm\nquotas: [{project: vision, devices: -2}]\n")
+    quota = runner.invoke(app, ["controller", "--inventory", str(inventory), *root])
+    assert quota.exit_code == 2 and "quotas[0] (vision).devices" in quota.output
 
 
 def test_queue_shows_what_each_run_asked_for_and_why_it_waits(tmp_path):

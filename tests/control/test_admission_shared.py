@@ -11,12 +11,14 @@ from typer.testing import CliRunner
 
 from runwright.cli.main import app
 from runwright.control.admission import AdmissionStep, gang_request, pinned_devices
+from runwright.control.allocation import placed_hosts
+from runwright.control.cluster_inventory import as_pools
 from runwright.control.controller import Controller
 from runwright.control.journal import Journal
 from runwright.control.states import RunState
 from runwright.events import EventType
 from runwright.plan.spec_ledger import device_memory_floor, spec_memory_ledger
-from runwright.sched.inventory import Inventory, Node
+from runwright.sched.inventory import ClusterView, Inventory, Node
 from runwright.sched.requests import ProjectQuota, Quotas
 from runwright.spec import spec_from_mapping
 from runwright.store import EventRecord, Store
@@ -36,8 +38,12 @@ def spec_for(name: str, devices: int = 2, budget: dict | None = None, **resource
     )
 
 
-def queued(controller: Controller, name: str, project: str = "default", **resources):
-    run, _ = controller.submit(spec_for(name, **resources), controller.root, project=project)
+def queued(
+    controller: Controller, name: str, project: str = "default", devices: int = 2, **resources
+):
+    run, _ = controller.submit(
+        spec_for(name, devices, **resources), controller.root, project=project
+    )
     controller.journal.move(controller.store.get_run(run.run_id), RunState.QUEUED, "JOB_ACCEPTED")
     return run.run_id
 
@@ -179,3 +185,46 @@ def test_a_local_cuda_gang_is_held_to_the_devices_it_was_placed_on():
     assert pinned_devices(cuda, [placed], "elsewhere") == {}  # Slurm binds its own GRES
     assert pinned_devices(spec_for("cpu"), [placed], "h") == {}
     assert pinned_devices(cuda, [], "h") == {}  # admitted without an inventory
+
+
+def test_devices_other_jobs_hold_on_a_cluster_are_not_offered_and_ours_are_not_counted_twice(
+    tmp_path,
+):
+    """A cluster read live (`ClusterView`: its nodes, and what its scheduler allocated on each,
+    runwright's jobs included): a node another job fills is not offered, and a node where
+    Slurm runs one of runwright's own gangs is not held twice."""
+    nodes = tuple(
+        Node(name=n, device_type="cpu", device_count=1, cpus=1) for n in ("n1", "n2", "n3")
+    )
+    views = [ClusterView(Inventory(nodes=nodes), allocated={"n1": 1, "n2": 0, "n3": 0})]
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, inventory=lambda: views[-1])
+    first = queued(controller, "first", devices=1, nodes=2)
+    advance(controller, first)
+    (admitted,) = store.events(first, types=[EventType.RUN_ADMITTED])
+    assert {s["node"] for s in admitted.attributes["placement"]} == {"n2", "n3"}
+    assert placed_hosts(controller.logs.of(first).events, 1) == ("n2", "n3")
+    # Slurm now runs it there: n2 and n3 are allocated, by runwright's own gang.
+    views.append(ClusterView(Inventory(nodes=nodes), allocated={"n1": 1, "n2": 1, "n3": 1}))
+    second = queued(controller, "second", devices=1)
+    advance(controller, second)
+    (pending,) = store.events(second, types=[EventType.ADMISSION_PENDING])
+    assert "needs 1 devices" in pending.attributes["reason"]
+    # The other job ends: its node is offered again.
+    views.append(ClusterView(Inventory(nodes=nodes), allocated={"n1": 0, "n2": 1, "n3": 1}))
+    advance(controller, second)
+    (admitted,) = store.events(second, types=[EventType.RUN_ADMITTED])
+    assert [s["node"] for s in admitted.attributes["placement"]] == ["n1"]
+    store.close()
+
+
+def test_a_clusters_partitions_become_the_pools_that_reach_them():
+    nodes = (
+        Node(name="n1", device_type="cpu", device_count=1, pools=("debug", "island")),
+        Node(name="i1", device_type="cpu", device_count=1, pools=("island",)),
+    )
+    view = as_pools(
+        ClusterView(Inventory(nodes=nodes), {"n1": 1}), {"cluster": "debug", "isl": "island"}
+    )
+    assert [n.pools for n in view.inventory.nodes] == [("cluster", "isl"), ("isl",)]
+    assert view.allocated == {"n1": 1}

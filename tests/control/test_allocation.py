@@ -42,14 +42,16 @@ class ScriptedEngine(LocalExecutor):
     script: list[Allocation] = field(default_factory=list)
     refuse: str | None = None
     requests: list[tuple[int, tuple[str, ...]]] = field(default_factory=list)
+    placed: list[tuple[str, ...]] = field(default_factory=list)
     released: list[int] = field(default_factory=list)
     name = "scripted"
 
     def refusal(self, spec):
         return self.refuse
 
-    def request_allocation(self, *, spec, run_id, root, request, exclude_hosts=()):
+    def request_allocation(self, *, spec, run_id, root, request, exclude_hosts=(), placed_hosts=()):
         self.requests.append((request, exclude_hosts))
+        self.placed.append(placed_hosts)
         answer = self.script.pop(0) if len(self.script) > 1 else self.script[0]
         return answer.model_copy(update={"request": request})
 

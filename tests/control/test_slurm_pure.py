@@ -109,6 +109,17 @@ def test_sbatch_asks_for_the_whole_gang_with_the_pools_settings(tmp_path):
     assert argv[-1] == (
         f"--wrap=exec /opt/py/bin/python -m runwright.control.executors.slurm_job {paths.folder} 3"
     )
+    # runwright's admission placed the gang: Slurm is held to those nodes (no exclusion then).
+    placed = sbatch_argv(
+        spec=spec(nodes=2, devices_per_node=1),
+        pool=pool,
+        run_id="run-a",
+        paths=paths,
+        workdir=tmp_path,
+        exclude_hosts=("n2",),
+        placed_hosts=("n3", "n4"),
+    )
+    assert "--nodelist=n3,n4" in placed and not any(a.startswith("--exclude") for a in placed)
 
 
 def test_devices_become_gres_on_a_gpu_pool(tmp_path):

@@ -13,7 +13,14 @@ import pytest
 
 from runwright.sched.admission import admit
 from runwright.sched.requests import AdmissionInput, GangRequest
-from runwright.sched.slurm_inventory import health_of, parse_fields, parse_nodes
+from runwright.sched.slurm_inventory import (
+    allocated,
+    health_of,
+    node_of,
+    parse_fields,
+    parse_nodes,
+    parse_view,
+)
 
 DATA = Path(__file__).with_name("data")
 
@@ -58,6 +65,7 @@ def test_gres_and_features_become_devices_and_labels():
     assert (b01.device_type, b01.device_count) == ("gpu", 8)  # untyped GRES
     assert b01.health.state == "drained" and b01.health.reason.startswith("Xid 79 on gpu 3")
     assert b02.health.state == "unhealthy"
+
     assert [n.name for n in inventory.offered()] == ["gpu-a01", "gpu-a02"]
 
 
@@ -92,3 +100,16 @@ def test_a_slurm_inventory_admits_only_on_offered_nodes_of_the_partition():
         "needs 24 devices of type H100 in pool train; 16 are free "
         "(8 more on drained or unhealthy nodes)"
     )
+
+
+def test_what_slurm_allocated_is_read_per_node():
+    view = parse_view((DATA / "scontrol_nodes_gpu.txt").read_text())
+    assert view.allocated == {"gpu-a01": 0, "gpu-a02": 4, "gpu-b01": 8, "gpu-b02": 0}
+    cpu_view = parse_view((DATA / "scontrol_nodes_22.05.txt").read_text())
+    assert set(cpu_view.allocated.values()) == {0}
+    typed = parse_fields("NodeName=g Gres=gpu:a100:4 CPUTot=8 AllocTRES=cpu=4,gres/gpu:a100=3")
+    assert allocated(typed, node_of(typed, 0.0, {})) == 3  # only the typed count is printed
+    busy = parse_fields("NodeName=c CPUTot=4 CPUAlloc=3 AllocTRES=")
+    assert allocated(busy, node_of(busy, 0.0, {})) == 3  # CPU node: CPUAlloc without TRES
+    over = parse_fields("NodeName=c CPUTot=2 AllocTRES=cpu=4")  # hyperthreads: capped
+    assert allocated(over, node_of(over, 0.0, {})) == 2

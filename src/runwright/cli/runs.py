@@ -241,7 +241,8 @@ def controller_cmd(
         "--inventory",
         help="Inventory file (YAML, docs/sched.md): queued runs start only once the scheduler "
         "admits their whole gang onto these nodes, within their project's quota (the file's "
-        "`quotas:`), and say why they wait. Without it a run is admitted at once.",
+        "`quotas:`), and say why they wait. `slurm`: the Slurm pools' nodes, read live from the "
+        "cluster with what other jobs hold there. Without it a run is admitted at once.",
         show_default=False,
     ),
     lease_seconds: float = LeaseOption,
@@ -258,7 +259,18 @@ def controller_cmd(
     from runwright.control.controller import Controller
     from runwright.sched.sources import load_scheduler_file
 
-    nodes, quotas = load_scheduler_file(inventory) if inventory is not None else (None, None)
+    nodes, quotas = None, None
+    if inventory is not None:
+        listed, quotas = (
+            ("slurm", None) if str(inventory) == "slurm" else load_scheduler_file(inventory)
+        )
+        if isinstance(listed, str):
+            from runwright.control.cluster_inventory import SlurmPoolsInventory
+            from runwright.control.pools import load_pools, pools_path
+
+            nodes = SlurmPoolsInventory(load_pools(pools_path(resolved, pools)))
+        else:
+            nodes = listed
     controller = Controller(
         st,
         resolved,

@@ -22,8 +22,12 @@ behind the run that preempted it and resumes from that save. A victim in CHECKPO
 chosen (no preemption mid-save). Whichever controller supervises a victim sees the stop request
 and kills the group after its stop grace if it never reaches a step boundary.
 
-A run whose pool no node of the inventory serves is admitted at once, as without an inventory:
-its pool's executor (Slurm, say) places it. Without an inventory every run is admitted at once,
+The inventory is a fixed one (an inventory file) or a cluster read live
+(control/cluster_inventory.py: a Slurm cluster's nodes with its partitions as pools); on a live
+cluster, what its scheduler allocated beyond runwright's own gangs holds devices too
+(`_other_jobs`). The admitted placement's nodes go to the executor (`placed_hosts`: Slurm's
+`--nodelist`). A run whose pool no node of the inventory serves is admitted at once, as without
+an inventory: its pool's executor places it. Without an inventory every run is admitted at once,
 as before: ranks under gloo on CPU share the host's cores rather than hold devices.
 
 Controllers sharing a store take turns: a pass runs only under the store lock `admission`
@@ -46,7 +50,7 @@ from runwright.events import EventType
 from runwright.plan.spec_ledger import device_memory_floor
 from runwright.sched import admission as sched_admission
 from runwright.sched.admission import AdmissionResult
-from runwright.sched.inventory import Inventory
+from runwright.sched.inventory import ClusterView, Inventory
 from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, Quotas, RunningGang
 from runwright.spec import JobSpec
 from runwright.store import EventRecord, RunRecord, Store
@@ -64,6 +68,8 @@ QUEUE_LIMIT = 100_000
 """Runs read per state in one pass: far above any queue one controller serves."""
 LOCK = "admission"
 """The store lock a pass runs under."""
+OTHER_JOBS = "other-jobs"
+"""The project (and run id prefix) of devices jobs outside runwright's queue hold."""
 
 
 def gang_request(
@@ -130,7 +136,7 @@ class AdmissionStep:
         self,
         store: Store,
         journal: Journal,
-        inventory: Inventory,
+        inventory: Inventory | Callable[[], ClusterView],
         spec_of: Callable[[RunRecord], JobSpec],
         policy: str = sched_admission.DEFAULT_POLICY,
         *,
@@ -147,36 +153,58 @@ class AdmissionStep:
         """The admission lock while this controller holds it, and when (monotonic) to renew it."""
         self.store = store
         self.journal = journal
-        self.inventory = inventory
-        self.policy = policy
-        self.pools = frozenset(pool for node in inventory.nodes for pool in node.pools)
-        """Pools the inventory serves: runs of other pools are not admitted here."""
-        self.sized = frozenset(
-            pool
-            for pool in self.pools
-            if all(
-                node.device_memory_bytes > 0
-                for node in inventory.nodes
-                if pool in node.pools and node.device_type != "cpu"
-            )
+        fixed = ClusterView(inventory) if isinstance(inventory, Inventory) else None
+        self._source: Callable[[], ClusterView] = (
+            (lambda: fixed) if fixed is not None else inventory  # type: ignore[assignment]
         )
+        """The nodes and what other jobs use there: a fixed inventory file, or a cluster read
+        live (control/cluster_inventory.py)."""
+        self.policy = policy
+        self._view: ClusterView | None = None
+        self._readings = 0
+        """How many different views this step has used: part of a pass's basis."""
+        self.inventory = Inventory()
+        self.pools: frozenset[str] = frozenset()
+        """Pools the inventory serves: runs of other pools are not admitted here."""
+        self.sized: frozenset[str] = frozenset()
         """Pools whose accelerators all declare their memory: runs there are held to devices
         their memory ledger fits (a node of unknown memory would never fit a floor)."""
         self._spec_of = spec_of
+        self._look()
         self._held: dict[str, RunningGang | None] = {}
         """Holding run -> the gang its newest RUN_ADMITTED names (None: admitted before an
         inventory was configured), read from its events once. A run seen back in the queue is
         dropped, so a later admission is read (or written, `advance`) afresh."""
         self._pass: (
-            tuple[tuple[frozenset[str], frozenset[tuple[str, str]]], AdmissionResult] | None
+            tuple[tuple[frozenset[str], frozenset[tuple[str, str]], int], AdmissionResult] | None
         ) = None
-        """The last pass's (pending ids, holders with their states) and its result. Each queued
-        run's turn of a controller sweep reuses it while the queue and the holders are what it
-        decided on (with the runs it admitted since moved to the holders): one pass per change,
-        not one per queued run."""
+        """The last pass's (pending ids, holders with their states, view read) and its result.
+        Each queued run's turn of a controller sweep reuses it while the queue, the holders and
+        the view are what it decided on (with the runs it admitted since moved to the holders):
+        one pass per change, not one per queued run."""
+
+    def _look(self) -> None:
+        """Take the source's current view, and what follows from it when it changed."""
+        view = self._source()
+        if view is self._view:
+            return
+        self._view, self._readings = view, self._readings + 1
+        self.inventory = view.inventory
+        nodes = view.inventory.nodes
+        self.pools = frozenset(pool for node in nodes for pool in node.pools)
+        self.sized = frozenset(
+            pool
+            for pool in self.pools
+            if all(
+                node.device_memory_bytes > 0
+                for node in nodes
+                if pool in node.pools and node.device_type != "cpu"
+            )
+        )
 
     def refusal(self, spec: JobSpec, project: str = "default") -> str | None:
         """Why no state of the inventory can ever hold a run of `spec` (submit refuses it)."""
+        self._look()
         if spec.resources.pool not in self.pools:
             return None
         reason = sched_admission.never_fits(
@@ -187,6 +215,7 @@ class AdmissionStep:
     def advance(self, run: RunRecord, events: list[EventRecord]) -> None:
         """Admit `run` (RUN_ADMITTED, ALLOCATING) or say why it waits. `events` are the run's
         kept events (runlog.py)."""
+        self._look()
         if self._spec_of(run).resources.pool not in self.pools:
             self.journal.move(run, RunState.ALLOCATING)
             return
@@ -234,11 +263,13 @@ class AdmissionStep:
         basis = (
             frozenset(p.run_id for p in pending),
             frozenset((r.run_id, r.state) for r in holding),
+            self._readings,
         )
         if self._pass is not None and self._pass[0] == basis:
             result = self._pass[1]
         else:
             running = tuple(g for g in map(self._gang_of, holding) if g is not None)
+            running += self._other_jobs(running)
             result = self._admit(
                 self.inventory,
                 AdmissionInput(
@@ -273,9 +304,9 @@ class AdmissionStep:
                 expected_end_seconds=time.time() + request_gang.expected_duration_seconds,
             )
             # The pass already placed it: later runs' decisions stand with it holding.
-            pending_ids, holding_ids = basis
+            pending_ids, holding_ids, readings = basis
             moved = (run.run_id, RunState.ALLOCATING.value)
-            self._pass = ((pending_ids - {run.run_id}, holding_ids | {moved}), result)
+            self._pass = ((pending_ids - {run.run_id}, holding_ids | {moved}, readings), result)
             return
         if decision.outcome == "admit":  # only by stopping victims first
             stopping = [self._preempt(victim, run) for victim in decision.preempt]
@@ -342,6 +373,36 @@ class AdmissionStep:
         return gang_request(
             run_id, project, submitted, spec, sized=spec.resources.pool in self.sized
         )
+
+    def _other_jobs(self, ours: tuple[RunningGang, ...]) -> tuple[RunningGang, ...]:
+        """What the cluster reports allocated on each node beyond runwright's own gangs there
+        (other users' jobs, outside runwright's queue) as gangs that hold those devices and
+        are never preempted. An admitted gang Slurm has not started yet still counts as ours,
+        so for that moment the other jobs may look smaller: Slurm, holding the job to its
+        nodes, then keeps it pending with its own reason."""
+        assert self._view is not None
+        if not self._view.allocated:
+            return ()
+        taken: dict[str, set[int]] = {}
+        for gang in ours:
+            for share in gang.placement:
+                taken.setdefault(share.node, set()).update(share.devices)
+        others = []
+        for node in self._view.inventory.nodes:
+            mine = taken.get(node.name, set())
+            extra = self._view.allocated.get(node.name, 0) - len(mine)
+            if extra <= 0 or not node.pools:
+                continue
+            devices = tuple(i for i in range(node.device_count) if i not in mine)[:extra]
+            others.append(
+                RunningGang(
+                    run_id=f"{OTHER_JOBS}@{node.name}",
+                    project=OTHER_JOBS,
+                    pool=node.pools[0],
+                    placement=(NodeShare(node=node.name, devices=devices),),
+                )
+            )
+        return tuple(others)
 
     def _gang_of(self, run: RunRecord) -> RunningGang | None:
         gang = self._admitted_gang(run)

@@ -64,6 +64,19 @@ def lost_hosts(events: list[EventRecord]) -> tuple[str, ...]:
     return tuple(found)
 
 
+def placed_hosts(events: list[EventRecord], request: int) -> tuple[str, ...]:
+    """The nodes the scheduler's admission of request `request` placed the gang on, in node
+    order (its newest RUN_ADMITTED of that request); () when it was admitted without one."""
+    admitted = [
+        e
+        for e in events
+        if e.type == EventType.RUN_ADMITTED and e.attributes.get("request") == request
+    ]
+    if not admitted:
+        return ()
+    return tuple(str(share["node"]) for share in admitted[-1].attributes.get("placement") or ())
+
+
 def last_pending(events: list[EventRecord], request: int) -> tuple[int, EventRecord | None]:
     """(how many ALLOCATION_PENDING request `request` has, the newest of them)."""
     pending = [
@@ -115,6 +128,7 @@ class AllocationStep:
                     root=Path(run.root),
                     request=request,
                     exclude_hosts=exclude,
+                    placed_hosts=placed_hosts(events, request),
                 )
             )
         except LaunchError as exc:

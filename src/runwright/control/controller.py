@@ -60,7 +60,7 @@ from runwright.protocol import (
     write_stop_request,
 )
 from runwright.sched.admission import DEFAULT_POLICY
-from runwright.sched.inventory import Inventory
+from runwright.sched.inventory import ClusterView, Inventory
 from runwright.sched.requests import Quotas
 from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store, is_transient
@@ -107,7 +107,7 @@ class Controller:
         on_event: Callable[[EventRecord], None] | None = None,
         lease_seconds: float = LEASE_SECONDS,
         pools_file: Path | None = None,
-        inventory: Inventory | None = None,
+        inventory: Inventory | Callable[[], ClusterView] | None = None,
         admission_policy: str | None = None,
         quotas: Quotas | None = None,
     ) -> None:
@@ -140,8 +140,8 @@ class Controller:
             if inventory is not None
             else None
         )
-        """Admits QUEUED runs onto `inventory` under `quotas` (control/admission.py); None admits
-        at once."""
+        """Admits QUEUED runs onto `inventory` (fixed, or a cluster read live) under `quotas`
+        (control/admission.py); None admits at once."""
         self.journal.before_finished = lambda run: self.allocations.release(
             run, self.executor_of(run), f"the run is {run.state}"
         )

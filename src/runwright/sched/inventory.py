@@ -10,6 +10,7 @@ Sources (each an edge around these records): this host (`this_host`, no torch im
 YAML file for a user's own machines (inventory_file.py) and a Slurm cluster (slurm_inventory.py).
 """
 
+from dataclasses import dataclass, field
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -146,3 +147,13 @@ class Inventory(Record):
             for node in self.nodes
         )
         return self.model_copy(update={"nodes": nodes})
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """A cluster at one moment: its nodes, and the devices its own scheduler has allocated on
+    each (a Slurm cluster's `AllocTRES`); a static inventory file has no allocations."""
+
+    inventory: Inventory
+    allocated: dict[str, int] = field(default_factory=dict)
+    """Node name -> devices allocated there by any job (runwright's included)."""

@@ -12,6 +12,11 @@ Each line is one node as `Key=Value` pairs. Values may hold spaces (`OS=Linux 6.
                                          kept as features
   State=IDLE+DRAIN, Reason=...           health (STATE_HEALTH)
 
+What Slurm has allocated on each node (any job's, runwright's included) is read too, from
+`AllocTRES=cpu=112,mem=1000000M,gres/gpu=4`: the `gres/gpu` count on a GPU node, the `cpu` count
+on a CPU node (`allocated`, `ClusterView`), so a scheduler in front of a shared cluster sees what
+is free, not only what exists.
+
 Slurm features are single words, so labels travel as `<prefix><value>` (`nvl-island3`); a site
 with other conventions passes its own prefixes. Device memory is not in Slurm's node record, so
 it comes from a `gpumem-<size>` feature (`gpumem-80GiB`), else it is unknown (0).
@@ -21,7 +26,14 @@ import re
 import subprocess
 import time
 
-from runwright.sched.inventory import HealthState, Inventory, Node, NodeHealth, NodeLabels
+from runwright.sched.inventory import (
+    ClusterView,
+    HealthState,
+    Inventory,
+    Node,
+    NodeHealth,
+    NodeLabels,
+)
 from runwright.sched.sources import InventoryError, parse_bytes
 
 FEATURE_LABELS: dict[str, str] = {
@@ -119,8 +131,49 @@ def parse_nodes(
     return Inventory(nodes=tuple(nodes))
 
 
+def allocated(fields: dict[str, str], node: Node) -> int:
+    """Devices Slurm has allocated on `node`, from its `AllocTRES`: the untyped `gres/gpu`
+    count (the typed `gres/gpu:h100` entries repeat it) on a GPU node, else the sum of the typed
+    ones; `cpu` on a CPU node (then `CPUAlloc` when AllocTRES is empty). Capped at the node's
+    devices."""
+    tres: dict[str, int] = {}
+    raw = fields.get("AllocTRES", "")
+    for item in [] if raw in _NULL else raw.split(","):
+        key, _, value = item.partition("=")
+        if value.isdigit():
+            tres[key.strip()] = int(value)
+    if node.device_type == "cpu":
+        count = tres.get("cpu", _int(fields.get("CPUAlloc")))
+    elif "gres/gpu" in tres:
+        count = tres["gres/gpu"]
+    else:
+        count = sum(v for k, v in tres.items() if k.startswith("gres/gpu:"))
+    return min(max(count, 0), node.device_count)
+
+
+def parse_view(
+    text: str, at_seconds: float = 0.0, labels: dict[str, str] | None = None
+) -> ClusterView:
+    """The cluster `scontrol show node --oneliner` printed (`text`), with its allocations."""
+    nodes = []
+    used = {}
+    for line in text.splitlines():
+        if not line.startswith("NodeName="):
+            continue
+        fields = parse_fields(line)
+        node = node_of(fields, at_seconds, FEATURE_LABELS if labels is None else labels)
+        nodes.append(node)
+        used[node.name] = allocated(fields, node)
+    return ClusterView(inventory=Inventory(nodes=tuple(nodes)), allocated=used)
+
+
 def read_cluster(labels: dict[str, str] | None = None, timeout_seconds: float = 30.0) -> Inventory:
     """The inventory of the Slurm cluster the clients on PATH reach (SLURM_CONF)."""
+    return read_view(labels, timeout_seconds).inventory
+
+
+def read_view(labels: dict[str, str] | None = None, timeout_seconds: float = 30.0) -> ClusterView:
+    """The nodes and allocations of the Slurm cluster the clients on PATH reach (SLURM_CONF)."""
     try:
         out = subprocess.run(
             ["scontrol", "show", "node", "--oneliner"],
@@ -137,7 +190,7 @@ def read_cluster(labels: dict[str, str] | None = None, timeout_seconds: float = 
         raise InventoryError(
             f"scontrol show node did not answer in {timeout_seconds:g} s: is slurmctld up?"
         ) from None
-    return parse_nodes(out, time.time(), labels)
+    return parse_view(out, time.time(), labels)
 
 
 def _gpus(gres: str) -> tuple[str, int]:

@@ -27,7 +27,9 @@ quotas:                            # optional; a pool no quota names is unmetere
 ```
 
 `quotas` are Kueue's nominal quotas (sched/quota.py): in a pool with quotas, a project holds up
-to its quota on its own and borrows idle quota above it only for preemptible runs.
+to its quota on its own and borrows idle quota above it only for preemptible runs. `nodes: slurm`
+instead of a list takes the nodes of the pools file's Slurm pools from the cluster, live (with
+what other jobs hold there), and keeps the file's quotas.
 """
 
 import os
@@ -46,6 +48,8 @@ from runwright.errors import RunwrightError
 from runwright.sched.inventory import Inventory, Node
 from runwright.sched.requests import Quotas
 
+LIVE_NODES = ("slurm",)
+"""What `nodes:` may name instead of a list: a cluster whose nodes the controller reads live."""
 MAX_INVENTORY_FILE_BYTES = 10_000_000
 """A 10,000-node file is about 3 MB; a larger one is a wrong path."""
 
@@ -81,12 +85,16 @@ def parse_bytes(value: Any, where: str) -> int:
 
 def load_inventory(path: Path) -> Inventory:
     """The inventory a YAML file describes; InventoryError naming the field and the fix."""
-    return load_scheduler_file(path)[0]
+    nodes, _ = load_scheduler_file(path)
+    if not isinstance(nodes, Inventory):
+        raise InventoryError(f"inventory file {path} lists no nodes (`nodes: {nodes}`)")
+    return nodes
 
 
-def load_scheduler_file(path: Path) -> tuple[Inventory, Quotas]:
+def load_scheduler_file(path: Path) -> tuple[Inventory | str, Quotas]:
     """The nodes and the project quotas a YAML file describes; InventoryError naming the field
-    and the fix."""
+    and the fix. `nodes: slurm` (LIVE_NODES) instead of a list: the nodes are the Slurm pools'
+    own, read live from the cluster by the controller (control/cluster_inventory.py)."""
     try:
         if path.stat().st_size > MAX_INVENTORY_FILE_BYTES:
             raise InventoryError(f"inventory file {path} is over {MAX_INVENTORY_FILE_BYTES:,} B")
@@ -95,11 +103,25 @@ def load_scheduler_file(path: Path) -> tuple[Inventory, Quotas]:
         raise InventoryError(f"cannot read inventory file {path}: {exc.strerror or exc}") from None
     except yaml.YAMLError as exc:
         raise InventoryError(f"inventory file {path} is not valid YAML: {exc}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("nodes"), list):
+    if not isinstance(raw, dict) or not (
+        isinstance(raw.get("nodes"), list) or raw.get("nodes") in LIVE_NODES
+    ):
         raise InventoryError(
             f"inventory file {path} must be a mapping with `nodes:` a list of nodes, each with "
-            "at least name, device_type and device_count"
+            "at least name, device_type and device_count (or `nodes: slurm` for the Slurm "
+            "pools' nodes, read live)"
         )
+    quotas = raw.pop("quotas", None) or []
+    if not isinstance(quotas, list):
+        raise InventoryError(
+            f"inventory file {path}: quotas must be a list of {{project, pool, devices}} entries"
+        )
+    try:
+        metered = Quotas.model_validate({"projects": quotas})
+    except ValidationError as exc:
+        raise InventoryError(f"inventory file {path}: {_quota_problems(exc, quotas)}") from None
+    if raw["nodes"] in LIVE_NODES:
+        return raw["nodes"], metered
     nodes = []
     for index, item in enumerate(raw["nodes"]):
         if not isinstance(item, dict):
@@ -110,19 +132,10 @@ def load_scheduler_file(path: Path) -> tuple[Inventory, Quotas]:
             if name in fields:
                 fields[name] = parse_bytes(fields[name], f"{label}.{name}")
         nodes.append(fields)
-    quotas = raw.pop("quotas", None) or []
-    if not isinstance(quotas, list):
-        raise InventoryError(
-            f"inventory file {path}: quotas must be a list of {{project, pool, devices}} entries"
-        )
     try:
-        inventory = Inventory.model_validate({**raw, "nodes": nodes})
+        return Inventory.model_validate({**raw, "nodes": nodes}), metered
     except ValidationError as exc:
         raise InventoryError(f"inventory file {path}: {_problems(exc, raw['nodes'])}") from None
-    try:
-        return inventory, Quotas.model_validate({"projects": quotas})
-    except ValidationError as exc:
-        raise InventoryError(f"inventory file {path}: {_quota_problems(exc, quotas)}") from None
 
 
 def _quota_problems(exc: ValidationError, quotas: list[Any]) -> str:

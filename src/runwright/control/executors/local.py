@@ -536,9 +536,11 @@ class LocalExecutor:
         root: Path,
         request: int,
         exclude_hosts: tuple[str, ...] = (),
+        placed_hosts: tuple[str, ...] = (),
     ) -> Allocation:
         """Granted at once with this machine's hosts; a node count it cannot run fails for good
-        with `hosts`'s reason (never a run waiting for nothing)."""
+        with `hosts`'s reason (never a run waiting for nothing). Every node is this machine, so
+        a placement only pins devices (CUDA_VISIBLE_DEVICES, at launch)."""
         try:
             hosts = self.hosts(spec.resources.nodes)
         except LaunchError as exc:

@@ -270,11 +270,14 @@ class Executor(Protocol):
         root: Path,
         request: int,
         exclude_hosts: tuple[str, ...] = (),
+        placed_hosts: tuple[str, ...] = (),
     ) -> Allocation:
         """Ask the engine for the gang of request number `request`, without waiting for it.
         Idempotent per (run, request), across controller restarts and hosts: asking again
         returns the same request's status and never queues a second one. `exclude_hosts` are
-        nodes the run lost before; the engine avoids them when it has enough others."""
+        nodes the run lost before; the engine avoids them when it has enough others.
+        `placed_hosts` are the nodes runwright's scheduler placed the gang on (its admission,
+        control/admission.py); an engine that chooses nodes is held to them."""
         ...
 
     def allocation_status(self, root: Path, run_id: str, request: int) -> Allocation:

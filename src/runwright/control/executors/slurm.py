@@ -72,6 +72,7 @@ class SlurmExecutor:
         root: Path,
         request: int,
         exclude_hosts: tuple[str, ...] = (),
+        placed_hosts: tuple[str, ...] = (),
     ) -> Allocation:
         return self.allocations.request_allocation(
             spec=spec,
@@ -79,6 +80,7 @@ class SlurmExecutor:
             root=root,
             request=request,
             exclude_hosts=exclude_hosts,
+            placed_hosts=placed_hosts,
         )
 
     def allocation_status(self, root: Path, run_id: str, request: int) -> Allocation:

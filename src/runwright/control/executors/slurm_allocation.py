@@ -49,10 +49,13 @@ def sbatch_argv(
     paths: AllocationPaths,
     workdir: Path,
     exclude_hosts: tuple[str, ...] = (),
+    placed_hosts: tuple[str, ...] = (),
     python: str = sys.executable,
 ) -> list[str]:
     """The `sbatch` command of one allocation request (pure). `workdir` is the batch script's
-    folder (the run folder: it exists on every node); ranks run in the run's own workdir."""
+    folder (the run folder: it exists on every node); ranks run in the run's own workdir.
+    `placed_hosts`, runwright's admission placement, become `--nodelist`: Slurm starts the job
+    on exactly those nodes, or holds it with its own reason while they are busy."""
     res = spec.resources
     argv = [
         "sbatch",
@@ -79,7 +82,9 @@ def sbatch_argv(
             argv.append(f"{flag}={value}")
     if pool.signal_lead_seconds:
         argv.append(f"--signal=TERM@{pool.signal_lead_seconds}")
-    if exclude_hosts:
+    if placed_hosts:
+        argv.append(f"--nodelist={','.join(dict.fromkeys(placed_hosts))}")
+    elif exclude_hosts:
         argv.append(f"--exclude={','.join(exclude_hosts)}")
     argv += list(pool.extra_sbatch_args)
     agent = [python, "-m", "runwright.control.executors.slurm_job"]
@@ -199,6 +204,7 @@ class SlurmAllocator:
         root: Path,
         request: int,
         exclude_hosts: tuple[str, ...] = (),
+        placed_hosts: tuple[str, ...] = (),
     ) -> Allocation:
         paths = run_paths(root, run_id).allocation(request)
         if paths.job_file.exists():
@@ -228,6 +234,7 @@ class SlurmAllocator:
             paths=paths,
             workdir=run_paths(root, run_id).folder,
             exclude_hosts=exclude,
+            placed_hosts=placed_hosts,
             python=self.python,
         )
         return self._submit(paths, argv, request, exclude)

@@ -10,10 +10,11 @@ import time
 from typer.testing import CliRunner
 
 from runwright.cli.main import app
-from runwright.control.admission import AdmissionStep, gang_request, pinned_devices
+from runwright.control.admission import AdmissionStep
 from runwright.control.allocation import placed_hosts
 from runwright.control.cluster_inventory import as_pools
 from runwright.control.controller import Controller
+from runwright.control.gangs import gang_request, pinned_devices
 from runwright.control.journal import Journal
 from runwright.control.states import RunState
 from runwright.events import EventType

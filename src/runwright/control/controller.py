@@ -27,11 +27,12 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import TypeVar
 
-from runwright.control.admission import AdmissionStep, pinned_devices
+from runwright.control.admission import AdmissionStep
 from runwright.control.allocation import AllocationStep
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
 from runwright.control.executors.protocol import Executor
+from runwright.control.gangs import pinned_devices
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.leasing import (

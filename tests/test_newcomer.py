@@ -25,6 +25,7 @@ COVERED_ELSEWHERE = {
     "audit": "tests/server/test_local_cli.py",
     "--server": "tests/server (every command through the API)",
     "plan": "tests/plan (each planner command)",
+    "preflight": "tests/govern/test_preflight_checks.py",
 }
 
 

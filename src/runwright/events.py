@@ -32,6 +32,10 @@ class EventType(StrEnum):
     # -- the controller: submit, placement, launch ----------------------------------------------
     JOB_SUBMITTED = "JOB_SUBMITTED"
     """A spec was accepted into a new run (spec_hash, idempotency_key)."""
+    PREFLIGHT_CHECKED = "PREFLIGHT_CHECKED"
+    """The controller's preflight of a new run before it is queued (ok, checks: one `{name,
+    verdict, evidence, fix}` each, govern/preflight_checks.py); a failed check ends the run
+    FAILED_PERMANENT with it as the reason, a warning is recorded here."""
     RUN_ADMITTED = "RUN_ADMITTED"
     """The scheduler admitted the run's gang onto the controller's inventory (request, policy,
     position in the queue, placement: one `{node, devices}` per node, borrowed); the run moves

@@ -62,6 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "loss, throughput, system and data charts on one time axis.",
     ),
     "spec": ("spec", "Validate, hash and explain job specs."),
+    "preflight": (
+        "preflight",
+        "Check a spec before it runs: named checks with a verdict, the evidence and the fix.",
+    ),
     "data": ("data", "Build, inspect and verify datasets."),
     "ckpt": ("ckpt", "Inspect, verify, clean up and export checkpoints."),
     "plan": (

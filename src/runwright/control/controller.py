@@ -25,7 +25,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from runwright.control.admission import AdmissionStep
 from runwright.control.allocation import AllocationStep
@@ -51,7 +51,7 @@ from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
 from runwright.errors import LeaseLostError, PlacementError
 from runwright.events import EventType
-from runwright.layout import run_paths
+from runwright.layout import checkpoint_root, run_paths
 from runwright.protocol import (
     ENV_SKIP_STEPS,
     ChannelMessage,
@@ -67,6 +67,9 @@ from runwright.spec import JobSpec, spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store, is_transient
 from runwright.store.leases import Lease, LeaseOutcome, LeaseResult
 from runwright.store.store import DEFAULT_PROJECT
+
+if TYPE_CHECKING:
+    from runwright.govern.preflight_checks import PreflightReport
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -289,7 +292,13 @@ class Controller:
         if state in TERMINAL:
             done = self._wind_down(run, spec)
         elif state is RunState.CREATED:
-            self.journal.move(run, RunState.QUEUED, "JOB_ACCEPTED")
+            report = self._preflight(run, spec)
+            if report.ok:
+                self.journal.move(run, RunState.QUEUED, "JOB_ACCEPTED")
+            else:
+                self.journal.finish(
+                    run, RunState.FAILED, TerminalReason.FAILED_PERMANENT, report.reason()
+                )
         elif state is RunState.QUEUED:
             if self.admission is None:
                 self.journal.move(run, RunState.ALLOCATING)
@@ -308,6 +317,24 @@ class Controller:
         return done
 
     # -- placement and launch -------------------------------------------------------------------
+
+    def _preflight(self, run: RunRecord, spec: JobSpec) -> "PreflightReport":
+        """The preflight checks of a new run (govern/preflight_checks.py), recorded as its
+        PREFLIGHT_CHECKED event: its dataset, memory, checkpoint storage and environment, from
+        where the workers will look (the run's workdir and checkpoint root)."""
+        from runwright.govern.preflight_checks import run_preflight
+
+        # A URL location is not probed from here (the check says so); a local one is.
+        where = checkpoint_root(run_paths(Path(run.root), run.run_id), spec.checkpoint.location)
+        report = run_preflight(spec, Path(run.workdir), Path(where.removeprefix("file://")))
+        self.journal.record(
+            run,
+            EventType.PREFLIGHT_CHECKED,
+            per_step=False,
+            ok=report.ok,
+            checks=[check.model_dump() for check in report.checks],
+        )
+        return report
 
     def _allocate(self, run: RunRecord, spec: JobSpec) -> None:
         """ALLOCATING: one non-blocking step of the run's allocation request (allocation.py)."""

@@ -246,7 +246,14 @@ class Store:
                 moved = RunRecord.model_validate(row._asdict())
                 if fences:
                     # Fence first, commit second: a failure in between leaves the fence ahead.
-                    raise_fence(moved, moved.generation + int(revoke_generation))
+                    try:
+                        raise_fence(moved, moved.generation + int(revoke_generation))
+                    except OSError:
+                        # Generation 0 never ran a worker (entering STARTING bumps to 1 first),
+                        # so revoking it fences no one: a run refused before it started (its
+                        # checkpoint location unusable, say) still ends.
+                        if not (revoke_generation and moved.generation == 0):
+                            raise
                 for event in with_events(moved) if with_events is not None else []:
                     insert_event_once(conn, event)
         run = self.get_run(run_id)

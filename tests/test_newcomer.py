@@ -26,6 +26,7 @@ COVERED_ELSEWHERE = {
     "--server": "tests/server (every command through the API)",
     "plan": "tests/plan (each planner command)",
     "preflight": "tests/govern/test_preflight_checks.py",
+    "lineage": "tests/govern/test_lineage.py",
 }
 
 

@@ -62,6 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "loss, throughput, system and data charts on one time axis.",
     ),
     "spec": ("spec", "Validate, hash and explain job specs."),
+    "lineage": (
+        "lineage",
+        "Which runs and checkpoints used a dataset, and what a checkpoint was trained on.",
+    ),
     "preflight": (
         "preflight",
         "Check a spec before it runs: named checks with a verdict, the evidence and the fix.",
@@ -71,7 +75,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": (
         "plan",
         "Capacity planning: memory and communication ledgers, checkpoint "
-        "interval, parallel layout search, scaling efficiency.",
+        "interval, parallel layout search, scaling efficiency, capacity (device-hours, "
+        "storage, failures, cost).",
     ),
     # --- the shared server (issue 14) ---
     "queue": ("queue", "List the unfinished runs, oldest first, with what each is waiting for."),

@@ -173,7 +173,8 @@ class Ingestor:
     def _follow_up(self, stored: list[ChannelMessage]) -> None:
         """The run-record writes stored events imply, coalesced; each is idempotent. The last
         step is written once per generation (its highest step), the checkpoint catalog once
-        per commit or deletion, in the channel's order."""
+        per commit or deletion, the run's inputs (lineage) once per dataset, in the channel's
+        order."""
         highest: dict[int, int] = {}
         placed = [
             m
@@ -189,6 +190,16 @@ class Ingestor:
                 highest[message.generation] = max(highest.get(message.generation, 0), message.step)
             elif message.type == EventType.CHECKPOINT_COMMITTED and message.checkpoint_id:
                 self._committed(message)
+            elif message.type == EventType.DATA_STAGE_READY:
+                dataset = message.attributes.get("dataset_id")
+                tokenizer = message.attributes.get("tokenizer_hash")
+                if isinstance(dataset, str) and dataset:
+                    self.store.inputs.record(
+                        self.run_id,
+                        dataset[:64],
+                        tokenizer if isinstance(tokenizer, str) else None,
+                        message.generation,
+                    )
             elif message.type == EventType.CHECKPOINT_DELETED and message.attributes.get("folder"):
                 folder = f"{self.checkpoint_root}/{message.attributes['folder']}"
                 self.store.checkpoints.mark_deleted(self.run_id, folder)

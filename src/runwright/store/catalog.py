@@ -134,6 +134,17 @@ class CheckpointCatalog:
             ).rowcount
         return Outcome.APPLIED if changed else Outcome.ALREADY_APPLIED
 
+    def find(self, prefix: str, limit: int = 20) -> list[CheckpointRow]:
+        """Checkpoints of any run whose id starts with `prefix` (a user types a short id)."""
+        query = (
+            checkpoints.select()
+            .where(checkpoints.c.checkpoint_id.startswith(prefix, autoescape=True))
+            .order_by(checkpoints.c.checkpoint_id)
+            .limit(limit)
+        )
+        with self._engine.connect() as conn:
+            return [CheckpointRow.model_validate(r._asdict()) for r in conn.execute(query)]
+
     def list(self, run_id: str, status: str | None = None) -> list[CheckpointRow]:
         query = checkpoints.select().where(checkpoints.c.run_id == run_id)
         if status:

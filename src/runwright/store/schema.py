@@ -133,3 +133,16 @@ store_locks = sa.Table(
     sa.Column("acquired_unix_s", sa.Float),
     sa.Column("expires_unix_s", sa.Float, nullable=False),
 )
+
+run_inputs = sa.Table(
+    "run_inputs",
+    metadata,
+    # Which datasets each run trained on, as its loaders reported them (DATA_STAGE_READY): the
+    # index lineage queries read (store/lineage.py), written once per run and dataset.
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), primary_key=True),
+    sa.Column("dataset_id", sa.String(64), primary_key=True),
+    sa.Column("tokenizer_hash", sa.String(64)),
+    sa.Column("generation", sa.Integer, nullable=False),
+    sa.Column("recorded_unix_s", sa.Float, nullable=False),
+    sa.Index("ix_run_inputs_dataset_id", "dataset_id"),
+)

@@ -22,6 +22,7 @@ from runwright.store.engine import create_engine, migrate, resolve_store_url
 from runwright.store.fence import fence_generation, raise_fence
 from runwright.store.history import StaleWriteTally, select_events, stale_write_tally
 from runwright.store.leases import LeaseToken, RunLeases
+from runwright.store.lineage import RunInputs
 from runwright.store.locks import LockToken, StoreLocks
 from runwright.store.records import (
     AttemptRecord,
@@ -58,6 +59,7 @@ class Store:
         self.leases = RunLeases(self)
         self._lease: ContextVar[LeaseToken | None] = ContextVar(f"lease-{id(self)}", default=None)
         self.locks = StoreLocks(self)
+        self.inputs = RunInputs(self)
         self._lock: ContextVar[LockToken | None] = ContextVar(f"lock-{id(self)}", default=None)
 
     @classmethod

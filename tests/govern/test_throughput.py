@@ -223,3 +223,18 @@ def test_plan_scaling_run_errors_exit_2_without_traceback(tmp_path, store, clock
     assert result.exit_code == 2
     assert message in result.output
     assert "Traceback" not in result.output
+
+
+def test_plan_capacity_from_a_measured_run(tmp_path, store, clock):
+    """Run B's 160 tokens/s on 2 devices, scaled linearly to 4: 320 tokens/s; 64,000 tokens of
+    512 per step are 125 steps of 1.6 s, 200 s of compute."""
+    write_runs(store, clock)
+    out = CliRunner().invoke(
+        app,
+        ["plan", "capacity", "--run", "run-b", "--tokens", "64000", "--tokens-per-step", "512",
+         "--devices", "4", "--root", str(tmp_path), "--json"],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    plan = json.loads(out.output)
+    assert plan["inputs"]["tokens_per_second"] == pytest.approx(320.0)
+    assert (plan["steps"], plan["compute_seconds"]) == (125, pytest.approx(200.0))

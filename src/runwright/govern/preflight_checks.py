@@ -230,13 +230,9 @@ def _checkpoint_storage(spec: JobSpec, folder: Path) -> Check:
     probe_in = folder
     while not probe_in.exists() and probe_in != probe_in.parent:
         probe_in = probe_in.parent
-    from runwright.plan.spec_ledger import spec_memory_ledger
+    from runwright.plan.spec_ledger import checkpoint_bytes
 
-    ledger = spec_memory_ledger(spec)
-    # One checkpoint holds the model states once: a device's ledger rows times the model-
-    # parallel shards (data-parallel replicas hold copies, saved once).
-    shards = spec.parallelism.tp * spec.parallelism.pp
-    one = 0 if ledger is None else (ledger.parameters_bytes + ledger.optimizer_bytes) * shards
+    one = checkpoint_bytes(spec)
     needed = (ckpt.keep_last + 1) * one
     probe = probe_in / f".runwright-preflight-{os.getpid()}"
     try:

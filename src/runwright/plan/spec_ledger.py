@@ -54,3 +54,15 @@ def device_memory_floor(spec: JobSpec) -> int | None:
     if ledger is None:
         return None
     return max(1, math.ceil(ledger.total_bytes / (1.0 - HEADROOM_FRACTION)))
+
+
+def checkpoint_bytes(spec: JobSpec) -> float:
+    """About how large one checkpoint of the spec's model is: the model states its ledger counts
+    on one device (working parameters and optimizer states, fp32 master copy included) times the
+    model-parallel shards (tp x pp); data-parallel replicas hold copies, saved once. 0 without a
+    model."""
+    ledger = spec_memory_ledger(spec)
+    if ledger is None:
+        return 0.0
+    shards = spec.parallelism.tp * spec.parallelism.pp
+    return (ledger.parameters_bytes + ledger.optimizer_bytes) * shards

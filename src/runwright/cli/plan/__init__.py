@@ -4,14 +4,21 @@ per command, the options and unit formatting they share in `inputs`."""
 
 import typer
 
-from runwright.cli.plan import comm, interval, memory, parallel, scaling
+from runwright.cli.plan import capacity, comm, interval, memory, parallel, scaling
 
 app = typer.Typer(
     help="Capacity planning: memory and communication ledgers, checkpoint interval, parallel "
-    "layout search, scaling efficiency.",
+    "layout search, scaling efficiency, capacity (device-hours, storage, failures, cost).",
     no_args_is_help=True,
 )
-for command in (memory.memory, comm.comm, interval.interval, parallel.parallel, scaling.scaling):
+for command in (
+    memory.memory,
+    comm.comm,
+    interval.interval,
+    parallel.parallel,
+    scaling.scaling,
+    capacity.capacity,
+):
     app.command()(command)
 
 __all__ = ["app"]

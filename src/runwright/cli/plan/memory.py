@@ -33,6 +33,7 @@ from runwright.cli.render import console, guarded, print_json
 from runwright.plan import (
     MemoryLedger,
     Offload,
+    PlanError,
     Recompute,
     StateBytes,
     ZeroStage,
@@ -91,12 +92,29 @@ def memory(
     ] = 12.0,
     buffers_gib: BuffersGibOpt = 0.0,
     device_memory_gib: MemoryGibOpt = None,
+    params: Annotated[
+        float | None,
+        typer.Option(
+            "--params",
+            help="Parameter count as papers state it (7.5e9), instead of "
+            "a model shape; activations then need the shape too.",
+        ),
+    ] = None,
     headroom: HeadroomOpt = 0.1,
     as_json: JsonOpt = False,
 ) -> None:
-    """Per-device memory ledger: ZeRO model states, activations, buffers, and the fit."""
+    """Per-device memory ledger: ZeRO model states, activations, buffers, and the fit.
+
+    `--params 7.5e9` takes the parameter count as papers state it: the model states are then
+    that count split evenly over tp x pp, and activations are counted only when a model shape
+    is given too (--spec, or --layers, --d-model and --heads)."""
     spec = optional_spec(spec_file)
-    model = model_from(spec, layers, d_model, heads, d_ff, vocab)
+    shaped = spec is not None or None not in (layers, d_model, heads)
+    if params is not None and (params < 1 or params != params):
+        raise PlanError(f"--params={params} must be a positive parameter count, e.g. 7.5e9")
+    model = None
+    if shaped or params is None:
+        model = model_from(spec, layers, d_model, heads, d_ff, vocab)
     dp_ = pick(dp, spec.plan.dp.value if spec else None, 1)
     tp_ = pick(tp, spec.parallelism.tp if spec else None, 1)
     pp_ = pick(pp, spec.parallelism.pp if spec else None, 1)
@@ -113,12 +131,24 @@ def memory(
         ),
         "bytes per parameter",
     )
-    per_layer = activation_bytes_per_layer(
-        seq, micro, model.d_model, model.n_heads, tp_, sequence_parallel, recompute
+    per_layer = (
+        activation_bytes_per_layer(
+            seq, micro, model.d_model, model.n_heads, tp_, sequence_parallel, recompute
+        )
+        if model is not None
+        else 0.0
     )
+    count = int(params) if params is not None else (model.parameter_count if model else 0)
+    if params is not None:
+        on_device = -(-int(params) // (tp_ * pp_))  # an even split, rounded up
+    else:
+        assert model is not None
+        on_device = parameters_per_device(model, tp_, pp_)
     ledger = memory_ledger(
-        parameters_per_device(model, tp_, pp_),
-        activations_bytes=activation_bytes_per_device(per_layer, model.n_layers, pp_),
+        on_device,
+        activations_bytes=(
+            activation_bytes_per_device(per_layer, model.n_layers, pp_) if model else 0.0
+        ),
         dp=dp_,
         zero_stage=ZeroStage(zero_stage),
         state=state,
@@ -130,7 +160,11 @@ def memory(
     if as_json:
         print_json(
             {
-                "model": {**model.model_dump(), "parameter_count": model.parameter_count},
+                "model": (
+                    {**model.model_dump(), "parameter_count": count}
+                    if model is not None
+                    else {"parameter_count": count}
+                ),
                 "layout": {
                     "dp": dp_,
                     "tp": tp_,
@@ -151,6 +185,6 @@ def memory(
         return
     render_ledger(
         ledger,
-        f"memory per device: {model.parameter_count:,} parameters, dp={dp_} tp={tp_} "
+        f"memory per device: {count:,} parameters, dp={dp_} tp={tp_} "
         f"pp={pp_}, ZeRO-{zero_stage}, s={seq} b={micro}, recompute={recompute.value}",
     )

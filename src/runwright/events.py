@@ -97,6 +97,10 @@ class EventType(StrEnum):
     """A generation asked to stop had not stopped when its grace ran out, so it was killed
     (reason: why it was asked, grace_seconds); a preemption victim that could not save in time
     is recorded so."""
+    STOP_CRITERION_MET = "STOP_CRITERION_MET"
+    """A stop criterion of the spec was met (criterion: its index in governance.stop_criteria,
+    kind, evidence); the run stops at its next step boundary with a save and ends CANCELLED
+    with STOP_CRITERION (control/criteria.py)."""
     BUDGET_WARNING = "BUDGET_WARNING"
     """A budget crossed its warning share."""
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"

@@ -121,7 +121,8 @@ def _decode_odd_line(line: bytes) -> ChannelMessage | None:
 
 
 # -- stop requests ------------------------------------------------------------------------------
-STOP_REASONS = ("cancel", "preemption", "budget", "controller")
+STOP_REASONS = ("cancel", "preemption", "budget", "controller", "criterion")
+"""In this order for ever: the ranks' stop vote sends a reason as its index here."""
 
 
 class StopRequest(Record):
@@ -130,7 +131,7 @@ class StopRequest(Record):
     v: int = 1
     """Protocol version of the writer (absent before it existed: version 1)."""
     reason: str
-    """One of cancel, preemption, budget, controller."""
+    """One of STOP_REASONS: cancel, preemption, budget, controller, criterion."""
     save: bool = True
     """Save a checkpoint at the stop step before exiting."""
     requested_unix_s: float

@@ -29,8 +29,6 @@ from typing import TYPE_CHECKING, TypeVar
 
 from runwright.control.admission import AdmissionStep
 from runwright.control.allocation import AllocationStep
-from runwright.control.budget import check as check_budget
-from runwright.control.budget import usage_of
 from runwright.control.executors.protocol import Executor
 from runwright.control.gangs import pinned_devices
 from runwright.control.ingest import Ingestor
@@ -47,6 +45,7 @@ from runwright.control.pools import PoolExecutors, PoolsError
 from runwright.control.recovery import RecoverySequence, skip_ranges
 from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
+from runwright.control.stopping import ENDINGS, GroupStops, note_loss
 from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
 from runwright.errors import LeaseLostError, PlacementError
@@ -57,8 +56,6 @@ from runwright.protocol import (
     ChannelMessage,
     RankEntry,
     encode_skip_steps,
-    read_stop_request,
-    write_stop_request,
 )
 from runwright.sched.admission import DEFAULT_POLICY
 from runwright.sched.inventory import ClusterView, Inventory
@@ -164,6 +161,9 @@ class Controller:
         self._standing_by: dict[str, tuple[str | None, int]] = {}
         """run id -> (holder, epoch) of the other controller's lease this one was told of."""
         self._takeovers: dict[str, LeaseResult] = {}
+        self.stops = GroupStops(store, self.journal, self.logs)
+        """run id -> rank 0's training loss by step, for runs with stop criteria (rebuilt from
+        the channel files by a restarted controller's ingest)."""
         """run id -> the take of another controller's lease, until its event is recorded."""
 
     # -- entry points ---------------------------------------------------------------------------
@@ -488,8 +488,11 @@ class Controller:
         ingestor = self._ingest.setdefault(run.run_id, Ingestor(self.store, run))
         sup = self._sup.get(run.run_id)
         newest: list[ChannelMessage] = []
+        losses = self.stops.history(run.run_id, spec)
 
         def observe(message: ChannelMessage, _outcome: Outcome | None) -> None:
+            if losses is not None:
+                note_loss(losses, message)
             if sup is None or message.generation < sup.group.generation:
                 return
             sup.watchdog.beat(message.rank)
@@ -537,15 +540,10 @@ class Controller:
         run = self._track_saves(self.store.get_run(run.run_id), sup)
         ack = self.logs.of(run.run_id).stop_acks.get(run.generation)
         reason = ack.attributes.get("reason") if ack else sup.stop_reason
-        if reason == "budget":
+        if reason in ENDINGS:
             sup.end_attempt(self.store, run.run_id, exit_code, None)
             self._sup.pop(run.run_id, None)
-            self.journal.finish(
-                run,
-                RunState.CANCELLED,
-                TerminalReason.BUDGET_EXCEEDED,
-                "budget exhausted; stopped at a step boundary",
-            )
+            self.stops.end(run, reason)
         elif exit_code == 0 and reason != "preemption":
             sup.end_attempt(self.store, run.run_id, exit_code, None)
             self._sup.pop(run.run_id, None)
@@ -576,19 +574,9 @@ class Controller:
         return self.store.get_run(run.run_id)
 
     def _watch_live_group(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
-        if sup.stop_deadline is None:
-            # Asked to stop by another process (a scheduler's preemption, from this controller's
-            # admission pass or another's): the group gets its grace from when this controller
-            # saw the request, then is killed, so a rank that never reaches a step boundary
-            # cannot hold its devices for ever.
-            paths = run_paths(Path(run.root), run.run_id)
-            asked = read_stop_request(paths.stop_file(sup.group.generation))
-            if asked is not None:
-                sup.stop_reason = asked.reason
-                sup.stop_by(spec.recovery.stop_grace_seconds)
+        self.stops.asked_elsewhere(run, spec, sup)
         if sup.stop_deadline is not None:
-            if time.monotonic() > sup.stop_deadline:
-                self._grace_expired(run, spec, sup.group.generation, sup.stop_reason)
+            if self.stops.grace_over(run, spec, sup):
                 self.executor_of(run).stop(sup.group, 0.0, sorted(sup.worker_pids))
             return
         verdict = sup.watch()
@@ -596,40 +584,7 @@ class Controller:
             self.recovery.recover(run, spec, sup, None, verdict)
             self._sup.pop(run.run_id, None)
             return
-        budget = check_budget(spec, usage_of(spec, run, self.store.attempts(run.run_id)))
-        usage = budget.usage.model_dump()
-        for kind in budget.warnings:
-            self.journal.record(
-                run, EventType.BUDGET_WARNING, op=kind, per_step=False, kind=kind, **usage
-            )
-        if budget.exceeded:
-            self.journal.record(
-                run, EventType.BUDGET_EXCEEDED, per_step=False, detail=budget.exceeded, **usage
-            )
-            write_stop_request(
-                run_paths(Path(run.root), run.run_id).folder,
-                run.generation,
-                "budget",
-                save=spec.checkpoint.save_on_stop and spec.checkpoint.enabled,
-            )
-            sup.stop_reason = "budget"
-            sup.stop_by(spec.recovery.stop_grace_seconds)
-
-    def _grace_expired(
-        self, run: RunRecord, spec: JobSpec, generation: int, reason: str | None
-    ) -> None:
-        """STOP_GRACE_EXPIRED, once per generation: it is killed now."""
-        if self.logs.of(run.run_id).finished:
-            return  # RUN_FINISHED stays the last event of a finished run's log
-        self.journal.record(
-            run,
-            EventType.STOP_GRACE_EXPIRED,
-            op=f"g{generation}",
-            per_step=False,
-            reason=reason,
-            stopping_generation=generation,
-            grace_seconds=spec.recovery.stop_grace_seconds,
-        )
+        self.stops.check(run, spec, sup)
 
     # -- ending ---------------------------------------------------------------------------------
 
@@ -658,7 +613,7 @@ class Controller:
             sup.stop_by(spec.recovery.stop_grace_seconds)
         code = executor.poll(sup.group)
         if code is None and time.monotonic() > (sup.stop_deadline or 0):
-            self._grace_expired(run, spec, sup.group.generation, sup.stop_reason or "cancel")
+            self.stops.grace_expired(run, spec, sup.group.generation, sup.stop_reason or "cancel")
             pids = sup.worker_pids | self._rank_pids(run.run_id, sup.group.generation)
             code = executor.stop(sup.group, 0.0, sorted(pids))
         if code is None:
@@ -818,6 +773,7 @@ class Controller:
     def _forget(self, run_id: str) -> None:
         """Drop what this controller cached of a run that is done (a daemon drives many)."""
         self._specs.pop(run_id, None)
+        self.stops.forget(run_id)
         self._claims.pop(run_id, None)
         self.logs.forget(run_id)
 

@@ -29,6 +29,7 @@ class TerminalReason(StrEnum):
     USER_CANCELLED = "USER_CANCELLED"
     PREEMPTED = "PREEMPTED"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    STOP_CRITERION = "STOP_CRITERION"
     FAILED_RECOVERABLE = "FAILED_RECOVERABLE"
     FAILED_PERMANENT = "FAILED_PERMANENT"
 
@@ -57,7 +58,12 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
 TERMINAL_REASONS: dict[RunState, frozenset[TerminalReason]] = {
     S.SUCCEEDED: frozenset({TerminalReason.COMPLETED}),
     S.CANCELLED: frozenset(
-        {TerminalReason.USER_CANCELLED, TerminalReason.PREEMPTED, TerminalReason.BUDGET_EXCEEDED}
+        {
+            TerminalReason.USER_CANCELLED,
+            TerminalReason.PREEMPTED,
+            TerminalReason.BUDGET_EXCEEDED,
+            TerminalReason.STOP_CRITERION,
+        }
     ),
     S.FAILED: frozenset({TerminalReason.FAILED_RECOVERABLE, TerminalReason.FAILED_PERMANENT}),
 }

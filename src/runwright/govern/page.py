@@ -126,6 +126,7 @@ def render_page(report: "RunReport", timeline: Timeline) -> str:
         f'<div class="cards">{card_html}</div>',
         f'<div class="key">markers on every chart: {key}</div>',
         *layers,
+        *_governance(report),
         "<h2>Cost split</h2>",
         table(
             ["category", "wall seconds", "device-seconds", "cost", "share of device time"],
@@ -336,3 +337,31 @@ def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, Any, str]]:
             rows.append((name, derived.get("value"), str(derived["reason"])))
     rows.extend(("note", "", str(note)) for note in plan.get("notes", []))
     return rows
+
+
+def _governance(report: "RunReport") -> list[str]:
+    """Owner and hypothesis, the stop criteria with their outcome, the preflight checks."""
+    g = report.governance
+    if g is None:
+        return []
+    outcome = [
+        (c.criterion, "evaluated" if c.evaluated else "words (not evaluated)",
+         ("MET: " + (c.evidence or "")) if c.met else "not met")
+        for c in g.stop_criteria
+    ]  # fmt: skip
+    verdict = {None: "not recorded", True: "passed", False: "FAILED"}[g.preflight_ok]
+    return [
+        "<h2>Governance</h2>",
+        f'<p class="sub">owner {escape(g.owner)}; hypothesis: {escape(g.hypothesis or "-")}</p>',
+        table(["stop criterion", "kind", "outcome"], outcome)
+        if outcome
+        else '<p class="sub">no stop criteria</p>',
+        f'<p class="sub">preflight {verdict}</p>',
+        table(
+            ["check", "verdict", "evidence", "fix"],
+            [
+                (c.get("name"), c.get("verdict"), c.get("evidence"), c.get("fix"))
+                for c in g.preflight
+            ],
+        ),
+    ]

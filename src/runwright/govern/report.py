@@ -94,6 +94,56 @@ class FinalMetrics(Record):
     """Cost of the whole allocation at the spec's device-hour price."""
 
 
+class CriterionOutcome(Record):
+    """One of the spec's stop criteria and what became of it."""
+
+    criterion: str
+    """Its words, or its fields as JSON."""
+    evaluated: bool
+    """False for words: a person's criterion, never evaluated."""
+    met: bool
+    evidence: str | None = None
+    """The figures that met it (STOP_CRITERION_MET)."""
+
+
+class Governance(Record):
+    """Who owns the run, why it exists, its stop criteria and their outcome, its preflight."""
+
+    owner: str
+    hypothesis: str
+    stop_criteria: list[CriterionOutcome] = Field(default_factory=list)
+    preflight_ok: bool | None = None
+    """None: the run was accepted before preflight existed."""
+    preflight: list[dict[str, Any]] = Field(default_factory=list)
+    """The PREFLIGHT_CHECKED checks: name, verdict, evidence, fix."""
+
+
+def governance(spec: dict[str, Any], events: list[EventRecord]) -> Governance:
+    section = spec.get("governance") or {}
+    met = {
+        e.attributes.get("criterion"): e.attributes.get("evidence")
+        for e in events
+        if e.type == EventType.STOP_CRITERION_MET
+    }
+    outcomes = [
+        CriterionOutcome(
+            criterion=c if isinstance(c, str) else canonical_json(c),
+            evaluated=not isinstance(c, str),
+            met=i in met,
+            evidence=met.get(i),
+        )
+        for i, c in enumerate(section.get("stop_criteria") or [])
+    ]
+    checked = [e for e in events if e.type == EventType.PREFLIGHT_CHECKED]
+    return Governance(
+        owner=str(section.get("owner", "unknown")),
+        hypothesis=str(section.get("hypothesis", "")),
+        stop_criteria=outcomes,
+        preflight_ok=bool(checked[-1].attributes.get("ok")) if checked else None,
+        preflight=list(checked[-1].attributes.get("checks") or []) if checked else [],
+    )
+
+
 class RunReport(Record):
     """report.json."""
 
@@ -133,6 +183,9 @@ class RunReport(Record):
     """Productive, checkpoint, replay, recovery and idle seconds, device-seconds and cost."""
     final_metrics: FinalMetrics
     """Headline figures."""
+    governance: Governance | None = None
+    """Owner, hypothesis, stop criteria and their outcome, preflight (None in reports written
+    before it existed)."""
 
 
 def final_metrics(spec: dict[str, Any], timeline: Timeline, split: CostSplit) -> FinalMetrics:
@@ -248,6 +301,7 @@ def collect_report(store: Store, run_id: str) -> tuple[RunReport, Timeline]:
         attempts=[a.model_dump(mode="json") for a in attempts],
         cost_split=split,
         final_metrics=final_metrics(spec, timeline, split),
+        governance=governance(spec, events),
     )
     return report, timeline
 

@@ -143,7 +143,10 @@ def _encode_vote(local: StopRequest | None) -> Any:
     """The rank's vote as [reason index + 1 (0: go on), save]: MAX picks a defined reason."""
     import torch
 
-    code = 0 if local is None else STOP_REASONS.index(local.reason) + 1
+    # A reason this rank does not know (a newer controller's) still stops the group.
+    known = local is None or local.reason in STOP_REASONS
+    reason = "controller" if not known else (local.reason if local else "")
+    code = 0 if local is None else STOP_REASONS.index(reason) + 1
     save = int(local.save) if local else 0
     return torch.tensor([code, save], dtype=torch.int64, device=_vote_device())
 

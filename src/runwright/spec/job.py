@@ -62,6 +62,17 @@ class JobSpec(Section):
         return self
 
     @model_validator(mode="after")
+    def _budget_shares_name_a_limit(self) -> "JobSpec":
+        for i, criterion in enumerate(self.governance.stop_criteria):
+            of = getattr(criterion, "of", None)
+            if of is not None and getattr(self.budget, of) is None:
+                raise ValueError(
+                    f"governance.stop_criteria[{i}] stops at a share of budget.{of}, which is "
+                    f"not set: set budget.{of}, or choose another `of`"
+                )
+        return self
+
+    @model_validator(mode="after")
     def _resolvable(self) -> "JobSpec":
         # Resolving checks every cross-section contradiction (dp vs world size, batch divisibility)
         # and raises a ValueError that names the fields and the nearest valid values.

@@ -2,7 +2,7 @@
 governance."""
 
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_validator
 
@@ -187,6 +187,42 @@ class ReproducibilitySpec(Section):
     """`bitwise`: deterministic kernels, parameters equal bit for bit after recovery."""
 
 
+class LossAbove(Section):
+    """Stop when the training loss, averaged over the last `window_steps` steps, is still above
+    `loss` once `after_tokens` tokens were trained (the run is not learning as hoped)."""
+
+    kind: Literal["loss_above"]
+    loss: float
+    after_tokens: int = Field(default=0, ge=0, le=limits.MAX_TOKENS)
+    window_steps: PositiveInt = Field(default=10, le=limits.MAX_STEPS)
+
+
+class NoImprovement(Section):
+    """Stop when the training loss, averaged per window of `window_steps` steps, has not come
+    `min_delta` below its best earlier window in the last `windows` windows (a plateau)."""
+
+    kind: Literal["no_improvement"]
+    window_steps: PositiveInt = Field(default=50, le=limits.MAX_STEPS)
+    windows: PositiveInt = Field(default=3, le=1000)
+    min_delta: float = Field(default=0.0, ge=0.0)
+
+
+class BudgetShare(Section):
+    """Stop when `share` of a budget limit (`of`: tokens, device_hours or wall_seconds; the
+    spec's `budget` must set it) is spent and the loss, averaged over the last `window_steps`
+    steps, is not yet below `unless_loss_below` (the target will not be reached in time)."""
+
+    kind: Literal["budget_share"]
+    share: float = Field(gt=0.0, lt=1.0)
+    of: Literal["tokens", "device_hours", "wall_seconds"]
+    unless_loss_below: float
+    window_steps: PositiveInt = Field(default=10, le=limits.MAX_STEPS)
+
+
+StopCriterion = Annotated[LossAbove | NoImprovement | BudgetShare, Field(discriminator="kind")]
+"""A stop criterion the controller evaluates (control/criteria.py)."""
+
+
 class GovernanceSpec(Section):
     """Who owns the run and why it exists."""
 
@@ -194,7 +230,10 @@ class GovernanceSpec(Section):
     """Person or team accountable for the run."""
     hypothesis: str = ""
     """What the run is meant to show."""
-    stop_criteria: list[str] = Field(default_factory=list)
-    """Conditions under which the run should be stopped early, in words."""
+    stop_criteria: list[StopCriterion | str] = Field(default_factory=list)
+    """Conditions under which the run is stopped early: each a criterion the controller
+    evaluates as the run trains (`kind`: loss_above, no_improvement, budget_share; met, it stops
+    the run at a step boundary with a save, CANCELLED with STOP_CRITERION), or words for a
+    person (recorded, not evaluated)."""
     tags: dict[str, str] = Field(default_factory=dict)
     """Free labels (project, licence, data usage)."""

@@ -27,6 +27,7 @@ COVERED_ELSEWHERE = {
     "plan": "tests/plan (each planner command)",
     "preflight": "tests/govern/test_preflight_checks.py",
     "lineage": "tests/govern/test_lineage.py",
+    "postmortem": "tests/govern/test_postmortem.py",
 }
 
 

@@ -66,6 +66,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "lineage",
         "Which runs and checkpoints used a dataset, and what a checkpoint was trained on.",
     ),
+    "postmortem": (
+        "postmortem",
+        "Assemble a failed or recovered run's postmortem: the incidents with their evidence, "
+        "the timeline, what the platform did, the diagnostics bundles, what the incidents "
+        "cost, and a template for the cause and the follow-ups (postmortem.json and "
+        "postmortem.html).",
+    ),
     "preflight": (
         "preflight",
         "Check a spec before it runs: named checks with a verdict, the evidence and the fix.",

@@ -1,11 +1,12 @@
 """`runwright preflight SPEC`: the checks a run gets before it is queued, run on demand."""
 
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.table import Table
 
-from runwright.cli.options import JsonOption, RootOption, SetOption
+from runwright.cli.options import JsonOption, RootOption, SetOption, StoreOption
 from runwright.cli.render import console, guarded, print_json
 from runwright.spec import load_spec
 
@@ -18,7 +19,16 @@ STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
 def preflight(
     file: Path = typer.Argument(..., help="Job spec file (.yaml, .yml, .toml or .json)."),
     overrides: list[str] = SetOption,
+    against: str | None = typer.Option(
+        None,
+        "--against",
+        help="An earlier run (id or unique prefix): show how this spec's effective "
+        "configuration (spec, plan, environment) differs from that run's, reproducibility-"
+        "breaking fields first.",
+        show_default=False,
+    ),
     root: Path | None = RootOption,
+    store: str | None = StoreOption,
     json_out: bool = JsonOption,
 ) -> None:
     """Check a spec before it runs: named checks with a verdict, the evidence and the fix.
@@ -36,8 +46,15 @@ def preflight(
     if spec.checkpoint.location is not None and "://" not in spec.checkpoint.location:
         checkpoints = Path(spec.checkpoint.location).expanduser()
     report = run_preflight(spec, file.resolve().parent, checkpoints)
+    diff = _against(against, report.effective, root, store) if against else None
     if json_out:
-        print_json({"ok": report.ok, "checks": [c.model_dump() for c in report.checks]})
+        print_json(
+            {
+                "ok": report.ok,
+                "checks": [c.model_dump() for c in report.checks],
+                **({"against": diff} if diff is not None else {}),
+            }
+        )
     else:
         table = Table(title=f"preflight of {file} ({spec.name})")
         for column in ("check", "verdict", "evidence", "fix"):
@@ -46,5 +63,44 @@ def preflight(
             verdict = f"[{STYLE[check.verdict]}]{check.verdict}[/]"
             table.add_row(check.name, verdict, check.evidence, check.fix)
         console.print(table)
+        if diff is not None:
+            _print_diff(diff)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _against(
+    run_id: str, effective: dict[str, Any], root: Path | None, store: str | None
+) -> dict[str, Any]:
+    from runwright.cli.options import open_store
+    from runwright.events import EventType
+    from runwright.govern.effective import differences, recorded_config
+
+    _, st = open_store(root, store)
+    try:
+        run = st.get_run(run_id)
+        events = st.events(
+            run.run_id, types=[EventType.PREFLIGHT_CHECKED, EventType.WORKER_STARTED]
+        )
+    finally:
+        st.close()
+    found = differences(recorded_config(run, events), effective)
+    return {"run_id": run.run_id, "differences": [d.model_dump(mode="json") for d in found]}
+
+
+def _print_diff(diff: dict[str, Any]) -> None:
+    rows = diff["differences"]
+    breaking = sum(1 for d in rows if d["breaks_reproducibility"])
+    if not rows:
+        console.print(f"same effective configuration as run {diff['run_id']}")
+        return
+    table = Table(
+        title=f"differs from run {diff['run_id']}: {breaking} of {len(rows)} field(s) can change "
+        "what is computed"
+    )
+    for column in ("field", diff["run_id"][:24], "this spec", "breaks reproducibility"):
+        table.add_column(column, overflow="fold")
+    for d in rows:
+        mark = "[bold red]yes[/]" if d["breaks_reproducibility"] else "no"
+        table.add_row(d["field"], str(d["earlier"]), str(d["now"]), mark)
+    console.print(table)

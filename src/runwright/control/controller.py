@@ -333,6 +333,7 @@ class Controller:
             per_step=False,
             ok=report.ok,
             checks=[check.model_dump() for check in report.checks],
+            effective=report.effective,
         )
         return report
 

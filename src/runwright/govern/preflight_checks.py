@@ -35,7 +35,9 @@ import platform
 import shutil
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+
+from pydantic import Field
 
 from runwright.govern.preflight import check_spec, dataset_folder
 from runwright.records import Record
@@ -63,6 +65,8 @@ class PreflightReport(Record):
     """Every check of one spec, in order."""
 
     checks: tuple[Check, ...]
+    effective: dict[str, Any] = Field(default_factory=dict)
+    """The run's effective configuration (govern/effective.py): spec, plan and environment."""
 
     @property
     def failed(self) -> tuple[Check, ...]:
@@ -81,9 +85,13 @@ class PreflightReport(Record):
 def run_preflight(spec: JobSpec, workdir: Path, checkpoints: Path) -> PreflightReport:
     """Every check of `spec`, whose relative paths start at `workdir`; `checkpoints` is the
     local folder its run's checkpoints go to (or would: its nearest existing parent is probed)."""
+    from runwright.govern.effective import effective_config, this_environment
+
     checks = [_spec(spec), *_data(spec, workdir), _memory(spec)]
     checks += [_checkpoint_storage(spec, checkpoints), _environment(spec, workdir)]
-    return PreflightReport(checks=tuple(checks))
+    return PreflightReport(
+        checks=tuple(checks), effective=effective_config(spec, this_environment())
+    )
 
 
 def _spec(spec: JobSpec) -> Check:
@@ -272,8 +280,8 @@ def _checkpoint_storage(spec: JobSpec, folder: Path) -> Check:
 
 def _environment(spec: JobSpec, workdir: Path) -> Check:
     versions = (
-        f"Python {platform.python_version()}, torch {_version('torch')}, "
-        f"runwright {_version('runwright')}"
+        f"Python {platform.python_version()}, torch {package_version('torch')}, "
+        f"runwright {package_version('runwright')}"
     )
     env = spec.environment
     if env.lock_file is None:
@@ -309,7 +317,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _version(package: str) -> str:
+def package_version(package: str) -> str:
     try:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:

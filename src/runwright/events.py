@@ -131,6 +131,10 @@ class EventType(StrEnum):
     """The step guard found a non-finite loss or gradient norm."""
     LOSS_SPIKE = "LOSS_SPIKE"
     """The step guard found a loss above its spike factor times the running mean."""
+    EVALUATED = "EVALUATED"
+    """The model was evaluated on the dataset's eval split after step `step` (eval_loss, tokens,
+    sequences, checkpoint_id: the checkpoint saved at that step, if one was; rank 0, once per
+    generation and step; train/evaluate.py)."""
     TRAINING_COMPLETE = "TRAINING_COMPLETE"
     """The last planned step finished (parameter_digests: sha256 per parameter, tokens_seen).
     Sent by the context's close on rank 0 when the run reached its last step unstopped."""

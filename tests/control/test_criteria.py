@@ -62,6 +62,25 @@ def test_no_improvement_compares_the_last_windows_with_the_best_before():
     assert first_met(spec, {1: 1.0, 2: 1.0, 3: 1.0, 4: 1.0, 5: 1.0}, usage()) is None  # too few
 
 
+def test_no_improvement_on_the_eval_loss_takes_each_evaluation_as_a_window():
+    with pytest.raises(SpecError, match="reads eval_loss, but the run never evaluates"):
+        spec_with({"kind": "no_improvement", "metric": "eval_loss"})
+    spec = spec_from_mapping(
+        {
+            **spec_with().model_dump(mode="json"),
+            "training": {"global_batch_samples": 8, "steps": 4, "eval_every_steps": 10},
+            "governance": {"stop_criteria": [
+                {"kind": "no_improvement", "metric": "eval_loss", "windows": 2}]},
+        }
+    )  # fmt: skip
+    training = {s: 5.0 - s / 100 for s in range(1, 41)}  # the training loss keeps falling
+    evals = {10: 3.0, 20: 2.5, 30: 2.6, 40: 2.55}  # the eval loss stopped at 2.5
+    met = first_met(spec, training, usage(), evals)
+    assert met is not None and "eval_loss of the last 2 evaluations" in met.evidence
+    assert first_met(spec, training, usage(), {**evals, 50: 2.0}) is None
+    assert first_met(spec, training, usage(), None) is None  # no evaluation yet
+
+
 def test_budget_share_needs_its_limit_and_fires_only_short_of_the_target():
     with pytest.raises(SpecError, match=r"budget\.tokens, which is not set"):
         spec_with({"kind": "budget_share", "share": 0.5, "of": "tokens", "unless_loss_below": 1})

@@ -138,3 +138,25 @@ def test_an_empty_chart_says_what_to_report(tmp_path):
     for name, group in layers.items():
         for chart in group:
             assert not chart.empty or chart.empty_hint, (name, chart.title)
+
+
+def test_evaluations_are_charted_beside_the_training_loss():
+    from runwright.govern.layers import charts
+    from runwright.observe.timeline import build_timeline
+    from runwright.store import EventRecord
+
+    def evaluated(step: int, loss: float) -> EventRecord:
+        return EventRecord(
+            seq=step, event_id=f"e{step}", run_id="r", generation=1, type="EVALUATED",
+            step=step, checkpoint_id=f"ck-{step}", time_unix_s=100.0 + step,
+            attributes={"eval_loss": loss, "rank": 0},
+        )  # fmt: skip
+
+    timeline = build_timeline([evaluated(2, 3.5), evaluated(4, 3.1)])
+    assert [(e.step, e.eval_loss, e.checkpoint_id) for e in timeline.evaluations] == [
+        (2, 3.5, "ck-2"), (4, 3.1, "ck-4"),
+    ]  # fmt: skip
+    (loss_chart, _) = charts(timeline, 100.0)[0][1]
+    assert loss_chart.title == "Training loss and eval loss"
+    assert [s.name for s in loss_chart.series] == ["loss", "eval loss"]
+    assert list(loss_chart.series[1].points) == [(2.0, 3.5), (4.0, 3.1)]

@@ -47,12 +47,20 @@ def evaluable(spec: JobSpec) -> list[tuple[int, StopCriterion]]:
 
 
 def first_met(
-    spec: JobSpec, losses: Mapping[int, float], usage: BudgetUsage
+    spec: JobSpec,
+    losses: Mapping[int, float],
+    usage: BudgetUsage,
+    eval_losses: Mapping[int, float] | None = None,
 ) -> CriterionMet | None:
-    """The first of the spec's criteria that `losses` (step -> loss) and `usage` meet."""
-    steps = sorted(losses)
+    """The first of the spec's criteria that `losses` (step -> training loss), `eval_losses`
+    (step -> eval-split loss) and `usage` meet."""
     for index, criterion in evaluable(spec):
-        words = _met(criterion, spec, [losses[s] for s in steps], steps, usage)
+        on_eval = getattr(criterion, "metric", "loss") == "eval_loss"
+        history = (eval_losses or {}) if on_eval else losses
+        steps = sorted(history)
+        if on_eval:  # each evaluation is one window
+            criterion = criterion.model_copy(update={"window_steps": 1})
+        words = _met(criterion, spec, [history[s] for s in steps], steps, usage)
         if words is not None:
             return CriterionMet(index=index, kind=criterion.kind, evidence=words)
     return None
@@ -92,8 +100,9 @@ def _met(
         best_recent = min(means[-recent:])
         if best_recent < best_before - criterion.min_delta:
             return None
+        what = "evaluations" if criterion.metric == "eval_loss" else f"windows of {width} steps"
         return (
-            f"the last {recent} windows of {width} steps averaged at best {best_recent:.4g}, "
+            f"the {criterion.metric} of the last {recent} {what} was at best {best_recent:.4g}, "
             f"not {criterion.min_delta:g} below the earlier best {best_before:.4g} "
             f"(up to step {steps[-1]})"
         )

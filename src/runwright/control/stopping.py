@@ -14,6 +14,7 @@ devices for ever.
 
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from runwright.control.budget import check as check_budget
@@ -49,17 +50,17 @@ class GroupStops:
         self.store = store
         self.journal = journal
         self.logs = logs
-        self._losses: dict[str, dict[int, float]] = {}
-        """run id -> rank 0's training loss by step, for runs with stop criteria (rebuilt from
-        the channel files by a restarted controller's ingest)."""
+        self._losses: dict[str, LossHistory] = {}
+        """run id -> rank 0's training and eval losses by step, for runs with stop criteria
+        (rebuilt from the channel files by a restarted controller's ingest)."""
         self._checked: dict[str, tuple[tuple[int, int], float]] = {}
         """run id -> (the history's size and newest step, monotonic time) at the last
         evaluation of its criteria."""
 
-    def history(self, run_id: str, spec: JobSpec) -> dict[int, float] | None:
-        """The loss history to feed from the run's STEP_HEALTHY messages (`note_loss`); None
-        when its spec has no criterion to evaluate."""
-        return self._losses.setdefault(run_id, {}) if evaluable(spec) else None
+    def history(self, run_id: str, spec: JobSpec) -> "LossHistory | None":
+        """The loss history to feed from the run's STEP_HEALTHY and EVALUATED messages
+        (`note_loss`); None when its spec has no criterion to evaluate."""
+        return self._losses.setdefault(run_id, LossHistory()) if evaluable(spec) else None
 
     def asked_elsewhere(self, run: RunRecord, spec: JobSpec, sup: Supervision) -> None:
         """Hold the group to its grace once a stop request for it is in the run folder."""
@@ -147,23 +148,37 @@ class GroupStops:
     def _criterion_met(self, run_id: str, spec: JobSpec, usage: object) -> CriterionMet | None:
         """The first met criterion, evaluated when a new step arrived, or every
         CRITERIA_SECONDS (a budget share grows with time too), not on every pass."""
-        losses = self._losses.get(run_id)
-        if losses is None:
+        history = self._losses.get(run_id)
+        if history is None:
             return None
-        seen = (len(losses), max(losses, default=0))
+        losses = history.train
+        seen = (len(losses) + len(history.evals), max(losses, default=0))
         last = self._checked.get(run_id)
         now = time.monotonic()
         if last is not None and last[0] == seen and now - last[1] < CRITERIA_SECONDS:
             return None
         self._checked[run_id] = (seen, now)
-        return first_met(spec, losses, usage)  # type: ignore[arg-type]
+        return first_met(spec, losses, usage, history.evals)  # type: ignore[arg-type]
 
 
-def note_loss(losses: dict[int, float], message: ChannelMessage) -> None:
-    """Rank 0's loss of a healthy step into a run's history (a replayed step replaces it),
-    keeping at most MAX_HISTORY_STEPS steps."""
-    loss = message.attributes.get("loss")
-    if message.type != EventType.STEP_HEALTHY or message.rank != 0 or message.step is None:
+@dataclass
+class LossHistory:
+    """Rank 0's losses by step: training (STEP_HEALTHY `loss`) and eval split (EVALUATED)."""
+
+    train: dict[int, float] = field(default_factory=dict)
+    evals: dict[int, float] = field(default_factory=dict)
+
+
+def note_loss(history: LossHistory, message: ChannelMessage) -> None:
+    """Rank 0's loss of a healthy step, or an evaluation's, into a run's history (a replayed
+    step replaces it), keeping at most MAX_HISTORY_STEPS steps of each."""
+    if message.type == EventType.STEP_HEALTHY:
+        losses, loss = history.train, message.attributes.get("loss")
+    elif message.type == EventType.EVALUATED:
+        losses, loss = history.evals, message.attributes.get("eval_loss")
+    else:
+        return
+    if message.rank != 0 or message.step is None:
         return
     if isinstance(loss, bool) or not isinstance(loss, int | float) or not math.isfinite(loss):
         return

@@ -45,7 +45,7 @@ def _max_straggler(p: StepPoint) -> float | None:
 
 def charts(timeline: Timeline, t0: float) -> list[tuple[str, list[Chart]]]:
     """The four signal layers of seed 004, each a list of charts sharing the x axis."""
-    s = timeline.steps
+    s, evals = timeline.steps, timeline.evaluations
     rank_lines: list[Series] = []
     if len(timeline.ranks) <= MAX_RANK_LINES:
         for i, rank in enumerate(timeline.ranks):
@@ -65,9 +65,23 @@ def charts(timeline: Timeline, t0: float) -> list[tuple[str, list[Chart]]]:
             "Loss layer",
             [
                 Chart(
-                    "Training loss",
+                    "Training loss" + (" and eval loss" if evals else ""),
                     "loss",
-                    [_series("loss", s, lambda p: p.loss, t0, PALETTE[0])],
+                    [
+                        _series("loss", s, lambda p: p.loss, t0, PALETTE[0]),
+                        *(
+                            [
+                                Series(
+                                    "eval loss",
+                                    [(e.time_unix_s - t0, e.eval_loss) for e in evals],
+                                    PALETTE[1],
+                                    dashed=True,
+                                )
+                            ]
+                            if evals
+                            else []
+                        ),
+                    ],
                     y_min_zero=False,
                     empty_hint="report it with ctx.step_healthy(step, loss=...)",
                 ),

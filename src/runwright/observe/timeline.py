@@ -109,6 +109,16 @@ class Marker(Record):
     """Step it refers to, when it has one."""
 
 
+class Evaluation(Record):
+    """One evaluation on the eval split (EVALUATED)."""
+
+    time_unix_s: float
+    generation: int
+    step: int
+    eval_loss: float
+    checkpoint_id: str | None = None
+
+
 class Timeline(Record):
     """A run on one time axis."""
 
@@ -118,6 +128,8 @@ class Timeline(Record):
     """Markers in time order."""
     ranks: list[int] = Field(default_factory=list)
     """Every rank that reported a step."""
+    evaluations: list[Evaluation] = Field(default_factory=list)
+    """Eval-split losses in time order."""
 
 
 def number(attributes: Mapping[str, Any], key: str) -> float | None:
@@ -258,4 +270,15 @@ def build_timeline(events: Iterable[Event]) -> Timeline:
     events = list(events)
     points = step_points(events)
     ranks = sorted({rank for p in points for rank in p.rank_step_seconds})
-    return Timeline(steps=points, markers=markers(events), ranks=ranks)
+    evaluations = [
+        Evaluation(
+            time_unix_s=e.time_unix_s,
+            generation=e.generation,
+            step=int(e.step or 0),
+            eval_loss=loss,
+            checkpoint_id=e.checkpoint_id,
+        )
+        for e in events
+        if e.type == EventType.EVALUATED and (loss := number(e.attributes, "eval_loss")) is not None
+    ]
+    return Timeline(steps=points, markers=markers(events), ranks=ranks, evaluations=evaluations)

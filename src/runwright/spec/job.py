@@ -64,6 +64,13 @@ class JobSpec(Section):
     @model_validator(mode="after")
     def _budget_shares_name_a_limit(self) -> "JobSpec":
         for i, criterion in enumerate(self.governance.stop_criteria):
+            if getattr(criterion, "metric", None) == "eval_loss" and (
+                self.training.eval_every_steps is None
+            ):
+                raise ValueError(
+                    f"governance.stop_criteria[{i}] reads eval_loss, but the run never "
+                    "evaluates: set training.eval_every_steps"
+                )
             of = getattr(criterion, "of", None)
             if of is not None and getattr(self.budget, of) is None:
                 raise ValueError(

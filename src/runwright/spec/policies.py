@@ -198,10 +198,13 @@ class LossAbove(Section):
 
 
 class NoImprovement(Section):
-    """Stop when the training loss, averaged per window of `window_steps` steps, has not come
-    `min_delta` below its best earlier window in the last `windows` windows (a plateau)."""
+    """Stop when the loss has not come `min_delta` below its best earlier window in the last
+    `windows` windows (a plateau). `metric: loss` averages the training loss per window of
+    `window_steps` steps; `metric: eval_loss` takes each evaluation on the eval split
+    (training.eval_every_steps) as one window."""
 
     kind: Literal["no_improvement"]
+    metric: Literal["loss", "eval_loss"] = "loss"
     window_steps: PositiveInt = Field(default=50, le=limits.MAX_STEPS)
     windows: PositiveInt = Field(default=3, le=1000)
     min_delta: float = Field(default=0.0, ge=0.0)

@@ -217,6 +217,11 @@ class TrainingSpec(Section):
     """Seed of model initialisation and dropout."""
     log_every_steps: PositiveInt = Field(default=1, le=limits.MAX_STEPS)
     """How often ranks report step metrics."""
+    eval_every_steps: PositiveInt | None = Field(default=None, le=limits.MAX_STEPS)
+    """The reference trainer evaluates on the dataset's eval split every K steps, after the
+    step's checkpoint save (EVALUATED names that checkpoint); None: never."""
+    eval_sequences: PositiveInt = Field(default=32, le=1_000_000)
+    """Rows of sequence_length + 1 eval tokens each evaluation reads (the same rows every time)."""
 
     @model_validator(mode="after")
     def _one_batch_and_one_length(self) -> "TrainingSpec":

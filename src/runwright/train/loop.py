@@ -1,8 +1,9 @@
 """The reference training loop. Reads top to bottom like nanoGPT; uses only public runwright APIs:
 the run context and step loop (runwright.runtime), the loader (runwright.data) and the
-checkpointer (runwright.ckpt). It sends no event by hand: the library reports what recovery and
-the report read (the loader its dataset and mixture, the checkpointer the restored step, the
-context's close the final parameter digests), exactly as for any script.
+checkpointer (runwright.ckpt). The library reports what recovery and the report read (the loader
+its dataset and mixture, the checkpointer the restored step, the context's close the final
+parameter digests), exactly as for any script; the one event sent here is EVALUATED, the loss on
+the dataset's eval split every `training.eval_every_steps` (train/evaluate.py).
 
     torchrun --nproc-per-node 2 -m runwright.train            # under runwright submit
     torchrun --nproc-per-node 2 -m runwright.train --spec S   # plain torchrun
@@ -22,6 +23,8 @@ from torch.nn.parallel import DistributedDataParallel
 import runwright
 from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
 from runwright.data import DataLoader
+from runwright.events import EventType
+from runwright.train.evaluate import eval_rows, evaluate
 from runwright.train.model import GPT
 from runwright.train.schedule import lr_multiplier
 
@@ -118,6 +121,22 @@ def main(argv: list[str] | None = None) -> int:
     restored = ckpt.restore(state)
     step = restored.step if restored else 0
 
+    # -- the eval set (train/evaluate.py): the same rows at every evaluation ------------------
+    every = spec.training.eval_every_steps
+    eval_set = (
+        eval_rows(
+            str(loader.dataset.folder),
+            spec.data.sequence_length,
+            spec.training.eval_sequences,
+            ctx.rank,
+            dp,
+        )
+        if every
+        else None
+    )
+    if every and eval_set is None and ctx.rank == 0:
+        print("training.eval_every_steps is set but the dataset has no eval split: no evaluation")
+
     # -- train ---------------------------------------------------------------------------------
     batches = iter(loader)
     saved_step = step
@@ -189,6 +208,19 @@ def main(argv: list[str] | None = None) -> int:
             saved = ckpt.maybe_save(step, state, loss=float(loss_sum), health=HealthVerdict.HEALTHY)
             if saved is not None and saved.status is not SaveStatus.FAILED:
                 saved_step = step
+        if eval_set is not None and every and step % every == 0:
+            eval_loss, predicted = evaluate(model, eval_set, micro, device)
+            if ctx.rank == 0:
+                bound = saved.checkpoint_id if saved is not None and saved_step == step else None
+                ctx.report(
+                    EventType.EVALUATED,
+                    key=f"eval-{step}",
+                    step=step,
+                    checkpoint_id=bound,
+                    eval_loss=eval_loss,
+                    tokens=predicted,
+                    sequences=spec.training.eval_sequences,
+                )
         if args.step_sleep:
             time.sleep(args.step_sleep)
 

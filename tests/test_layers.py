@@ -80,8 +80,15 @@ IMPORTS = [imp for path in sorted(SRC.rglob("*.py")) for imp in _imports_of(path
 
 def _public_names(package: str) -> set[str]:
     """`__all__` of runwright/<package>/__init__.py, read from the source: a literal list, or
-    `sorted(NAME)` of a literal mapping NAME (a package that imports its names lazily)."""
+    `sorted(NAME)` of a literal mapping NAME (a package that imports its names lazily). A
+    bottom module (`events.py`) publishes its public top-level names."""
     init = SRC / package / "__init__.py"
+    if not init.exists() and (SRC / f"{package}.py").is_file():
+        tree = ast.parse((SRC / f"{package}.py").read_text())
+        defined = {
+            node.name for node in tree.body if isinstance(node, ast.ClassDef | ast.FunctionDef)
+        }
+        return {name for name in defined if not name.startswith("_")}
     literals: dict[str, object] = {}
     for node in ast.parse(init.read_text()).body:
         if not isinstance(node, ast.Assign | ast.AnnAssign):

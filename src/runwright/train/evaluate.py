@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from runwright.data.format.dataset import open_dataset
+from runwright.data import open_dataset
 
 
 def eval_rows(

@@ -28,7 +28,6 @@ collective across the allocated nodes (the ranks' own first step is that check t
 """
 
 import contextlib
-import hashlib
 import importlib.metadata
 import os
 import platform
@@ -39,6 +38,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from runwright.data.format.dataset import file_sha256
 from runwright.govern.preflight import check_spec, dataset_folder
 from runwright.records import Record
 from runwright.spec import JobSpec
@@ -155,7 +155,7 @@ def _sampled_verify(folder: Path) -> list[Check]:
     seconds = max(time.perf_counter() - began, 1e-9)
     tokenizer = folder / manifest.tokenizer.file
     try:
-        if _sha256(tokenizer) != manifest.tokenizer.sha256:
+        if file_sha256(tokenizer) != manifest.tokenizer.sha256:
             problems.append(f"{manifest.tokenizer.file}: sha256 differs from the manifest")
     except OSError as exc:
         problems.append(f"{manifest.tokenizer.file}: cannot be read ({exc.strerror or exc})")
@@ -292,7 +292,7 @@ def _environment(spec: JobSpec, workdir: Path) -> Check:
     path = Path(env.lock_file).expanduser()
     path = path if path.is_absolute() else workdir / path
     try:
-        digest = _sha256(path)
+        digest = file_sha256(path)
     except OSError as exc:
         return Check(
             name="environment", verdict="fail",
@@ -307,14 +307,6 @@ def _environment(spec: JobSpec, workdir: Path) -> Check:
             "hash if the change is meant",
         )  # fmt: skip
     return Check(name="environment", verdict="pass", evidence=f"{versions}; {path} matches")
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def package_version(package: str) -> str:

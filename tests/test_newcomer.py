@@ -28,6 +28,7 @@ COVERED_ELSEWHERE = {
     "preflight": "tests/govern/test_preflight_checks.py",
     "lineage": "tests/govern/test_lineage.py",
     "postmortem": "tests/govern/test_postmortem.py",
+    "release": "tests/govern/test_release.py, tests/server/test_releases.py",
 }
 
 

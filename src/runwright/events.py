@@ -113,6 +113,15 @@ class EventType(StrEnum):
     """A worker wrote a message of a newer protocol than the controller's; the controller stops
     reading that channel file there and says so (path, error)."""
 
+    # -- governance: the model registry (govern/release.py) --------------------------------------
+    RELEASE_CHECKED = "RELEASE_CHECKED"
+    """The gates of a release of one of the run's checkpoints ran (release_id, name, version,
+    status: BLOCKED or AWAITING_APPROVAL, failed: the failed gates' names, requested_by,
+    checkpoint_id and step); written into the run's log after the fact, by whoever asked."""
+    RELEASE_DECIDED = "RELEASE_DECIDED"
+    """A person decided a release (release_id, name, version, status: RELEASED, REJECTED, or
+    BLOCKED when the export had changed since its gates, by, note)."""
+
     # -- a worker: runwright.init(), the step loop and the context's close ----------------------
     WORKER_STARTED = "WORKER_STARTED"
     """A rank joined its generation (pid, host, local_rank, node, group_rank, python/torch

@@ -11,6 +11,7 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 <root>/datasets/recipes/                 recipes kept beside the datasets they built (the demo's)
 <root>/datasets/.work/<recipe_key>/      a build in progress: finished partitions, markers
 <root>/local/<run_id>/                   a run started without the control plane (plain torchrun)
+<root>/releases/<project>/<model>/v<N>/ a release's export, gated (govern/release.py)
 <root>/runs/<run_id>/                    one run, laid out as follows (RunPaths)
   spec.json                              the submitted spec, canonical JSON
   controller.log                         the detached controller's output (submit --detach)
@@ -130,6 +131,11 @@ def recipes_dir(root: Path) -> Path:
 
 def runs_dir(root: Path) -> Path:
     return root / "runs"
+
+
+def release_dir(root: Path, project: str, name: str, version: int | str) -> Path:
+    """The export of version `version` of model `name` in `project` (the model registry's)."""
+    return root / "releases" / project / name / f"v{version}"
 
 
 @dataclass(frozen=True)

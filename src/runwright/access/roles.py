@@ -45,11 +45,13 @@ class Permission(StrEnum):
     CANCEL_ANY = "cancel_any"
     """Cancel any run of the project (an operator intervention)."""
     MANAGE_CHECKPOINTS = "manage_checkpoints"
-    """Remove checkpoint residue (gc) and export checkpoints."""
+    """Remove checkpoint residue (gc), export checkpoints and request releases."""
     READ_SAMPLE_TEXT = "read_sample_text"
     """See free text from the workers (failure messages, log tails): it may quote training data."""
     READ_AUDIT = "read_audit"
     """Read the project's audit log."""
+    APPROVE_RELEASE = "approve_release"
+    """Approve or reject a release whose gates passed (someone else's, through the server)."""
     MANAGE_MEMBERS = "manage_members"
     """Grant and remove roles in the project; make and revoke tokens of its members."""
 
@@ -62,6 +64,7 @@ LEAST_ROLE: dict[Permission, Role] = {
     Permission.MANAGE_CHECKPOINTS: Role.OPERATOR,
     Permission.READ_SAMPLE_TEXT: Role.OPERATOR,
     Permission.READ_AUDIT: Role.OPERATOR,
+    Permission.APPROVE_RELEASE: Role.ADMIN,
     Permission.MANAGE_MEMBERS: Role.ADMIN,
 }
 """The least role holding each permission (the roles table of docs/server.md)."""

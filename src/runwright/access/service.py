@@ -1,14 +1,15 @@
 """`Access`: every action of both faces, for one actor on one store and root."""
 
 from runwright.access.admin import AdminActions
+from runwright.access.releases import ReleaseActions
 from runwright.access.runs import RunActions
 from runwright.access.storage import StorageActions
 
 
-class Access(RunActions, StorageActions, AdminActions):
-    """Runs, datasets, checkpoints, tokens, roles and the audit log, as one actor may use them.
-    The server builds one per request (its actor from the token), a CLI on the store one per
-    command (`local_actor()`)."""
+class Access(RunActions, StorageActions, ReleaseActions, AdminActions):
+    """Runs, datasets, checkpoints, releases, tokens, roles and the audit log, as one actor may
+    use them. The server builds one per request (its actor from the token), a CLI on the store
+    one per command (`local_actor()`)."""
 
     remote = False
     """The CLI's seam (cli/backend.py): this one works on the store itself."""

@@ -194,7 +194,7 @@ def _check_tokenizer(
     return sha
 
 
-def _read_weights(
+def read_weights(
     storage: CheckpointStorage, checkpoint: CommittedCheckpoint
 ) -> dict[str, torch.Tensor]:
     """The checkpoint's model tensors, runwright's names without the `model.` prefix."""
@@ -260,7 +260,7 @@ def export_model(
         raise CheckpointCorruptError(
             f"not exporting {checkpoint.folder}: {report.summary()}. Export an older checkpoint."
         )
-    weights = _read_weights(storage, checkpoint)
+    weights = read_weights(storage, checkpoint)
     if fmt is ExportFormat.HF_GPT2:
         assert source.model is not None  # _mapping_problems refused a source without one
         positions = source.n_positions or weights["wpe.weight"].shape[0]

@@ -37,7 +37,7 @@ def dataset(
         return
     label = f" ({found.name})" if found.name else ""
     table = Table(title=f"runs that trained on dataset {found.dataset_id[:16]}{label}")
-    for column in ("run", "project", "state", "tokenizer", "checkpoints"):
+    for column in ("run", "project", "state", "tokenizer", "checkpoints", "releases"):
         table.add_column(column, overflow="fold")
     for run in found.runs:
         kept = [c for c in run.checkpoints if c.status != "DELETED"]
@@ -48,6 +48,7 @@ def dataset(
             (run.tokenizer_hash or "-")[:16],
             f"{len(run.checkpoints)} ({len(kept)} kept): "
             + ", ".join(f"{c.checkpoint_id[:12]}@{c.step}" for c in run.checkpoints),
+            ", ".join(f"{r.name} v{r.version} ({r.status})" for r in run.releases) or "-",
         )
     console.print(table)
     if not found.runs:
@@ -87,3 +88,8 @@ def checkpoint(
         console.print("dataset: none reported (synthetic data, or a run before lineage)")
     chain = " <- ".join(p[:12] for p in trace.parents) or "none (the run's first checkpoint)"
     console.print(f"parents: {chain}")
+    for release in trace.releases:
+        console.print(
+            f"release: {release.name} v{release.version} ({release.status}) "
+            f"{release.release_id} at {release.export_path}"
+        )

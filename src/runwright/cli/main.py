@@ -73,6 +73,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "cost, and a template for the cause and the follow-ups (postmortem.json and "
         "postmortem.html).",
     ),
+    "release": (
+        "release",
+        "Release a checkpoint through gates into the model registry, and approve it.",
+    ),
     "preflight": (
         "preflight",
         "Check a spec before it runs: named checks with a verdict, the evidence and the fix.",

@@ -23,6 +23,8 @@ from runwright.spec import JobSpec
 TOKEN_ENV = "RUNWRIGHT_TOKEN"
 TIMEOUT_SECONDS = 60.0
 """A request's connect/read timeout; verifying a large checkpoint can take a while."""
+RELEASE_TIMEOUT_S = 1800.0
+"""A release request's read timeout: the server exports, loads and evaluates the model."""
 RECONNECTS = 5
 """How often a broken event stream is resumed (Last-Event-ID) before giving up."""
 
@@ -268,6 +270,37 @@ class RemoteBackend:
             "format": format,
         }
         return self._call("POST", f"/v1/runs/{_segment(target)}/checkpoints/export", json=body)
+
+    # -- the model registry ---------------------------------------------------------------------
+
+    def release_request(
+        self,
+        target: str,
+        checkpoint: str = "latest",
+        name: str | None = None,
+        format: str = "auto",
+        limits: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body = {"checkpoint": checkpoint, "name": name, "format": format, **(limits or {})}
+        # The gates export, load and evaluate the model on the server: minutes for a big one.
+        return self._call(
+            "POST", f"/v1/runs/{_segment(target)}/releases", json=body, timeout=RELEASE_TIMEOUT_S
+        )
+
+    def release_decide(
+        self, release_id: str, approve: bool, note: str | None = None
+    ) -> dict[str, Any]:
+        verb = "approve" if approve else "reject"
+        path = f"/v1/releases/{_segment(release_id)}/{verb}"
+        # Approving hashes the export again.
+        return self._call("POST", path, json={"note": note}, timeout=RELEASE_TIMEOUT_S)
+
+    def release_list(self, name: str | None = None, run: str | None = None) -> list[dict]:
+        params = {k: v for k, v in (("name", name), ("run", run)) if v is not None}
+        return self._call("GET", "/v1/releases", params=params)
+
+    def release_show(self, release_id: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/releases/{_segment(release_id)}")
 
     # -- identity and access ---------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ and tokenizer the run trained on, and its chain of parents back to the run's fir
 
 from pathlib import Path
 
+from pydantic import Field
+
 from runwright.errors import RunwrightError
 from runwright.events import EventType
 from runwright.govern.evidence import CodeVersion, checkpoint_lineage, code_version
@@ -32,6 +34,18 @@ class CheckpointUse(Record):
     path: str
 
 
+class ReleaseUse(Record):
+    """A release of one of the run's checkpoints in the model registry (store/releases.py):
+    what a withdrawal of the data must also reach."""
+
+    release_id: str
+    name: str
+    version: int
+    status: str
+    checkpoint_id: str
+    export_path: str
+
+
 class RunUse(Record):
     """One run that trained on the dataset, and the checkpoints it wrote."""
 
@@ -42,6 +56,7 @@ class RunUse(Record):
     tokenizer_hash: str | None
     first_generation: int
     checkpoints: list[CheckpointUse]
+    releases: list[ReleaseUse] = Field(default_factory=list)
 
 
 class DatasetLineage(Record):
@@ -65,6 +80,8 @@ class CheckpointTrace(Record):
     datasets: list[RunInput]
     parents: list[str]
     """Its parent, the parent's parent, ... back to the run's first checkpoint."""
+    releases: list[ReleaseUse] = Field(default_factory=list)
+    """Its releases in the model registry."""
 
 
 def resolve_dataset(store: Store, given: str) -> str:
@@ -114,6 +131,7 @@ def dataset_lineage(store: Store, given: str) -> DatasetLineage:
                     )
                     for c in store.checkpoints.list(run.run_id)
                 ],
+                releases=_releases(store, run.run_id),
             )
         )
     return DatasetLineage(
@@ -122,6 +140,20 @@ def dataset_lineage(store: Store, given: str) -> DatasetLineage:
         path=row.path if row else None,
         runs=runs,
     )
+
+
+def _releases(store: Store, run_id: str) -> list[ReleaseUse]:
+    return [
+        ReleaseUse(
+            release_id=r.release_id,
+            name=r.name,
+            version=r.version,
+            status=r.status.value,
+            checkpoint_id=r.checkpoint_id,
+            export_path=r.export_path,
+        )
+        for r in store.releases.find(run_ids=[run_id])
+    ]
 
 
 def checkpoint_trace(store: Store, given: str) -> CheckpointTrace:
@@ -162,4 +194,5 @@ def checkpoint_trace(store: Store, given: str) -> CheckpointTrace:
         code=code_version(run, run.spec),
         datasets=store.inputs.of_run(run.run_id),
         parents=parents,
+        releases=[r for r in _releases(store, run.run_id) if r.checkpoint_id == row.checkpoint_id],
     )

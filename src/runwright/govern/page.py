@@ -340,7 +340,8 @@ def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, Any, str]]:
 
 
 def _governance(report: "RunReport") -> list[str]:
-    """Owner and hypothesis, the stop criteria with their outcome, the preflight checks."""
+    """Owner and hypothesis, the stop criteria with their outcome, the preflight checks, the
+    releases."""
     g = report.governance
     if g is None:
         return []
@@ -364,4 +365,20 @@ def _governance(report: "RunReport") -> list[str]:
                 for c in g.preflight
             ],
         ),
+        table(
+            ["release", "model", "checkpoint", "status", "failed gates", "decided by"],
+            [
+                (
+                    r.release_id,
+                    f"{r.name} v{r.version}",
+                    f"{(r.checkpoint_id or '-')[:12]} @ {r.step}",
+                    r.status,
+                    ", ".join(r.failed) or "-",
+                    r.decided_by or "-",
+                )
+                for r in g.releases
+            ],
+        )
+        if g.releases
+        else '<p class="sub">no releases (`runwright release create RUN`)</p>',
     ]

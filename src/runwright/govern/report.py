@@ -106,8 +106,24 @@ class CriterionOutcome(Record):
     """The figures that met it (STOP_CRITERION_MET)."""
 
 
+class ReleaseOutcome(Record):
+    """A release of one of the run's checkpoints (RELEASE_CHECKED, then RELEASE_DECIDED)."""
+
+    release_id: str
+    name: str
+    version: int
+    step: int | None
+    checkpoint_id: str | None
+    status: str
+    """The latest: BLOCKED, AWAITING_APPROVAL, RELEASED or REJECTED."""
+    failed: list[str] = Field(default_factory=list)
+    """The gates that failed."""
+    decided_by: str | None = None
+
+
 class Governance(Record):
-    """Who owns the run, why it exists, its stop criteria and their outcome, its preflight."""
+    """Who owns the run, why it exists, its stop criteria and their outcome, its preflight,
+    its releases."""
 
     owner: str
     hypothesis: str
@@ -116,6 +132,7 @@ class Governance(Record):
     """None: the run was accepted before preflight existed."""
     preflight: list[dict[str, Any]] = Field(default_factory=list)
     """The PREFLIGHT_CHECKED checks: name, verdict, evidence, fix."""
+    releases: list[ReleaseOutcome] = Field(default_factory=list)
 
 
 def governance(spec: dict[str, Any], events: list[EventRecord]) -> Governance:
@@ -135,12 +152,30 @@ def governance(spec: dict[str, Any], events: list[EventRecord]) -> Governance:
         for i, c in enumerate(section.get("stop_criteria") or [])
     ]
     checked = [e for e in events if e.type == EventType.PREFLIGHT_CHECKED]
+    releases: dict[str, ReleaseOutcome] = {}
+    for e in events:
+        if e.type not in (EventType.RELEASE_CHECKED, EventType.RELEASE_DECIDED):
+            continue
+        a = e.attributes
+        release_id = str(a.get("release_id"))
+        before = releases.get(release_id)
+        releases[release_id] = ReleaseOutcome(
+            release_id=release_id,
+            name=str(a.get("name")),
+            version=int(a.get("version") or 0),
+            step=e.step,
+            checkpoint_id=e.checkpoint_id,
+            status=str(a.get("status")),
+            failed=list(a.get("failed") or (before.failed if before else [])),
+            decided_by=a.get("by"),
+        )
     return Governance(
         owner=str(section.get("owner", "unknown")),
         hypothesis=str(section.get("hypothesis", "")),
         stop_criteria=outcomes,
         preflight_ok=bool(checked[-1].attributes.get("ok")) if checked else None,
         preflight=list(checked[-1].attributes.get("checks") or []) if checked else [],
+        releases=list(releases.values()),
     )
 
 

@@ -79,6 +79,34 @@ class ExportRequest(Record):
     """The export layout (`ckpt export --format`)."""
 
 
+class ReleaseRequest(Record):
+    """POST /v1/runs/{run_id}/releases (`runwright release create`'s options)."""
+
+    checkpoint: str = Field(default="latest", max_length=200)
+    """Folder, id, step or `latest`."""
+    name: str | None = Field(default=None, max_length=100)
+    """The model's name in the registry (default: the run's)."""
+    format: Literal["auto", "hf-gpt2", "runwright"] = "auto"
+    """The export layout."""
+    output_tolerance: float = Field(default=1e-4, ge=0, allow_inf_nan=False)
+    """Largest |logit difference| from the training model allowed for hf-gpt2."""
+    eval_tolerance: float = Field(default=1e-3, ge=0, allow_inf_nan=False)
+    """Largest relative difference of the eval loss from the run's own."""
+    max_load_seconds: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    """Fail the resources gate past this load time."""
+    max_load_memory_bytes: int | None = Field(default=None, gt=0)
+    """Fail the resources gate past this peak memory while loading."""
+
+
+class DecisionRequest(Record):
+    """POST /v1/releases/{release_id}/approve or /reject."""
+
+    note: str | None = Field(default=None, max_length=2000)
+    """Why, for the record."""
+
+    _text = field_validator("note")(_plain_text)
+
+
 class TokenRequest(Record):
     """POST /v1/tokens."""
 

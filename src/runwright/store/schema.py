@@ -146,3 +146,32 @@ run_inputs = sa.Table(
     sa.Column("recorded_unix_s", sa.Float, nullable=False),
     sa.Index("ix_run_inputs_dataset_id", "dataset_id"),
 )
+
+model_releases = sa.Table(
+    "model_releases",
+    metadata,
+    # The model registry (store/releases.py): one row per release request of a checkpoint's
+    # export, with the gates it passed or failed, its lineage and who decided it.
+    sa.Column("release_id", sa.String(64), primary_key=True),
+    sa.Column("project", sa.String(100), nullable=False),
+    sa.Column("name", sa.String(200), nullable=False),
+    # Numbered per (project, name) from 1, in request order; never reused.
+    sa.Column("version", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.String(64), sa.ForeignKey("runs.run_id"), nullable=False),
+    sa.Column("checkpoint_id", sa.String(64), nullable=False),
+    sa.Column("step", sa.Integer, nullable=False),
+    sa.Column("export_path", sa.Text, nullable=False),
+    sa.Column("format", sa.String(16), nullable=False),
+    # sha256 of the export's release.json, whose file list hashes every other file.
+    sa.Column("release_sha256", sa.String(64)),
+    sa.Column("status", sa.String(24), nullable=False),
+    sa.Column("gates", sa.JSON, nullable=False),
+    sa.Column("lineage", sa.JSON, nullable=False),
+    sa.Column("requested_by", sa.String(200), nullable=False),
+    sa.Column("requested_unix_s", sa.Float, nullable=False),
+    sa.Column("decided_by", sa.String(200)),
+    sa.Column("decided_unix_s", sa.Float),
+    sa.Column("decision_note", sa.Text),
+    sa.UniqueConstraint("project", "name", "version", name="uq_model_releases_version"),
+    sa.Index("ix_model_releases_run_id", "run_id"),
+)

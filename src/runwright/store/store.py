@@ -32,6 +32,7 @@ from runwright.store.records import (
     RunRecord,
     WriteResult,
 )
+from runwright.store.releases import ModelReleases
 from runwright.store.schema import attempts, events, runs
 
 DEFAULT_PROJECT = "default"
@@ -60,6 +61,7 @@ class Store:
         self._lease: ContextVar[LeaseToken | None] = ContextVar(f"lease-{id(self)}", default=None)
         self.locks = StoreLocks(self)
         self.inputs = RunInputs(self)
+        self.releases = ModelReleases(self)
         self._lock: ContextVar[LockToken | None] = ContextVar(f"lock-{id(self)}", default=None)
 
     @classmethod

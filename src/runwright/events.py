@@ -148,6 +148,11 @@ class EventType(StrEnum):
     """The last planned step finished (parameter_digests: sha256 per parameter, tokens_seen).
     Sent by the context's close on rank 0 when the run reached its last step unstopped."""
 
+    COLLECTIVE_CHECKED = "COLLECTIVE_CHECKED"
+    """The collective preflight right after the process group formed (runtime/collectives.py):
+    ok, backend, world_size, barrier_seconds, all_reduce_seconds (rank 0); or ok false with the
+    error and, from rank 0, missing_ranks: those that did not reach the barrier."""
+
     # -- a worker: the data loader ---------------------------------------------------------------
     DATA_STAGE_READY = "DATA_STAGE_READY"
     """The loader opened its dataset (dataset_id, tokenizer_hash, algorithm versions)."""

@@ -141,6 +141,9 @@ def test_a_good_checkpoint_passes_every_gate_and_is_released_once_approved(train
     shown = {r.release_id: r for r in report.governance.releases}
     assert (shown[row.release_id].status, shown[row.release_id].name) == ("RELEASED", "tiny")
     assert row.release_id in render_page(report, timeline)
+    # The trainer's collective preflight passed before its first step, and the report says so.
+    (collective,) = [c for c in report.governance.preflight if c["name"].startswith("collective")]
+    assert collective["verdict"] == "pass" and "2 ranks over gloo" in collective["evidence"]
 
 
 def test_the_runwright_layout_is_bitwise_the_training_model(trained):

@@ -54,7 +54,8 @@ PATTERNS: list[tuple[FailureClass, re.Pattern[str]]] = [
     (
         FailureClass.INFRASTRUCTURE,
         re.compile(
-            r"RendezvousError|DistNetworkError|DistStoreError|Address already in use|"
+            r"RendezvousError|DistNetworkError|DistStoreError|CollectiveCheckError|"
+            r"Address already in use|"
             r"Connection reset by peer|Broken pipe|Gloo.*(timeout|connect)",
             re.I,
         ),

@@ -135,6 +135,38 @@ class Governance(Record):
     releases: list[ReleaseOutcome] = Field(default_factory=list)
 
 
+def _collective_checks(events: list[EventRecord]) -> list[dict[str, Any]]:
+    """The workers' collective preflight (COLLECTIVE_CHECKED), one row per generation: its
+    failure if a rank saw one, else rank 0's pass."""
+    by_generation: dict[int, EventRecord] = {}
+    for e in events:
+        if e.type != EventType.COLLECTIVE_CHECKED:
+            continue
+        kept = by_generation.get(e.generation)
+        if kept is None or (kept.attributes.get("ok") and not e.attributes.get("ok")):
+            by_generation[e.generation] = e
+    rows = []
+    for generation, e in sorted(by_generation.items()):
+        a = e.attributes
+        if a.get("ok"):
+            evidence = (
+                f"{a.get('world_size')} ranks over {a.get('backend')}: barrier "
+                f"{float(a.get('barrier_seconds') or 0):.3f} s, all-reduce "
+                f"{float(a.get('all_reduce_seconds') or 0):.3f} s"
+            )
+        else:
+            evidence = str(a.get("error"))
+        rows.append(
+            {
+                "name": f"collective (generation {generation})",
+                "verdict": "pass" if a.get("ok") else "fail",
+                "evidence": evidence,
+                "fix": "" if a.get("ok") else "check the named ranks' nodes and network",
+            }
+        )
+    return rows
+
+
 def governance(spec: dict[str, Any], events: list[EventRecord]) -> Governance:
     section = spec.get("governance") or {}
     met = {
@@ -174,7 +206,8 @@ def governance(spec: dict[str, Any], events: list[EventRecord]) -> Governance:
         hypothesis=str(section.get("hypothesis", "")),
         stop_criteria=outcomes,
         preflight_ok=bool(checked[-1].attributes.get("ok")) if checked else None,
-        preflight=list(checked[-1].attributes.get("checks") or []) if checked else [],
+        preflight=(list(checked[-1].attributes.get("checks") or []) if checked else [])
+        + _collective_checks(events),
         releases=list(releases.values()),
     )
 

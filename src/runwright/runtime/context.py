@@ -189,6 +189,14 @@ class RunContext:
         self._checkpointers.append(checkpointer)
         return checkpointer
 
+    def check_collectives(self, timeout_seconds: float | None = None) -> dict[str, Any]:
+        """The collective preflight (runtime/collectives.py): call once right after
+        `init_process_group`; raises `CollectiveCheckError` naming the ranks that did not arrive.
+        The timeout defaults to the spec's `recovery.progress_timeout_seconds`."""
+        from runwright.runtime.collectives import check_collectives
+
+        return check_collectives(self, timeout_seconds)
+
     def step_loop(
         self, start_step: int, total_steps: int, spike_factor: float | None = None
     ) -> StepLoop:

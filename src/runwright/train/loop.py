@@ -69,6 +69,9 @@ def main(argv: list[str] | None = None) -> int:
     if cuda:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if cuda else "gloo")
+    # Before any data or model work: every rank reaches every other, or the ranks that cannot
+    # are named (a preflight check, issue 17).
+    ctx.check_collectives()
     if spec.reproducibility.level == "bitwise":
         torch.use_deterministic_algorithms(True)
     dp, micro = int(plan.dp.value), int(plan.micro_batch_size.value)

@@ -105,6 +105,15 @@ class EventType(StrEnum):
     """A budget crossed its warning share."""
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     """A budget ran out; the run is stopped with a final checkpoint."""
+    ALERT_FIRED = "ALERT_FIRED"
+    """An alert rule's condition held (control/alerts.py): alert_id (the rule and what it is
+    about, e.g. `straggler:rank3`; one open alert per id), rule, severity (info, warning,
+    critical), owner, summary in words, evidence (the figures), action (none, notify, pause,
+    stop, rollback) and action_result, exit (the condition that clears it); rank and host when
+    the alert is about one."""
+    ALERT_CLEARED = "ALERT_CLEARED"
+    """An open alert's exit condition held, or its run ended (alert_id, rule, reason,
+    open_seconds)."""
     STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
     """A write from a fenced-off generation was refused (by the store or the checkpoint fence)."""
     FAULT_INJECTED = "FAULT_INJECTED"

@@ -43,6 +43,9 @@ ENV_NODE = "RUNWRIGHT_NODE"
 # JSON list of [first, last] step ranges whose batches a restarted group must skip (after a
 # non-finite loss, recovery.on_nan: rollback_skip).
 ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"
+# The checkpoint root (folder or URL) of `checkpoint.resume_from`, resolved by the controller
+# against the run's root: where a run with no checkpoint of its own starts from.
+ENV_RESUME_FROM = "RUNWRIGHT_RESUME_FROM"
 
 HEARTBEAT = "HEARTBEAT"
 """The channel message type that only updates liveness; every other type is an `EventType`."""

@@ -29,7 +29,7 @@ from runwright.ckpt.commit import (
     Snapshot,
     persist,
 )
-from runwright.ckpt.errors import BackgroundSaveError, CheckpointStorageError
+from runwright.ckpt.errors import BackgroundSaveError, CheckpointError, CheckpointStorageError
 from runwright.ckpt.events import CheckpointEvent, EventSink, LoggingSink
 from runwright.ckpt.fence import Fence, PublishOutcome, open_fence
 from runwright.ckpt.gc import GcReport, collect_residue
@@ -65,8 +65,12 @@ class Checkpointer:
         probe: CommitProbe | None = None,
         assumed_stall_seconds: float = 10.0,
         gc_min_age_seconds: float = 3600.0,
+        resume_from: str | None = None,
     ) -> None:
+        """`resume_from`: another run's checkpoint root to restore from while this one holds no
+        committed checkpoint (`checkpoint.resume_from`); it is only read."""
         self.policy = policy
+        self.resume_from = resume_from
         self.storage = CheckpointStorage(checkpoint_root)
         self.fence: Fence = fence if fence is not None else open_fence(checkpoint_root)
         self.generation = self.fence.current_generation() if generation is None else generation
@@ -184,6 +188,27 @@ class Checkpointer:
             smoke_relative_tolerance=smoke_relative_tolerance,
             on_fallback=self._emit_fallback,
         )
+        resumed_from = None
+        if result is None and self.resume_from is not None:
+            # Nothing of our own yet: start where the other run got to. Its root is only read
+            # (its fence's pointer, its manifests and shards); our saves go to our own root.
+            result = restoring.restore_newest(
+                state,
+                CheckpointStorage(self.resume_from),
+                open_fence(self.resume_from),
+                current,
+                self._ranks,
+                verify=verify or self.policy.verify_on_restore,
+                smoke_check=smoke_check,
+                smoke_relative_tolerance=smoke_relative_tolerance,
+                on_fallback=self._emit_fallback,
+            )
+            if result is None:
+                raise CheckpointError(
+                    f"checkpoint.resume_from: {self.resume_from} holds no committed checkpoint; "
+                    "name a run that saved one, or leave resume_from out to start fresh"
+                )
+            resumed_from = self.resume_from
         if result is None:
             # A fresh start is a restore too: recovery and the report read the step each
             # generation starts from, and 0 is an answer.
@@ -199,6 +224,7 @@ class Checkpointer:
                 "mode": result.mode.value,
                 "fallbacks": len(result.fallbacks),
                 "seconds": result.seconds,
+                **({"resumed_from": resumed_from} if resumed_from else {}),
             },
         )
         return result

@@ -63,6 +63,21 @@ def _submitted_spec(path: Path) -> dict[str, Any] | None:
     return spec if isinstance(spec, dict) else None
 
 
+def resume_root(
+    given: str,
+    root: str | os.PathLike[str] | None = None,
+    workdir: str | os.PathLike[str] | None = None,
+) -> str:
+    """The checkpoint root `checkpoint.resume_from` names: a URL as given, a folder path (a
+    relative one from `workdir`, the folder the run was submitted from), else the checkpoints
+    of run `given` under `root` (default: the default runwright root)."""
+    if "://" in given:
+        return given
+    if "/" in given or given in (".", ".."):
+        return str(Path(workdir or ".", given).absolute()) if workdir else given
+    return checkpoint_root(given, root)
+
+
 def checkpoint_target(
     target: str, root: str | os.PathLike[str] | None = None
 ) -> tuple[str, str | None]:

@@ -36,8 +36,8 @@ def preflight(
     The checks the controller runs when it accepts a run (docs/governance.md): spec and plan,
     the dataset against the spec and a sample of its shards re-hashed, the memory ledger
     against the devices, the checkpoint location written and measured with room for
-    retention, the pinned lock file. Exit 1 when a check fails (the run would not be queued),
-    0 otherwise; warnings are shown."""
+    retention, a checkpoint to resume from against the run, the pinned lock file. Exit 1 when
+    a check fails (the run would not be queued), 0 otherwise; warnings are shown."""
     from runwright.govern.preflight_checks import run_preflight
     from runwright.layout import resolve_root, runs_dir
 
@@ -45,7 +45,7 @@ def preflight(
     checkpoints = runs_dir(resolve_root(root))
     if spec.checkpoint.location is not None and "://" not in spec.checkpoint.location:
         checkpoints = Path(spec.checkpoint.location).expanduser()
-    report = run_preflight(spec, file.resolve().parent, checkpoints)
+    report = run_preflight(spec, file.resolve().parent, checkpoints, resolve_root(root))
     diff = _against(against, report.effective, root, store) if against else None
     if json_out:
         print_json(

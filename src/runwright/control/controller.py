@@ -43,6 +43,7 @@ from runwright.control.leasing import (
 from runwright.control.outage import Outage, OutageRider
 from runwright.control.pools import PoolExecutors, PoolsError
 from runwright.control.recovery import RecoverySequence, skip_ranges
+from runwright.control.resume import resume_env
 from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.stopping import ENDINGS, GroupStops, note_loss
@@ -326,7 +327,9 @@ class Controller:
 
         # A URL location is not probed from here (the check says so); a local one is.
         where = checkpoint_root(run_paths(Path(run.root), run.run_id), spec.checkpoint.location)
-        report = run_preflight(spec, Path(run.workdir), Path(where.removeprefix("file://")))
+        report = run_preflight(
+            spec, Path(run.workdir), Path(where.removeprefix("file://")), Path(run.root)
+        )
         self.journal.record(
             run,
             EventType.PREFLIGHT_CHECKED,
@@ -393,6 +396,7 @@ class Controller:
                     rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
                     extra_env={
                         ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events)),
+                        **resume_env(spec, run),
                         **(
                             pinned_devices(spec, events, self._hostname)
                             if executor.name == "local"

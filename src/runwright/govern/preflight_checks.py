@@ -20,11 +20,14 @@ checks' verdicts are its PREFLIGHT_CHECKED event (warnings included).
                 bandwidth measured) and has room for what retention keeps: keep_last + 1
                 checkpoints of the model states (parameters, gradients' master copies and
                 optimizer states as the ledger counts them)
+  checkpoint.resume
+                with `checkpoint.resume_from`, the newest committed checkpoint there fits the
+                run (govern/preflight_resume.py): exact, reshardable, or the mismatches
   environment   the lock file the spec pins exists and hashes to its lock_hash; the versions of
                 Python, torch and runwright here, as evidence
 
-Not checked here: a checkpoint to resume from another run (the spec cannot name one yet), and a
-collective across the allocated nodes (the ranks' own first step is that check today).
+The collective check runs on the allocated nodes themselves, before the first step
+(runtime/collectives.py), not here.
 """
 
 import contextlib
@@ -82,13 +85,20 @@ class PreflightReport(Record):
         return f"preflight check {first.name} failed: {first.evidence}; fix: {first.fix}"
 
 
-def run_preflight(spec: JobSpec, workdir: Path, checkpoints: Path) -> PreflightReport:
+def run_preflight(
+    spec: JobSpec, workdir: Path, checkpoints: Path, root: Path | None = None
+) -> PreflightReport:
     """Every check of `spec`, whose relative paths start at `workdir`; `checkpoints` is the
-    local folder its run's checkpoints go to (or would: its nearest existing parent is probed)."""
+    local folder its run's checkpoints go to (or would: its nearest existing parent is probed);
+    `root` is where a `checkpoint.resume_from` run id is looked up."""
     from runwright.govern.effective import effective_config, this_environment
+    from runwright.govern.preflight_resume import check_resume
 
     checks = [_spec(spec), *_data(spec, workdir), _memory(spec)]
-    checks += [_checkpoint_storage(spec, checkpoints), _environment(spec, workdir)]
+    checks += [_checkpoint_storage(spec, checkpoints)]
+    resume = check_resume(spec, workdir, root)
+    checks += [resume] if resume is not None else []
+    checks += [_environment(spec, workdir)]
     return PreflightReport(
         checks=tuple(checks), effective=effective_config(spec, this_environment())
     )

@@ -10,6 +10,7 @@
   the controller is down; no database connection is needed in the worker.
 """
 
+import os
 from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
@@ -17,10 +18,12 @@ import torch.distributed as dist
 from runwright.ckpt import Checkpointer, CheckpointError
 from runwright.ckpt.events import CheckpointEvent
 from runwright.ckpt.fence import open_fence
+from runwright.ckpt.inventory import resume_root
 from runwright.ckpt.start import start_generation
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.events import EventType
 from runwright.layout import RunPaths, checkpoint_root
+from runwright.protocol import ENV_RESUME_FROM
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
@@ -62,6 +65,13 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
     root = checkpoint_root(
         RunPaths(ctx.run_dir), spec.checkpoint.location if spec is not None else None
     )
+    # checkpoint.resume_from: the controller resolved it against the run's root; under plain
+    # torchrun a run id is looked up under the default root.
+    resume_from = os.environ.get(ENV_RESUME_FROM) or None
+    if resume_from is None and spec is not None and spec.checkpoint.resume_from is not None:
+        resume_from = resume_root(spec.checkpoint.resume_from)
+    if resume_from is not None:
+        defaults["resume_from"] = resume_from
     fence = open_fence(root)
     if not ctx.managed:
         # Standalone: this start fences off any writer left from an earlier one, collecting

@@ -67,11 +67,26 @@ class CheckpointSpec(Section):
     """Where the run's checkpoints go: an absolute folder or `s3://bucket/prefix`; the run's
     checkpoint root is `<location>/<run id>`. None: `<run folder>/checkpoints`. Credentials and
     endpoint come from the AWS environment (docs/ckpt.md, "Object stores")."""
+    resume_from: str | None = Field(default=None, min_length=1, max_length=1000)
+    """Start from another run's checkpoint when this run has none of its own: that run's id
+    (under this run's root) or its checkpoint folder or URL; its newest committed checkpoint
+    that verifies is loaded (model, optimizer, data cursor, step) and training continues to
+    `training.steps`. It must fit this spec (tokenizer, dataset, model shapes) and may differ
+    in world size or layout (resharded); preflight checks it before the run is queued."""
 
     @field_validator("location")
     @classmethod
     def _location_is_usable(cls, location: str | None) -> str | None:
         return checkpoint_location(location)
+
+    @field_validator("resume_from")
+    @classmethod
+    def _resume_from_is_a_name_or_place(cls, given: str | None) -> str | None:
+        if given is not None and ("\0" in given or given != given.strip()):
+            raise ValueError(
+                "must be a run id, a checkpoint folder or a URL, without NUL or surrounding spaces"
+            )
+        return given
 
 
 class FailureClass(StrEnum):

@@ -46,6 +46,8 @@ ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"
 # The checkpoint root (folder or URL) of `checkpoint.resume_from`, resolved by the controller
 # against the run's root: where a run with no checkpoint of its own starts from.
 ENV_RESUME_FROM = "RUNWRIGHT_RESUME_FROM"
+# The newest step a restarted group may restore (an alert's rollback to before a bad step).
+ENV_RESTORE_AT_MOST_STEP = "RUNWRIGHT_RESTORE_AT_MOST_STEP"
 
 HEARTBEAT = "HEARTBEAT"
 """The channel message type that only updates liveness; every other type is an `EventType`."""

@@ -66,11 +66,15 @@ class Checkpointer:
         assumed_stall_seconds: float = 10.0,
         gc_min_age_seconds: float = 3600.0,
         resume_from: str | None = None,
+        restore_at_most_step: int | None = None,
     ) -> None:
         """`resume_from`: another run's checkpoint root to restore from while this one holds no
-        committed checkpoint (`checkpoint.resume_from`); it is only read."""
+        committed checkpoint (`checkpoint.resume_from`); it is only read.
+        `restore_at_most_step`: restore no checkpoint newer than this step (the controller's
+        rollback to before a bad step)."""
         self.policy = policy
         self.resume_from = resume_from
+        self.restore_at_most_step = restore_at_most_step
         self.storage = CheckpointStorage(checkpoint_root)
         self.fence: Fence = fence if fence is not None else open_fence(checkpoint_root)
         self.generation = self.fence.current_generation() if generation is None else generation
@@ -187,6 +191,7 @@ class Checkpointer:
             smoke_check=smoke_check,
             smoke_relative_tolerance=smoke_relative_tolerance,
             on_fallback=self._emit_fallback,
+            at_most_step=self.restore_at_most_step,
         )
         resumed_from = None
         if result is None and self.resume_from is not None:

@@ -130,12 +130,16 @@ def choose(
     current: CurrentRun,
     verify_mode: VerifyMode,
     excluded: dict[str, Fallback],
+    at_most_step: int | None = None,
 ) -> tuple[CommittedCheckpoint, RestoreMode] | list[Fallback] | None:
     """The newest candidate that fits and passes every check that reads no shard bytes (sizes,
     listing, DCP metadata), or every fallback if none did, or None when the run has no committed
     checkpoint. Refusal (incompatible) raises. The checksums of `verify_mode` are checked by
-    `load_verified`, overlapped with the load."""
+    `load_verified`, overlapped with the load. `at_most_step` leaves newer checkpoints out (a
+    rollback to before a bad step)."""
     candidates = restore_candidates(storage, fence)
+    if at_most_step is not None:
+        candidates = [c for c in candidates if c.record.step <= at_most_step]
     if not candidates:
         return None
     fallbacks = [
@@ -318,6 +322,7 @@ def restore_newest(
     smoke_check: Callable[[], float] | None,
     smoke_relative_tolerance: float,
     on_fallback: Callable[[Fallback], None],
+    at_most_step: int | None = None,
 ) -> RestoreResult | None:
     """Load the newest committed checkpoint that verifies (and passes the smoke check) into
     `state`, on every rank. Rank 0 chooses and every rank loads its choice; a smoke check that
@@ -330,7 +335,7 @@ def restore_newest(
         chosen = None
         if ranks.rank == 0:
             try:
-                chosen = choose(storage, fence, current, verify, excluded)
+                chosen = choose(storage, fence, current, verify, excluded, at_most_step)
             except Exception as exc:
                 chosen = exc
         chosen = ranks.from_rank0(chosen)

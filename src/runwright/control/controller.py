@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from runwright.control.admission import AdmissionStep
+from runwright.control.alerts import AlertEngine
 from runwright.control.allocation import AllocationStep
 from runwright.control.executors.protocol import Executor
 from runwright.control.gangs import pinned_devices
@@ -43,7 +44,7 @@ from runwright.control.leasing import (
 from runwright.control.outage import Outage, OutageRider
 from runwright.control.pools import PoolExecutors, PoolsError
 from runwright.control.recovery import RecoverySequence, skip_ranges
-from runwright.control.resume import resume_env
+from runwright.control.resume import resume_env, rollback_env
 from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.stopping import ENDINGS, GroupStops, note_loss
@@ -144,8 +145,10 @@ class Controller:
         )
         """Admits QUEUED runs onto `inventory` (fixed, or a cluster read live) under `quotas`
         (control/admission.py); None admits at once."""
-        self.journal.before_finished = lambda run: self.allocations.release(
-            run, self.executor_of(run), f"the run is {run.state}"
+        self.alerts = AlertEngine(self.journal)
+        self.journal.before_finished = lambda run: (
+            self.alerts.close(run, f"the run ended {run.state}"),
+            self.allocations.release(run, self.executor_of(run), f"the run is {run.state}"),
         )
         self.recovery = RecoverySequence(store, self.journal, self.executor_of, self.logs)
         self.outage = OutageRider(reset=store.reset_connections)
@@ -397,6 +400,7 @@ class Controller:
                     extra_env={
                         ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events)),
                         **resume_env(spec, run),
+                        **rollback_env(run, events),
                         **(
                             pinned_devices(spec, events, self._hostname)
                             if executor.name == "local"
@@ -498,6 +502,7 @@ class Controller:
         def observe(message: ChannelMessage, _outcome: Outcome | None) -> None:
             if losses is not None:
                 note_loss(losses, message)
+            self.alerts.observe(run, spec, message)
             if sup is None or message.generation < sup.group.generation:
                 return
             sup.watchdog.beat(message.rank)
@@ -549,6 +554,9 @@ class Controller:
             sup.end_attempt(self.store, run.run_id, exit_code, None)
             self._sup.pop(run.run_id, None)
             self.stops.end(run, reason)
+        elif reason == "rollback":
+            self.recovery.roll_back(run, spec, sup, exit_code)
+            self._sup.pop(run.run_id, None)
         elif exit_code == 0 and reason != "preemption":
             sup.end_attempt(self.store, run.run_id, exit_code, None)
             self._sup.pop(run.run_id, None)
@@ -590,6 +598,9 @@ class Controller:
             self._sup.pop(run.run_id, None)
             return
         self.stops.check(run, spec, sup)
+        for firing in self.alerts.check(run, spec):
+            if firing.action in ("stop", "rollback"):
+                self.stops.on_alert(run, spec, sup, firing.action)
 
     # -- ending ---------------------------------------------------------------------------------
 

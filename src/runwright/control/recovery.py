@@ -246,6 +246,53 @@ class RecoverySequence:
             skip_steps=list(decision.skip_steps) if decision.skip_steps else None,
         )
 
+    def roll_back(
+        self, run: RunRecord, spec: JobSpec, sup: "Supervision", exit_code: int | None
+    ) -> None:
+        """An alert's rollback (control/alerts.py): the group stopped at a step boundary without
+        saving; restart from the newest committed checkpoint, skipping the steps after it up to
+        the stop (their batches are not trained on again), as `on_nan: rollback_skip` does. Not a
+        failure: no class, no retry spent."""
+        fired = [
+            e
+            for e in self.store.events(run.run_id, types=[EventType.ALERT_FIRED])
+            if e.generation == run.generation and e.attributes.get("action") == "rollback"
+        ]
+        last = run.last_step or 0
+        bad = (fired[-1].attributes.get("at_step") or fired[-1].step or last) if fired else last
+        # The last healthy point: the newest checkpoint before the step the alert fired at (one
+        # the group saved after it may carry what the alert saw).
+        before = [
+            c.step
+            for c in self.store.checkpoints.list(run.run_id, status="COMMITTED")
+            if c.step < bad
+        ]
+        start = max(before, default=0)
+        skip = [start + 1, last] if last > start else None
+        why = (
+            f"alert {fired[-1].attributes.get('rule')}: {fired[-1].attributes.get('summary')}"
+            if fired
+            else "alert"
+        )
+        words = f"{why}; rolling back to step {start}" + (
+            f", skipping steps {skip[0]}-{skip[1]}" if skip else ""
+        )
+        sup.end_attempt(self.store, run.run_id, exit_code, None)
+        self.journal.move(run, RunState.RECOVERING, detail=words)
+        run = self.store.get_run(run.run_id)
+        now = time.time()
+        self.journal.record(
+            run,
+            EventType.RECOVERY_STARTED,
+            action="restart",
+            reason=words,
+            last_step=last,
+            detected_unix_s=now,
+            not_before_unix_s=now,
+            skip_steps=skip,
+            restore_at_most_step=start,
+        )
+
     def restart_if_due(self, run: RunRecord) -> bool:
         """After the backoff: RECOVERING -> STARTING (new generation) in the allocation the run
         holds, or -> QUEUED to requeue: asked for (a preemption), or because the allocation is

@@ -30,6 +30,8 @@ class TerminalReason(StrEnum):
     PREEMPTED = "PREEMPTED"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
     STOP_CRITERION = "STOP_CRITERION"
+    ALERT = "ALERT"
+    """An alert rule whose action is `stop` fired (control/alerts.py)."""
     FAILED_RECOVERABLE = "FAILED_RECOVERABLE"
     FAILED_PERMANENT = "FAILED_PERMANENT"
 
@@ -63,6 +65,7 @@ TERMINAL_REASONS: dict[RunState, frozenset[TerminalReason]] = {
             TerminalReason.PREEMPTED,
             TerminalReason.BUDGET_EXCEEDED,
             TerminalReason.STOP_CRITERION,
+            TerminalReason.ALERT,
         }
     ),
     S.FAILED: frozenset({TerminalReason.FAILED_RECOVERABLE, TerminalReason.FAILED_PERMANENT}),

@@ -39,6 +39,7 @@ from runwright.store import RunRecord, Store
 ENDINGS = {
     "budget": (TerminalReason.BUDGET_EXCEEDED, "budget exhausted; stopped at a step boundary"),
     "criterion": (TerminalReason.STOP_CRITERION, "a stop criterion was met"),
+    "alert": (TerminalReason.ALERT, "an alert rule's action stopped it"),
 }
 """Stop reasons after which the run ends CANCELLED rather than recovers or requeues."""
 
@@ -129,18 +130,32 @@ class GroupStops:
             met = self.store.events(run.run_id, types=[EventType.STOP_CRITERION_MET])
             why = met[-1].attributes.get("evidence", "") if met else ""
             words = f"a stop criterion was met ({why}); stopped at a step boundary"
+        elif reason == "alert":
+            fired = self.store.events(run.run_id, types=[EventType.ALERT_FIRED])
+            why = [e.attributes for e in fired if e.attributes.get("action") == "stop"]
+            said = f"{why[-1].get('rule')}: {why[-1].get('summary')}" if why else "an alert"
+            words = f"alert {said}; stopped at a step boundary with a save"
         self.journal.finish(run, RunState.CANCELLED, terminal, words)
 
     def forget(self, run_id: str) -> None:
         self._losses.pop(run_id, None)
         self._checked.pop(run_id, None)
 
-    def _ask(self, run: RunRecord, spec: JobSpec, sup: Supervision, reason: str) -> None:
+    def on_alert(self, run: RunRecord, spec: JobSpec, sup: Supervision, action: str) -> None:
+        """An alert's `stop` (with a save; the run ends ALERT) or `rollback` (no save; the run
+        restarts from its newest committed checkpoint)."""
+        if sup.stop_deadline is None:
+            self._ask(run, spec, sup, "alert" if action == "stop" else "rollback",
+                      save=action == "stop")  # fmt: skip
+
+    def _ask(
+        self, run: RunRecord, spec: JobSpec, sup: Supervision, reason: str, save: bool = True
+    ) -> None:
         write_stop_request(
             run_paths(Path(run.root), run.run_id).folder,
             run.generation,
             reason,
-            save=spec.checkpoint.save_on_stop and spec.checkpoint.enabled,
+            save=save and spec.checkpoint.save_on_stop and spec.checkpoint.enabled,
         )
         sup.stop_reason = reason
         sup.stop_by(spec.recovery.stop_grace_seconds)

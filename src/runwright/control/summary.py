@@ -62,7 +62,8 @@ INCIDENT_KEYS = (
 )
 
 
-SUMMARY_TYPES = (EventType.STATE_CHANGED, *INCIDENT_TYPES)
+ALERT_TYPES = (EventType.ALERT_FIRED, EventType.ALERT_CLEARED)
+SUMMARY_TYPES = (EventType.STATE_CHANGED, *INCIDENT_TYPES, *ALERT_TYPES)
 """What the summary is computed from: a summary without the event log reads only these (and the
 rejected stale writes only as counts, `Store.stale_write_tally`)."""
 _LISTED_TYPES = tuple(t for t in SUMMARY_TYPES if t != EventType.STALE_WRITE_REJECTED)
@@ -127,6 +128,7 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "attempts": attempts,
         "incidents": incidents,
         "stale_writes": stale_writes(store.stale_write_tally(run.run_id)),
+        "alerts": open_alerts(events),
         "controller": {
             **(lease.model_dump(mode="json") if lease else {"holder": None}),
             "live": bool(lease and lease.live(db_now)),
@@ -141,6 +143,18 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "event_count": len(events) if with_events else None,
         "events": [e.model_dump(mode="json") for e in events] if with_events else [],
     }
+
+
+def open_alerts(events: list[EventRecord]) -> list[dict[str, Any]]:
+    """The alerts fired and not cleared since (control/alerts.py), oldest first."""
+    open_: dict[str, dict[str, Any]] = {}
+    for e in events:
+        alert_id = e.attributes.get("alert_id")
+        if e.type == EventType.ALERT_FIRED and isinstance(alert_id, str):
+            open_[alert_id] = {"step": e.step, "time_unix_s": e.time_unix_s, **e.attributes}
+        elif e.type == EventType.ALERT_CLEARED:
+            open_.pop(str(alert_id), None)
+    return list(open_.values())
 
 
 def stale_writes(tally: list[StaleWriteTally]) -> list[dict[str, Any]]:
@@ -225,6 +239,12 @@ def describe_run(summary: dict[str, Any]) -> str:
         lines.append("  " + _incident_line(incident))
         lines += [f"      | {line}" for line in incident.get("error_lines") or []]
     lines += [_stale_line(group) for group in summary.get("stale_writes") or []]
+    for alert in summary.get("alerts") or []:
+        action = alert.get("action") or "none"
+        lines.append(
+            f"ALERT [{alert.get('severity')}] {alert.get('rule')}: {alert.get('summary')} "
+            f"(owner {alert.get('owner')}; action {action}; clears when {alert.get('exit')})"
+        )
     if summary["state_detail"]:
         lines.append(f"why: {summary['state_detail']}")
     pending = summary["pending_recovery"]

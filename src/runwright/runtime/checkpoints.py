@@ -23,7 +23,7 @@ from runwright.ckpt.start import start_generation
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.events import EventType
 from runwright.layout import RunPaths, checkpoint_root
-from runwright.protocol import ENV_RESUME_FROM
+from runwright.protocol import ENV_RESTORE_AT_MOST_STEP, ENV_RESUME_FROM
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
@@ -72,6 +72,9 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
         resume_from = resume_root(spec.checkpoint.resume_from)
     if resume_from is not None:
         defaults["resume_from"] = resume_from
+    at_most = os.environ.get(ENV_RESTORE_AT_MOST_STEP)
+    if at_most and at_most.isdigit():
+        defaults["restore_at_most_step"] = int(at_most)
     fence = open_fence(root)
     if not ctx.managed:
         # Standalone: this start fences off any writer left from an earlier one, collecting

@@ -6,6 +6,7 @@ import re
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator
 
 from runwright.spec import limits
+from runwright.spec.alerts import AlertsSpec
 from runwright.spec.base import Section
 
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -82,3 +83,5 @@ class ObservabilitySpec(Section):
     trackers: TrackersSpec = Field(default_factory=TrackersSpec)
     """Experiment trackers (TensorBoard, MLflow) that get each step's metrics, the spec as
     parameters and the run's evidence as artifacts."""
+    alerts: AlertsSpec = Field(default_factory=AlertsSpec)
+    """Alert rules the controller evaluates while the run trains (spec/alerts.py)."""

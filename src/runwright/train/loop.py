@@ -209,7 +209,9 @@ def main(argv: list[str] | None = None) -> int:
         with loop.phase("checkpoint_stall"):
             # The guard passed for this step (finite loss and gradient norm): a healthy point.
             saved = ckpt.maybe_save(step, state, loss=float(loss_sum), health=HealthVerdict.HEALTHY)
-            if saved is not None and saved.status is not SaveStatus.FAILED:
+            # A save the fence refused (a cancel handed over a new generation while it ran) is
+            # no save: the stop below saves this step again under the generation handed over.
+            if saved is not None and saved.status in (SaveStatus.COMMITTED, SaveStatus.QUEUED):
                 saved_step = step
         if eval_set is not None and every and step % every == 0:
             eval_loss, predicted = evaluate(model, eval_set, micro, device)

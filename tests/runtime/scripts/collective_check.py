@@ -25,3 +25,6 @@ except CollectiveCheckError as exc:
     print(f"rank {dist.get_rank()} CollectiveCheckError: {exc}", flush=True)
     raise SystemExit(3) from None
 ctx.close()
+# Leave together: a rank whose peers already tore gloo down aborts at exit otherwise.
+dist.barrier()
+dist.destroy_process_group()

@@ -1,0 +1,201 @@
+"""What the alert rules read of a live run, folded from the workers' channel messages as the
+controller ingests them (control/alerts.py evaluates the rules on it).
+
+Per step (once every rank reported it, or a later step arrived): each rank's step time, input
+wait and tokens, rank 0's loss. Per rank: when it last wrote anything (a heartbeat counts) and
+its host. Per run: the newest staged and committed checkpoint steps, the non-finite reports, the
+productive step time. Bounded: only the last STEPS_KEPT steps are kept.
+"""
+
+import math
+import statistics
+import time
+from dataclasses import dataclass, field
+
+from runwright.events import EventType
+from runwright.protocol import HEARTBEAT, ChannelMessage
+
+STEPS_KEPT = 256
+BASELINE_SKIP_STEPS = 2
+"""Warm-up steps left out of the throughput baseline (allocation, compilation, caches)."""
+BASELINE_STEPS = 10
+"""Steps after the warm-up whose median tokens/s is the run's own throughput baseline."""
+INCOMPLETE_AFTER_STEPS = 8
+"""A step some rank has not reported is evaluated with what is in once this many newer steps
+are."""
+LOSS_MEAN_STEPS = 20
+"""Steps before a step whose mean loss a spike is measured against (at least 5 needed)."""
+
+
+@dataclass
+class StepRow:
+    """One step as the ranks reported it."""
+
+    step: int
+    seconds: dict[int, float] = field(default_factory=dict)
+    sync: dict[int, float] = field(default_factory=dict)
+    """Time in the gradient collectives (`grad_sync`): where a fast rank waits for a slow one."""
+    wait: dict[int, float] = field(default_factory=dict)
+    tokens: dict[int, float] = field(default_factory=dict)
+    loss: float | None = None
+    """Rank 0's."""
+
+    def input_wait_share(self) -> float | None:
+        shares = [self.wait[r] / s for r, s in self.seconds.items() if s > 0 and r in self.wait]
+        return sum(shares) / len(shares) if shares else None
+
+    def slowness(self) -> dict[int, float]:
+        """rank -> its busy time / the median across ranks (needs two ranks or more). Busy is
+        the step time less the time in gradient collectives: in synchronous training every
+        rank's step takes as long as the slowest's, and the fast ones spend the difference
+        waiting there."""
+        if len(self.seconds) < 2:
+            return {}
+        busy = {r: max(s - self.sync.get(r, 0.0), 0.0) for r, s in self.seconds.items()}
+        median = statistics.median(busy.values())
+        return {r: b / median for r, b in busy.items()} if median > 0 else {}
+
+    def tokens_per_second(self) -> float | None:
+        slowest = max(self.seconds.values(), default=0.0)
+        return sum(self.tokens.values()) / slowest if slowest > 0 and self.tokens else None
+
+
+@dataclass
+class RunSignals:
+    """A live run's signals (module docstring); one per run the controller supervises."""
+
+    world_size: int
+    total_steps: int | None = None
+    """The plan's last step: a rank past it (or stopping on request) is winding down, and its
+    silence is no heartbeat gap."""
+    started_monotonic: float = field(default_factory=time.monotonic)
+    rows: dict[int, StepRow] = field(default_factory=dict)
+    done: list[StepRow] = field(default_factory=list)
+    """Complete steps not yet evaluated, oldest first (the engine takes them)."""
+    last_seen: dict[int, float] = field(default_factory=dict)
+    """rank -> monotonic time of its newest message of the current generation."""
+    hosts: dict[int, str] = field(default_factory=dict)
+    winding_down: set[int] = field(default_factory=set)
+    """Ranks of the current generation past their last step or stopping."""
+    generation: int = 0
+    staged_step: int | None = None
+    committed_step: int | None = None
+    non_finite: tuple[int, int] | None = None
+    """(rank, step) of the newest non-finite report not yet followed by a healthy step."""
+    productive_seconds: float = 0.0
+    """Sum over distinct steps of the slowest rank's step time (ETTR's numerator)."""
+    losses: list[float] = field(default_factory=list)
+    """Rank 0's losses of the last LOSS_MEAN_STEPS evaluated steps."""
+    baseline: list[float] = field(default_factory=list)
+    """Tokens/s of the baseline steps (BASELINE_SKIP_STEPS < step <= ... + BASELINE_STEPS)."""
+    _finished: int = 0
+    _newest: int = 0
+
+    def observe(self, message: ChannelMessage) -> None:
+        if message.generation < self.generation:
+            return
+        if message.generation > self.generation:
+            self.generation = message.generation
+            self.last_seen.clear()  # a new group: its ranks start afresh
+            self.winding_down.clear()
+        attrs = message.attributes
+        kind = message.type
+        ending = kind == EventType.STOP_ACKNOWLEDGED or (
+            kind == EventType.STEP_HEALTHY
+            and self.total_steps is not None
+            and (message.step or 0) >= self.total_steps
+        )
+        if ending:
+            self.winding_down.add(message.rank)
+        if message.rank not in self.winding_down:
+            self.last_seen[message.rank] = time.monotonic()
+        else:
+            self.last_seen.pop(message.rank, None)
+        if kind == HEARTBEAT:
+            return
+        if kind == EventType.WORKER_STARTED and isinstance(attrs.get("host"), str):
+            self.hosts[message.rank] = attrs["host"]
+        elif kind == EventType.CHECKPOINT_STAGED and message.step is not None:
+            self.staged_step = max(self.staged_step or 0, message.step)
+        elif kind == EventType.CHECKPOINT_COMMITTED and message.step is not None:
+            self.committed_step = max(self.committed_step or 0, message.step)
+        elif kind == EventType.NAN_DETECTED:
+            self.non_finite = (message.rank, int(message.step or 0))
+        elif kind == EventType.STEP_HEALTHY and message.step is not None:
+            self._step(message)
+
+    def _step(self, message: ChannelMessage) -> None:
+        step, attrs = message.step, message.attributes
+        assert step is not None
+        if step <= self._finished:
+            return  # a replay after a restore, or a straggling report of an evaluated step
+        if self.non_finite is not None and step > self.non_finite[1]:
+            self.non_finite = None
+        row = self.rows.setdefault(step, StepRow(step))
+        seconds = _number(attrs.get("step_seconds"))
+        if seconds is not None:
+            row.seconds[message.rank] = seconds
+        sync = _number(attrs.get("grad_sync_seconds"))
+        if sync is not None:
+            row.sync[message.rank] = sync
+        wait = _number(attrs.get("data_wait_seconds", attrs.get("input_wait_seconds")))
+        if wait is not None:
+            row.wait[message.rank] = wait
+        tokens = _number(attrs.get("device_tokens", attrs.get("tokens")))
+        if tokens is not None:
+            row.tokens[message.rank] = tokens
+        if message.rank == 0:
+            row.loss = _number(attrs.get("loss"))
+        # A step is complete when every rank reported it; one a rank never reports (it died,
+        # its report was lost) once INCOMPLETE_AFTER_STEPS newer steps are in. Ranks' files are
+        # read one after the other, so a rank's report may arrive steps after another's.
+        self._newest = max(self._newest, step)
+        for s in sorted(self.rows):
+            whole = len(self.rows[s].seconds) >= self.world_size
+            if whole or s <= self._newest - INCOMPLETE_AFTER_STEPS:
+                self._finish(self.rows.pop(s))
+
+    def _finish(self, row: StepRow) -> None:
+        self._finished = max(self._finished, row.step)
+        if row.seconds:
+            self.productive_seconds += max(row.seconds.values())
+        rate = row.tokens_per_second()
+        first = BASELINE_SKIP_STEPS
+        if rate is not None and first < row.step <= first + BASELINE_STEPS:
+            self.baseline.append(rate)
+        self.done.append(row)
+        del self.done[:-STEPS_KEPT]
+
+    def take(self) -> list[StepRow]:
+        """The steps completed since the last call, oldest first."""
+        taken, self.done = self.done, []
+        return taken
+
+    def note_loss(self, row: StepRow) -> float | None:
+        """Row's loss / the mean of the losses before it (None until 5 are known); then keeps
+        row's loss for the next."""
+        ratio = None
+        if row.loss is not None and len(self.losses) >= 5:
+            mean = sum(self.losses) / len(self.losses)
+            ratio = row.loss / mean if mean > 0 else None
+        if row.loss is not None:
+            self.losses = [*self.losses[-(LOSS_MEAN_STEPS - 1) :], row.loss]
+        return ratio
+
+    def throughput_ratio(self, row: StepRow) -> float | None:
+        """Row's tokens/s / the baseline's median (None until the baseline is complete)."""
+        rate = row.tokens_per_second()
+        if rate is None or len(self.baseline) < BASELINE_STEPS:
+            return None
+        median = statistics.median(self.baseline)
+        return rate / median if median > 0 else None
+
+    def ettr(self) -> float | None:
+        wall = time.monotonic() - self.started_monotonic
+        return self.productive_seconds / wall if wall > 0 else None
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) else None

@@ -1,0 +1,262 @@
+"""Alerts (issue 15; seed 004): the spec's rules (spec/alerts.py) evaluated on each live run's
+signals (control/alert_signals.py) by the controller, firing and clearing as events.
+
+A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop) or
+per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below). It fires once its
+condition held for `window_steps` consecutive steps (the per-pass kinds at once), recorded as
+ALERT_FIRED with the owner, the figures and the action taken; it clears once the exit condition
+held for `clear_steps` steps, or when the run ends (ALERT_CLEARED). One open alert per id: the
+rule's name, with `:rank<R>` for the per-rank kinds (a straggler names its rank and host).
+
+Actions: `notify` POSTs the alert as JSON to the rule's webhook (3 s timeout, the result is in
+the event); `stop` asks the group to stop at its next step boundary with a save, and the run ends
+CANCELLED with reason ALERT; `rollback` asks it to stop without a save, and the run restarts from
+its newest committed checkpoint, skipping the steps after it (control/stopping.py, recovery).
+"""
+
+import json
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any
+
+from runwright.control.alert_signals import RunSignals, StepRow
+from runwright.control.journal import Journal
+from runwright.events import EventType
+from runwright.protocol import ChannelMessage
+from runwright.spec import JobSpec
+from runwright.spec.alerts import AlertRule
+from runwright.store import RunRecord
+
+WEBHOOK_TIMEOUT_SECONDS = 3.0
+BELOW_KINDS = frozenset({"throughput_drop", "ettr_below"})
+"""Kinds that fire below their threshold (a drop), not above it."""
+
+
+@dataclass
+class Streak:
+    """How long a condition, and its exit condition, have held for one alert id."""
+
+    held: int = 0
+    cleared: int = 0
+    open_since: float | None = None
+    """Wall time it fired; None while closed."""
+
+
+@dataclass
+class RunAlerts:
+    signals: RunSignals
+    rules: tuple[AlertRule, ...]
+    owner: str
+    streaks: dict[str, Streak] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Firing:
+    """What the engine asks the controller to do after an alert fired."""
+
+    alert_id: str
+    action: str
+    step: int | None
+
+
+class AlertEngine:
+    """The controller's alerts for its live runs (module docstring)."""
+
+    def __init__(self, journal: Journal) -> None:
+        self.journal = journal
+        self._runs: dict[str, RunAlerts] = {}
+
+    def observe(self, run: RunRecord, spec: JobSpec, message: ChannelMessage) -> None:
+        self._of(run, spec).signals.observe(message)
+
+    def check(self, run: RunRecord, spec: JobSpec) -> list[Firing]:
+        """Evaluate every rule on what arrived since the last check; the actions to take."""
+        state = self._of(run, spec)
+        firings: list[Firing] = []
+        for row in state.signals.take():
+            for rule in state.rules:
+                for alert_id, value, about in _per_step(rule, row, state.signals):
+                    firings += self._judge(run, state, rule, alert_id, value, about, row.step)
+        for rule in state.rules:
+            for alert_id, value, about in _per_pass(rule, state.signals, spec):
+                firings += self._judge(run, state, rule, alert_id, value, about, None, once=True)
+        return firings
+
+    def close(self, run: RunRecord, reason: str) -> None:
+        """Clear every open alert of a run that ended (or whose controller lets it go)."""
+        state = self._runs.pop(run.run_id, None)
+        if state is None:
+            return
+        for alert_id, streak in state.streaks.items():
+            if streak.open_since is not None:
+                self._cleared(run, alert_id, streak, reason)
+
+    def _of(self, run: RunRecord, spec: JobSpec) -> RunAlerts:
+        state = self._runs.get(run.run_id)
+        if state is None:
+            # ETTR's wall time starts with the run's first attempt: start-up is not productive.
+            attempts = self.journal.store.attempts(run.run_id)
+            since = time.time() - attempts[0].started_unix_s if attempts else 0.0
+            state = RunAlerts(
+                signals=RunSignals(
+                    world_size=spec.resources.world_size,
+                    total_steps=int(spec.plan.total_steps.value),
+                    started_monotonic=time.monotonic() - max(since, 0.0),
+                ),
+                rules=spec.observability.alerts.effective(),
+                owner=spec.governance.owner or "the run's owner",
+            )
+            self._runs[run.run_id] = state
+        return state
+
+    def _judge(
+        self,
+        run: RunRecord,
+        state: RunAlerts,
+        rule: AlertRule,
+        alert_id: str,
+        value: float | None,
+        about: dict[str, Any],
+        step: int | None,
+        once: bool = False,
+    ) -> list[Firing]:
+        if value is None:
+            return []
+        streak = state.streaks.setdefault(alert_id, Streak())
+        below = rule.kind in BELOW_KINDS
+        clear_at = rule.clear_at if rule.clear_at is not None else rule.threshold
+        firing = value < rule.threshold if below else value > rule.threshold
+        clearing = value >= clear_at if below else value <= clear_at
+        streak.held = streak.held + 1 if firing else 0
+        streak.cleared = streak.cleared + 1 if clearing else 0
+        if streak.open_since is None and streak.held >= (1 if once else rule.window_steps):
+            streak.open_since = time.time()
+            return [self._fired(run, state, rule, alert_id, value, about, step)]
+        if streak.open_since is not None and streak.cleared >= (1 if once else rule.clear_steps):
+            self._cleared(run, alert_id, streak, f"{_figure(rule, value)} (exit: {_exit(rule)})")
+        return []
+
+    def _fired(
+        self,
+        run: RunRecord,
+        state: RunAlerts,
+        rule: AlertRule,
+        alert_id: str,
+        value: float,
+        about: dict[str, Any],
+        step: int | None,
+    ) -> Firing:
+        where = ""
+        if "rank" in about:
+            where = f" on rank {about['rank']}" + (
+                f" ({about['host']})" if about.get("host") else ""
+            )
+        summary = f"{rule.kind.replace('_', ' ')}{where}: {_figure(rule, value)}"
+        held = "" if rule.window_steps == 1 else f" for {rule.window_steps} steps"
+        alert = {
+            "alert_id": alert_id,
+            "rule": rule.name,
+            "kind": rule.kind,
+            "severity": rule.severity,
+            "owner": rule.owner or state.owner,
+            "summary": summary,
+            "evidence": f"{_figure(rule, value)}{held}, threshold {rule.threshold:g}",
+            "value": value,
+            "threshold": rule.threshold,
+            "exit": _exit(rule),
+            "action": rule.action,
+            "at_step": step,
+            **about,
+        }
+        if rule.action == "notify":
+            alert["action_result"] = _notify(rule.webhook or "", run, alert)
+        elif rule.action in ("stop", "rollback"):
+            alert["action_result"] = f"asked the group to {rule.action} at its next step boundary"
+        self.journal.record(run, EventType.ALERT_FIRED, op=f"fire:{alert_id}", **alert)
+        return Firing(alert_id, rule.action, step)
+
+    def _cleared(self, run: RunRecord, alert_id: str, streak: Streak, reason: str) -> None:
+        assert streak.open_since is not None
+        self.journal.record(
+            run,
+            EventType.ALERT_CLEARED,
+            op=f"clear:{alert_id}",
+            alert_id=alert_id,
+            rule=alert_id.split(":")[0],
+            reason=reason,
+            open_seconds=round(time.time() - streak.open_since, 3),
+        )
+        streak.open_since = None
+        streak.held = streak.cleared = 0
+
+
+def _per_step(rule: AlertRule, row: StepRow, signals: RunSignals):
+    """(alert id, value, what it is about) of a step-based rule on one completed step."""
+    if rule.kind == "input_stall":
+        yield rule.name, row.input_wait_share(), {}
+    elif rule.kind == "straggler":
+        for rank, ratio in sorted(row.slowness().items()):
+            about = {"rank": rank, "host": signals.hosts.get(rank)}
+            yield f"{rule.name}:rank{rank}", ratio, about
+    elif rule.kind == "loss_spike":
+        yield rule.name, signals.note_loss(row), {"loss": row.loss}
+    elif rule.kind == "throughput_drop":
+        yield rule.name, signals.throughput_ratio(row), {}
+
+
+def _per_pass(rule: AlertRule, signals: RunSignals, spec: JobSpec):
+    """(alert id, value, what it is about) of a time-based rule, once per controller pass."""
+    now = time.monotonic()
+    if rule.kind == "heartbeat_gap":
+        for rank, seen in sorted(signals.last_seen.items()):
+            about = {"rank": rank, "host": signals.hosts.get(rank)}
+            yield f"{rule.name}:rank{rank}", now - seen, about
+    elif rule.kind == "durability_lag":
+        every = int(spec.plan.checkpoint_every_steps.value or 0)
+        if signals.staged_step is not None and every > 0:
+            lag = signals.staged_step - (signals.committed_step or 0)
+            yield rule.name, lag / every, {"lag_steps": lag, "interval_steps": every}
+    elif rule.kind == "non_finite":
+        nan = signals.non_finite
+        yield (
+            rule.name,
+            2.0 * rule.threshold if nan else 0.0,
+            ({"rank": nan[0], "step": nan[1]} if nan else {}),
+        )
+    elif rule.kind == "ettr_below" and now - signals.started_monotonic >= rule.after_seconds:
+        yield rule.name, signals.ettr(), {}
+
+
+def _figure(rule: AlertRule, value: float) -> str:
+    words = {
+        "input_stall": f"input wait {value:.0%} of the step",
+        "straggler": f"step time {value:.2f} x the median across ranks",
+        "heartbeat_gap": f"silent for {value:.1f} s",
+        "durability_lag": f"newest commit {value:.2f} checkpoint intervals behind the newest save",
+        "loss_spike": f"loss {value:.2f} x the mean of the steps before",
+        "non_finite": "a non-finite loss or gradient" if value > 0 else "finite again",
+        "throughput_drop": f"tokens/s {value:.0%} of the run's own baseline",
+        "ettr_below": f"ETTR {value:.0%}",
+    }
+    return words[rule.kind]
+
+
+def _exit(rule: AlertRule) -> str:
+    clear = rule.clear_at if rule.clear_at is not None else rule.threshold
+    side = ">=" if rule.kind in BELOW_KINDS else "<="
+    steps = "" if rule.clear_steps == 1 else f" for {rule.clear_steps} steps"
+    return f"value {side} {clear:g}{steps}"
+
+
+def _notify(url: str, run: RunRecord, alert: dict[str, Any]) -> str:
+    """POST the alert; what happened, for the event."""
+    body = json.dumps({"run_id": run.run_id, "project": run.project, **alert}).encode()
+    request = urllib.request.Request(
+        url, data=body, method="POST", headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_SECONDS) as response:
+            return f"notified {url}: HTTP {response.status}"
+    except OSError as exc:  # URLError, HTTPError and timeouts are all OSErrors
+        return f"notifying {url} failed: {exc}"

@@ -1,0 +1,170 @@
+"""Alerts on real runs (issue 15): two ranks under torchrun (gloo), driven by the controller, go
+through phases that make each step-based and time-based rule's condition true and then false:
+an input stall on every rank, a straggling rank 1, a loss spike, a throughput drop, rank 1
+stopped from outside (SIGSTOP) for longer than the heartbeat-gap threshold, and the ETTR of a
+run that spent its first seconds starting up. Each rule fires (ALERT_FIRED, naming the rank and
+host where it is about one) and clears (ALERT_CLEARED); `runwright status` shows an open alert
+while it is open. Then the actions: `stop` ends a run CANCELLED with reason ALERT and a committed
+checkpoint; `rollback` restarts it from its newest committed checkpoint, skipping the steps
+since, and the run completes."""
+
+import os
+import signal
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from runwright.control.controller import Controller
+from runwright.control.summary import describe_run, run_summary
+from runwright.events import EventType
+from runwright.spec import spec_from_mapping
+from runwright.store import Store
+
+SCRIPT = Path(__file__).parent / "scripts" / "alert_phases.py"
+
+pytestmark = pytest.mark.integration
+
+
+def spec_with(rules, steps, phases, defaults=True, every=10):
+    args = [arg for phase in phases for arg in ("--phase", phase)]
+    return spec_from_mapping(
+        {
+            "name": "alerts",
+            "code": {"entrypoint": str(SCRIPT), "args": args},
+            "training": {"global_batch_samples": 8, "steps": steps, "optimizer": {"lr": 0.01}},
+            "resources": {"devices_per_node": 2},
+            "checkpoint": {"interval": {"policy": "steps", "every_steps": every}},
+            "recovery": {
+                "heartbeat_interval_seconds": 0.5,
+                "heartbeat_timeout_seconds": 60,
+                "progress_timeout_seconds": 120,
+            },
+            "governance": {"owner": "alice"},
+            "observability": {"alerts": {"defaults": defaults, "rules": rules}},
+        }
+    )
+
+
+def rule(name, kind, threshold, clear_at=None, window=3, clear=3, **more):
+    return {"name": name, "kind": kind, "threshold": threshold, "clear_at": clear_at,
+            "window_steps": window, "clear_steps": clear, **more}  # fmt: skip
+
+
+def first_pid_of_rank(store, run_id, rank):
+    for e in store.events(run_id, types=[EventType.WORKER_STARTED]):
+        if e.attributes.get("rank") == rank and e.attributes.get("host") == socket.gethostname():
+            return e.attributes.get("pid")
+    return None
+
+
+def test_each_rule_fires_and_clears_on_a_real_run(tmp_path):
+    rules = [
+        rule("input_stall", "input_stall", 0.5, 0.25),
+        rule("straggler", "straggler", 1.4, 1.2),
+        rule("loss_spike", "loss_spike", 3.0, 1.5, window=1),
+        rule("throughput_drop", "throughput_drop", 0.5, 0.8),
+        rule("heartbeat_gap", "heartbeat_gap", 1.5, window=1, clear=1),
+        rule("ettr_below", "ettr_below", 0.3, 0.35, window=1, clear=1),
+    ]
+    phases = ["stall:13-20", "slow:28-35:1", "spike:42", "slow:48-56"]
+    spec = spec_with(rules, 130, phases, defaults=False, every=50)
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, poll_seconds=0.1)
+    run, _ = controller.submit(spec, tmp_path)
+    shown: list[str] = []
+    stopped = threading.Event()
+
+    def from_outside() -> None:
+        """Once step 70 is in: SIGSTOP rank 1 for 3 s (a heartbeat gap), and note what status
+        said while the gap's alert was open."""
+        watcher = Store.open(tmp_path)
+        try:
+            while not stopped.is_set():
+                if (watcher.get_run(run.run_id).last_step or 0) >= 70:
+                    break
+                time.sleep(0.05)
+            pid = first_pid_of_rank(watcher, run.run_id, 1)
+            if pid is None:
+                return
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                deadline = time.monotonic() + 30
+                while time.monotonic() < deadline:
+                    summary = run_summary(watcher, run.run_id, with_events=False)
+                    if any(a["rule"] == "heartbeat_gap" for a in summary["alerts"]):
+                        shown.append(describe_run(summary))
+                        break
+                    time.sleep(0.1)
+                time.sleep(0.5)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+        finally:
+            watcher.close()
+
+    outside = threading.Thread(target=from_outside, daemon=True)
+    outside.start()
+    try:
+        ended = controller.drive(run.run_id)
+    finally:
+        stopped.set()
+        outside.join(timeout=60)
+    assert ended.state == "SUCCEEDED", ended.state_detail
+    fired = store.events(run.run_id, types=[EventType.ALERT_FIRED])
+    cleared = store.events(run.run_id, types=[EventType.ALERT_CLEARED])
+    fired_rules = {e.attributes["rule"] for e in fired}
+    assert fired_rules == {r["name"] for r in rules}, [e.attributes for e in fired]
+    # Every alert that fired was cleared: by its exit condition while the run trained (the
+    # run's end clears nothing that was still open only if its exit condition came first).
+    assert len(cleared) == len(fired)
+    for e in fired:
+        (done,) = [c for c in cleared if c.attributes["alert_id"] == e.attributes["alert_id"]
+                   and c.seq > e.seq][:1]  # fmt: skip
+        assert "exit:" in done.attributes["reason"], (e.attributes, done.attributes)
+    (straggler,) = [e for e in fired if e.attributes["rule"] == "straggler"]
+    assert straggler.attributes["alert_id"] == "straggler:rank1"
+    assert (straggler.attributes["rank"], straggler.attributes["host"]) == (1, socket.gethostname())
+    assert 28 <= straggler.step <= 40
+    assert straggler.attributes["owner"] == "alice" and straggler.attributes["action"] == "none"
+    (spike,) = [e for e in fired if e.attributes["rule"] == "loss_spike"]
+    assert spike.attributes["value"] > 3.0
+    gaps = [e for e in fired if e.attributes["rule"] == "heartbeat_gap"]
+    assert {e.attributes["rank"] for e in gaps} == {1}
+    assert shown and "ALERT [warning] heartbeat_gap: heartbeat gap on rank 1" in shown[0]
+    assert not run_summary(store, run.run_id, with_events=False)["alerts"]
+    store.close()
+
+
+def test_a_stop_action_ends_the_run_with_a_save_and_rollback_skips_the_bad_steps(tmp_path):
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, poll_seconds=0.1)
+    stop = spec_with([rule("loss_spike", "loss_spike", 3.0, window=1, action="stop")], 60,
+                     ["spike:12"], every=5)  # fmt: skip
+    run, _ = controller.submit(stop, tmp_path)
+    ended = controller.drive(run.run_id)
+    assert (ended.state, ended.terminal_reason) == ("CANCELLED", "ALERT")
+    assert ended.state_detail.startswith("alert loss_spike: loss spike: loss")
+    assert 12 <= ended.last_step < 60
+    saved = store.checkpoints.list(run.run_id, status="COMMITTED")
+    assert saved[-1].step == ended.last_step  # stopped at a boundary, with a save
+    (fired,) = store.events(run.run_id, types=[EventType.ALERT_FIRED])
+    assert "asked the group to stop" in fired.attributes["action_result"]
+    (closed,) = store.events(run.run_id, types=[EventType.ALERT_CLEARED])
+    assert closed.attributes["reason"] == "the run ended CANCELLED"
+
+    rollback = spec_with([rule("loss_spike", "loss_spike", 3.0, window=1, action="rollback")],
+                         30, ["spike:12"], every=5)  # fmt: skip
+    run, _ = controller.submit(rollback, tmp_path)
+    ended = controller.drive(run.run_id)
+    assert ended.state == "SUCCEEDED", ended.state_detail
+    (started,) = store.events(run.run_id, types=[EventType.RECOVERY_STARTED])
+    first, last = started.attributes["skip_steps"]
+    assert first == 11 and last >= 12  # from the checkpoint at step 10, past the spike
+    assert "alert loss_spike" in started.attributes["reason"]
+    assert not store.events(run.run_id, types=[EventType.FAILURE_CLASSIFIED])  # no failure
+    restored = [e for e in store.events(run.run_id, types=[EventType.RESTORED]) if e.generation > 1]
+    assert {e.step for e in restored} == {10}
+    assert len(store.events(run.run_id, types=[EventType.ALERT_FIRED])) == 1  # skipped: no rerun
+    store.close()

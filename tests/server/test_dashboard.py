@@ -114,6 +114,30 @@ def world(tmp_path_factory):
             ),
             fenced=False,
         )
+        # What the alert engine writes (events.py): one alert open, one fired and cleared.
+        for seq, (kind, alert_id) in enumerate(
+            [
+                (EventType.ALERT_FIRED, "straggler:rank0"),
+                (EventType.ALERT_FIRED, "input_stall"),
+                (EventType.ALERT_CLEARED, "input_stall"),
+            ]
+        ):
+            check.append_event(
+                NewEvent(
+                    event_id=f"dashboard-alert-{seq}",
+                    run_id=short,
+                    generation=0,
+                    type=kind,
+                    time_unix_s=time.time(),
+                    attributes={
+                        "alert_id": alert_id,
+                        "rule": alert_id.split(":")[0],
+                        "severity": "warning",
+                        "owner": "runwright",
+                    },
+                ),
+                fenced=False,
+            )
         check.close()
         yield {"server": server, "tokens": tokens, "short": short, "spec": spec}
 
@@ -156,6 +180,7 @@ def test_pages_answer_only_what_the_token_may_see(world):
         assert [p for p in full["steps"]["step"]] == [1, 2, 3, 4]
         assert len(full["checkpoints"]) >= 1 and full["checkpoints"][0]["durability_lag_seconds"]
         assert {r["source"] for r in full["mixture"]} == {"notes", "records"}
+        assert [a["alert_id"] for a in full["alerts"]] == ["straggler:rank0"]
         assert (
             admin.get("/ui/static/plotly.min.js")
             .headers["content-type"]
@@ -273,6 +298,7 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
         admin_view.goto(f"{server.url}/ui/runs/{short}")
         admin_view.wait_for_function("() => window.dashboard && window.dashboard.updates >= 1")
         assert MARKUP in admin_view.locator("#events").text_content()
+        assert "straggler:rank0" in admin_view.locator("#alerts").inner_text()
         assert admin_view.evaluate("window.pwned === undefined")
         browser.close()
     for png in (shots / "run.png", shots / "compare.png"):

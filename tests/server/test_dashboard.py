@@ -43,7 +43,9 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
                   "--disable-background-networking", "--disable-component-update"]  # fmt: skip
 
 
-def _spec(dataset_folder: Path, vocab_size: int, steps: int, step_sleep: float) -> dict:
+def _spec(
+    dataset_folder: Path, vocab_size: int, steps: int, step_sleep: float, ranks: int = 1
+) -> dict:
     data = yaml.safe_load(TINY_GPT.read_text())
     data["name"] = f"dash-{steps}"
     data["code"]["args"] = ["--step-sleep", str(step_sleep)]
@@ -57,7 +59,7 @@ def _spec(dataset_folder: Path, vocab_size: int, steps: int, step_sleep: float) 
         global_batch_samples=4, micro_batch_size=2, steps=steps, eval_every_steps=steps
     )
     data["training"]["eval_sequences"] = 4
-    data["resources"]["devices_per_node"] = 1
+    data["resources"]["devices_per_node"] = ranks
     data["checkpoint"].update(interval={"policy": "steps", "every_steps": max(2, steps // 4)})
     data["governance"]["tags"] = {"team": "dash"}
     return data
@@ -93,7 +95,7 @@ def world(tmp_path_factory):
     }
     store.close()
     vocab = dataset.manifest.tokenizer.vocab_size
-    spec = lambda steps, sleep: _spec(dataset.folder, vocab, steps, sleep)  # noqa: E731
+    spec = lambda steps, sleep, ranks=1: _spec(dataset.folder, vocab, steps, sleep, ranks)  # noqa: E731
     with running_server(url, root) as server:
         tokens["admin"] = server.admin_token
         with server.client(server.admin_token) as admin:
@@ -231,7 +233,8 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
     chromium, sync_playwright = _browser()
     server, tokens, short = world["server"], world["tokens"], world["short"]
     with server.client(tokens["admin"]) as admin:
-        made = admin.post("/v1/runs", json={"spec": world["spec"](LIVE_STEPS, STEP_SLEEP_SECONDS)})
+        spec = world["spec"](LIVE_STEPS, STEP_SLEEP_SECONDS, 2)  # 2 ranks: one line each
+        made = admin.post("/v1/runs", json={"spec": spec})
         assert made.status_code == 201, made.text
         live = made.json()["run_id"]
     shots = tmp_path / "screenshots"
@@ -269,7 +272,7 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
             "document.getElementById('chart-ranks').data"
             ".filter(t => (t.name || '').startsWith('rank')).length"
         )
-        assert ranks == 1 and page.locator("#checkpoints table").count() == 1
+        assert ranks == 2 and page.locator("#checkpoints table").count() == 1
 
         page.goto(f"{server.url}/ui/compare?run={short}&run={live}")
         page.wait_for_function(

@@ -137,7 +137,7 @@ function drawRun(d) {
     showlegend: false, marker: { symbol: "line-ns-open", size: 18,
       color: MARKER_COLOURS[m.kind] || "#495057" }, hovertemplate: `${m.label}<extra></extra>`,
   }));
-  Plotly.react("chart-states", states.concat(marks), timeLayout(
+  Plotly.react("chart-states", states.concat(marks, span), timeLayout(
     "State timeline (incidents red, restores blue, checkpoints green)", "", shapes,
     { height: 140, barmode: "overlay", yaxis: { showticklabels: false } }), CONFIG);
 

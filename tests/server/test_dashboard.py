@@ -237,6 +237,9 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
         made = admin.post("/v1/runs", json={"spec": spec})
         assert made.status_code == 201, made.text
         live = made.json()["run_id"]
+    with _cookie_client(server, tokens["admin"]) as admin_pages:  # it trains for 10 s or more
+        assert live in admin_pages.get("/ui/queue").text
+        assert admin_pages.get("/ui/runs/not a run id").status_code == 400
     shots = tmp_path / "screenshots"
     shots.mkdir()
     with sync_playwright() as playwright:

@@ -20,7 +20,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Resp
 from runwright.access.authn import authenticate
 from runwright.access.roles import Unauthenticated
 from runwright.access.service import Access
-from runwright.errors import NotFoundError
+from runwright.errors import NotFoundError, RunwrightError
 from runwright.server.ui import pages
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -66,14 +66,16 @@ def _safe_next(target: str | None) -> str:
 
 async def _page(request: Request, build: Any) -> Response:
     """Run `build(access)` for the cookie's actor; no or a refused token: the login page; a run
-    the actor cannot see: 404 page."""
+    the actor cannot see: a 404 page (the API's status for each other error)."""
     try:
         access = await run_in_threadpool(_access, request)
         return _html(await run_in_threadpool(build, access))
     except Unauthenticated:
         return _to_login(request)
-    except NotFoundError as exc:
-        return _html(pages.not_found(str(exc)), status=404)
+    except RunwrightError as exc:  # no such run (404), a malformed id (400), ...
+        from runwright.server.app import status_of
+
+        return _html(pages.problem(str(exc)), status=status_of(exc))
 
 
 @router.get("/")

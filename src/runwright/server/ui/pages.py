@@ -84,8 +84,8 @@ def login(next_path: str, error: str | None = None) -> str:
     return layout("log in", body)
 
 
-def not_found(message: str) -> str:
-    return layout("not found", f'<h1>Not found</h1><p class="error">{escape(message)}</p>')
+def problem(message: str) -> str:
+    return layout("not shown", f'<h1>Not shown</h1><p class="error">{escape(message)}</p>')
 
 
 def runs(actor: Actor, rows: list[dict[str, Any]], filters: dict[str, str | None]) -> str:
@@ -161,6 +161,7 @@ def run(actor: Actor, record: RunRecord) -> str:
         f'<div id="run-page" data-run="{escape(record.run_id)}">'
         f"<h1>{escape(record.name)} <small>{escape(record.run_id)}</small></h1>"
         '<p class="sub"><span id="state" class="state"></span> <span id="summary"></span> '
+        '<span id="updated" class="muted"></span> '
         f'<a href="{escape(compare)}">compare with...</a></p>'
         '<div id="cards" class="cards"></div>'
         '<section><h2>Open alerts</h2><div id="alerts"></div></section>'

@@ -216,6 +216,8 @@ async function pollRun(runId) {
   try {
     const d = await fetchJson(`/ui/api/runs/${encodeURIComponent(runId)}`);
     drawRun(d);
+    document.getElementById("updated").textContent = d.finished ? "" :
+      `(live, updated ${new Date().toLocaleTimeString()})`;
     window.dashboard.data = d;
     window.dashboard.updates += 1;
     if (d.finished) return;

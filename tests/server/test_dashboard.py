@@ -177,6 +177,8 @@ def test_pages_answer_only_what_the_token_may_see(world):
         assert short not in admin.get("/ui/runs", params={"tag": "team=other"}).text
         assert short in admin.get("/ui/runs", params={"owner": "runwright"}).text
         assert admin.get("/ui/queue").status_code == 200
+        assert admin.get("/ui/compare", params={"run": [short] * 9}).status_code == 400
+        assert admin.get("/ui/api/compare", params={"run": [short]}).status_code == 400
         full = admin.get(f"/ui/api/runs/{short}").json()
         assert SAMPLE in str(full["events"])  # the admin may read it: the check below can fail
         assert [p for p in full["steps"]["step"]] == [1, 2, 3, 4]

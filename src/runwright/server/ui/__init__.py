@@ -18,6 +18,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse, Response
 
 from runwright.access.authn import authenticate
+from runwright.access.dashboard import MAX_COMPARED
 from runwright.access.roles import Unauthenticated
 from runwright.access.service import Access
 from runwright.errors import NotFoundError, RunwrightError
@@ -147,6 +148,8 @@ async def run_page(request: Request, run_id: str) -> Response:
 @router.get("/compare")
 async def compare_page(request: Request, run: list[str] = Query([])) -> Response:
     def build(access: Access) -> str:
+        if len(run) > MAX_COMPARED:
+            raise RunwrightError(f"compare at most {MAX_COMPARED} runs; {len(run)} were given")
         return pages.compare(access.actor, [access.run(r).run_id for r in run])
 
     return await _page(request, build)

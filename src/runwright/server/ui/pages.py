@@ -65,7 +65,8 @@ def layout(title: str, body: str, actor: Actor | None = None, scripts: bool = Fa
         f"<title>{escape(title)} - runwright</title>"
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         '<link rel="stylesheet" href="/ui/static/dashboard.css">'
-        f"</head><body>{nav}<main>{body}</main>{js}</body></html>"
+        f'</head><body>{nav}<main><p id="problem" class="error"></p>{body}</main>{js}'
+        "</body></html>"
     )
 
 

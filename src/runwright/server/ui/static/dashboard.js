@@ -208,8 +208,10 @@ async function fetchJson(url) {
       window.location.search);
     throw new Error("logged out");
   }
-  if (!response.ok) throw new Error(`${url}: ${response.status}`);
-  return response.json();
+  const body = await response.json();
+  if (!response.ok) throw new Error(body.error || `${url}: ${response.status}`);
+  document.getElementById("problem").textContent = "";
+  return body;
 }
 
 async function pollRun(runId) {
@@ -223,6 +225,7 @@ async function pollRun(runId) {
     if (d.finished) return;
   } catch (err) {
     window.dashboard.error = String(err);
+    document.getElementById("problem").textContent = String(err.message || err);
   }
   setTimeout(() => pollRun(runId), POLL_MS);
 }
@@ -268,6 +271,7 @@ async function pollCompare(runIds) {
     if (d.runs.every((r) => finished.includes(r.run.state))) return;
   } catch (err) {
     window.dashboard.error = String(err);
+    document.getElementById("problem").textContent = String(err.message || err);
   }
   setTimeout(() => pollCompare(runIds), POLL_MS * 2);
 }

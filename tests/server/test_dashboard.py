@@ -264,6 +264,27 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
         step_s = max(s for s in data["steps"]["step_seconds"] if s is not None)
         wait_s = 5 * (step_s + STEP_SLEEP_SECONDS) + 2 * 1.5 + 10
         page.wait_for_function(POINTS, arg=first + 2, timeout=wait_s * 1000)
+        # One time axis: a zoom on the loss chart zooms every time chart and stays while the
+        # page keeps polling; a reset (double-click) gives all of them the whole window back.
+        page.evaluate(
+            "() => { const t = window.dashboard.data.steps.time_unix_s;"
+            " Plotly.relayout('chart-loss', {'xaxis.range[0]': t[0] * 1000,"
+            " 'xaxis.range[1]': t[1] * 1000}); }"
+        )
+        same_zoom = (
+            "n => window.dashboard.updates >= n && ['chart-states', 'chart-tokens',"
+            " 'chart-ranks', 'chart-checkpoints'].every(id =>"
+            " document.getElementById(id)._fullLayout.xaxis.range.join() ==="
+            " document.getElementById('chart-loss')._fullLayout.xaxis.range.join())"
+            " && !document.getElementById('chart-tokens')._fullLayout.xaxis.autorange"
+        )
+        updates = page.evaluate("window.dashboard.updates")
+        page.wait_for_function(same_zoom, arg=updates + 1, timeout=wait_s * 1000)
+        page.evaluate("Plotly.relayout('chart-tokens', {'xaxis.autorange': true})")
+        page.wait_for_function(
+            "() => document.getElementById('chart-loss')._fullLayout.xaxis.autorange",
+            timeout=10_000,
+        )
         assert not errors, errors
         remaining = LIVE_STEPS - first
         page.wait_for_function(

@@ -81,10 +81,43 @@ function markerShapes(markers) {
   }));
 }
 
+// One time axis: a zoom or pan on any time chart is applied to all of them, and kept while new
+// points arrive (a double-click gives every chart back its full window). The range lives here;
+// bumping the axis' uirevision makes each chart take it over its own last zoom.
+const TIME_CHARTS = ["chart-states", "chart-loss", "chart-tokens", "chart-wait", "chart-ranks",
+  "chart-checkpoints"];
+const zoom = { range: null, revision: 0 };
+
+function timeAxis() {
+  return zoom.range ? { type: "date", range: zoom.range, autorange: false,
+    uirevision: zoom.revision } : { type: "date", autorange: true, uirevision: zoom.revision };
+}
+
+function linkTimeCharts() {
+  TIME_CHARTS.forEach((id) => {
+    const chart = document.getElementById(id);
+    if (chart.dataset.linked) return;
+    chart.dataset.linked = "1";
+    chart.on("plotly_relayout", (change) => {
+      let range = null;
+      if (change["xaxis.range[0]"] !== undefined) {
+        range = [change["xaxis.range[0]"], change["xaxis.range[1]"]];
+      } else if (Array.isArray(change["xaxis.range"])) {
+        range = change["xaxis.range"];
+      } else if (!change["xaxis.autorange"]) {
+        return; // a y zoom or a legend click: this chart's own
+      }
+      zoom.range = range;
+      zoom.revision += 1;
+      if (window.dashboard.data) drawRun(window.dashboard.data);
+    });
+  });
+}
+
 function timeLayout(title, yTitle, shapes, extra) {
   return Object.assign({
     title: { text: title, font: { size: 14 } }, height: 260,
-    margin: { l: 60, r: 20, t: 36, b: 36 }, xaxis: { type: "date" },
+    margin: { l: 60, r: 20, t: 36, b: 36 }, xaxis: timeAxis(),
     yaxis: { title: { text: yTitle } }, shapes: shapes, hovermode: "closest",
     legend: { orientation: "h", y: -0.2 }, uirevision: "keep",
   }, extra || {});
@@ -139,7 +172,8 @@ function drawRun(d) {
   }));
   Plotly.react("chart-states", states.concat(marks, span), timeLayout(
     "State timeline (incidents red, restores blue, checkpoints green)", "", shapes,
-    { height: 140, barmode: "overlay", yaxis: { showticklabels: false } }), CONFIG);
+    { height: 140, barmode: "overlay", yaxis: { showticklabels: false, fixedrange: true } }),
+  CONFIG);
 
   const evals = d.evaluations;
   Plotly.react("chart-loss", [
@@ -218,6 +252,7 @@ async function pollRun(runId) {
   try {
     const d = await fetchJson(`/ui/api/runs/${encodeURIComponent(runId)}`);
     drawRun(d);
+    linkTimeCharts();
     document.getElementById("updated").textContent = d.finished ? "" :
       `(live, updated ${new Date().toLocaleTimeString()})`;
     window.dashboard.data = d;

@@ -46,7 +46,8 @@ def _access(request: Request) -> Access:
     """An `Access` for the cookie's token (raises Unauthenticated like the API's `reader`)."""
     state = request.app.state
     token = request.cookies.get(COOKIE)
-    return Access(state.read_store, state.root, authenticate(state.read_store, token))
+    actor = authenticate(state.read_store, token, request.state.request_id)
+    return Access(state.read_store, state.root, actor)
 
 
 def _html(body: str, status: int = 200) -> HTMLResponse:

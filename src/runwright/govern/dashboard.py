@@ -1,0 +1,165 @@
+"""What the dashboard draws (issue 15): a run's report and timeline turned into chart series and
+tables, and two or more runs laid over each other for the compare view.
+
+Pure functions of what `collect_report` returns (after the reader's redaction) and the run's
+events (already redacted by `runwright.access`): the live run page and report.html read the same
+step points, so their numbers agree. Every time is Unix seconds; the page formats them.
+"""
+
+from typing import Any
+
+from runwright.events import EventType
+from runwright.govern.effective import Difference
+from runwright.observe.timeline import Timeline
+
+EVENTS_SHOWN = 200
+"""Newest events listed on a run page (the full log is `GET /v1/runs/{id}/events`)."""
+
+
+def step_series(timeline: Timeline) -> dict[str, Any]:
+    """One entry per step point (all ranks merged), in time order: the x values of every time
+    chart and the signals read at each step."""
+    points = timeline.steps
+    tokens_total = 0
+    cumulative: list[int] = []
+    for p in points:
+        tokens_total += 0 if p.replay else p.device_tokens
+        cumulative.append(tokens_total)
+    return {
+        "time_unix_s": [p.end_unix_s for p in points],
+        "step": [p.step for p in points],
+        "generation": [p.generation for p in points],
+        "replay": [p.replay for p in points],
+        "loss": [p.loss for p in points],
+        # Throughput of one step: the tokens every rank fed / the slowest rank's step time
+        # (a synchronous step waits for it), e.g. 2 ranks x 8 rows x 128 tokens / 0.5 s.
+        "tokens_per_second": [
+            p.device_tokens / p.step_seconds if p.step_seconds else None for p in points
+        ],
+        "cumulative_device_tokens": cumulative,
+        # Input-wait share of one step: summed data wait / summed step time over its ranks
+        # (the run-wide figure of observe/figures.py, per step).
+        "input_wait_share": [
+            p.data_wait_seconds / p.rank_seconds if p.rank_seconds else None for p in points
+        ],
+        "step_seconds": [p.step_seconds for p in points],
+        "rank_step_seconds": {
+            str(rank): [p.rank_step_seconds.get(rank) for p in points] for rank in timeline.ranks
+        },
+    }
+
+
+def checkpoint_saves(report: dict[str, Any], timeline: Timeline) -> list[dict[str, Any]]:
+    """Each committed checkpoint with its stall and its durability lag: seconds from the end of
+    the step it captured to its commit (the window in which that step was not yet recoverable;
+    with async saves this is the stall plus the background persist)."""
+    step_end = {(p.generation, p.step): p.end_unix_s for p in timeline.steps}
+    saves = []
+    for entry in report.get("checkpoint_lineage") or []:
+        committed = entry.get("committed_unix_s")
+        ended = step_end.get((entry.get("generation"), entry.get("step")))
+        if committed is not None and ended is not None:
+            lag = max(0.0, committed - ended)
+        else:
+            parts = [entry.get("stall_seconds"), entry.get("persist_seconds")]
+            lag = sum(p for p in parts if p is not None) if any(parts) else None
+        saves.append({**entry, "durability_lag_seconds": lag})
+    return saves
+
+
+def open_alerts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ALERT_FIRED events whose `alert_id` has no later ALERT_CLEARED (one open alert per id)."""
+    open_by_id: dict[str, dict[str, Any]] = {}
+    for event in events:
+        attrs = event.get("attributes") or {}
+        alert_id = str(attrs.get("alert_id"))
+        if event["type"] == EventType.ALERT_FIRED:
+            open_by_id[alert_id] = {
+                "alert_id": alert_id,
+                "time_unix_s": event["time_unix_s"],
+                "step": event.get("step"),
+                **{k: attrs.get(k) for k in ("rule", "severity", "owner", "summary", "action")},
+            }
+        elif event["type"] == EventType.ALERT_CLEARED:
+            open_by_id.pop(alert_id, None)
+    return list(open_by_id.values())
+
+
+def state_spans(report: dict[str, Any], now_unix_s: float) -> list[dict[str, Any]]:
+    """The run's states as consecutive spans (the last one open until `now_unix_s`)."""
+    history = report.get("state_history") or []
+    spans = []
+    for i, change in enumerate(history):
+        end = history[i + 1]["time_unix_s"] if i + 1 < len(history) else now_unix_s
+        spans.append(
+            {
+                "state": change.get("to_state"),
+                "start_unix_s": change["time_unix_s"],
+                "end_unix_s": max(end, change["time_unix_s"]),
+                "generation": change.get("generation"),
+            }
+        )
+    return spans
+
+
+def run_view(
+    report: dict[str, Any], timeline: Timeline, events: list[dict[str, Any]], now_unix_s: float
+) -> dict[str, Any]:
+    """The run page's data: `report` is report.json's content as the reader may see it, `events`
+    the run's log as the reader may see it."""
+    run = report["run"]
+    governance = report.get("governance") or {}
+    finished = run["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+    return {
+        "run": run,
+        "finished": finished,
+        "owner": governance.get("owner"),
+        "hypothesis": governance.get("hypothesis"),
+        "final_metrics": report["final_metrics"],
+        "states": state_spans(report, now_unix_s),
+        "markers": [m.model_dump(mode="json") for m in timeline.markers],
+        "steps": step_series(timeline),
+        "evaluations": [e.model_dump(mode="json") for e in timeline.evaluations],
+        "checkpoints": checkpoint_saves(report, timeline),
+        "mixture": report.get("mixture") or [],
+        "cost_split": {k: report["cost_split"][k] for k in ("wall_seconds", "cost")}
+        | {"device_hour_price": report["cost_split"]["device_hour_price"]},
+        "incidents": report.get("incidents") or [],
+        "alerts": open_alerts(events),
+        "events": events[-EVENTS_SHOWN:],
+        "last_seq": events[-1]["seq"] if events else 0,
+    }
+
+
+def compare_view(
+    runs: list[tuple[dict[str, Any], Timeline]], diffs: list[list[Difference]]
+) -> dict[str, Any]:
+    """Two or more runs overlaid: each run's loss and throughput by step and by cumulative
+    tokens (the page picks the x axis), its headline figures, and the spec differences of each
+    later run against the first (`diffs[i]` is run i+1 against run 0)."""
+    out = []
+    for report, timeline in runs:
+        series = step_series(timeline)
+        keep = [i for i, replay in enumerate(series["replay"]) if not replay]
+        out.append(
+            {
+                "run": report["run"],
+                "final_metrics": report["final_metrics"],
+                "step": [series["step"][i] for i in keep],
+                "tokens": [series["cumulative_device_tokens"][i] for i in keep],
+                "loss": [series["loss"][i] for i in keep],
+                "tokens_per_second": [series["tokens_per_second"][i] for i in keep],
+                "evaluations": [e.model_dump(mode="json") for e in timeline.evaluations],
+            }
+        )
+    return {
+        "runs": out,
+        "spec_diff": [
+            {
+                "against": runs[0][0]["run"]["run_id"],
+                "run_id": runs[i + 1][0]["run"]["run_id"],
+                "differences": [d.model_dump(mode="json") for d in found],
+            }
+            for i, found in enumerate(diffs)
+        ],
+    }

@@ -1,0 +1,73 @@
+"""The dashboard's data (govern/dashboard.py) for the fixture run of tests/govern/conftest.py: a
+two-rank run that lost rank 1 after step 4 and replayed steps 3-4 in generation 2, every figure
+known by hand."""
+
+import pytest
+
+from runwright.events import EventType
+from runwright.govern.dashboard import compare_view, open_alerts, run_view
+from runwright.govern.report import collect_report
+
+from .conftest import RUN_ID
+
+
+@pytest.fixture
+def view(store):
+    report, timeline = collect_report(store, RUN_ID)
+    events = [e.model_dump(mode="json") for e in store.events(RUN_ID)]
+    return run_view(report.model_dump(mode="json"), timeline, events, now_unix_s=1030.0)
+
+
+def test_step_series_by_hand(view):
+    steps = view["steps"]
+    assert steps["step"] == [1, 2, 3, 4, 3, 4, 5, 6]
+    assert steps["generation"] == [1, 1, 1, 1, 2, 2, 2, 2]
+    assert steps["replay"] == [False] * 4 + [True, True, False, False]
+    # Each rank feeds 256 device tokens per step; the slowest rank takes 2.0 s:
+    # 2 ranks x 256 tokens / 2.0 s = 256 tokens/s.
+    assert steps["tokens_per_second"] == [256.0] * 8
+    # Replays add no tokens: 512 per first execution.
+    assert steps["cumulative_device_tokens"] == [512, 1024, 1536, 2048, 2048, 2048, 2560, 3072]
+    assert steps["rank_step_seconds"] == {"0": [2.0] * 8, "1": [1.5] * 8}
+
+
+def test_markers_states_and_checkpoints(view):
+    kinds = [m["kind"] for m in view["markers"]]
+    assert "incident" in kinds and "restore" in kinds and "checkpoint" in kinds
+    # The log's state changes as spans; the last one open until "now" (1030).
+    spans = [(s["state"], s["start_unix_s"], s["end_unix_s"]) for s in view["states"]]
+    assert spans == [("STARTING", 1000.0, 1025.0), ("SUCCEEDED", 1025.0, 1030.0)]
+    (saved,) = view["checkpoints"]
+    assert saved["checkpoint_id"] == "ck-2" and saved["step"] == 2
+    # Step 2 ended at 1006.0 and its checkpoint committed at 1006.5.
+    assert saved["durability_lag_seconds"] == pytest.approx(0.5)
+    assert {r["source"] for r in view["mixture"]} == {"code", "prose"}
+    assert view["last_seq"] == view["events"][-1]["seq"]
+
+
+def _alert(seq: int, kind: str, alert_id: str, **attrs) -> dict:
+    return {"seq": seq, "type": kind, "time_unix_s": 1000.0 + seq, "step": seq,
+            "attributes": {"alert_id": alert_id, **attrs}}  # fmt: skip
+
+
+def test_an_alert_is_open_from_fired_until_cleared():
+    events = [
+        _alert(1, EventType.ALERT_FIRED, "straggler:rank1", rule="straggler", severity="warning"),
+        _alert(2, EventType.ALERT_FIRED, "input_stall", rule="input_stall"),
+        _alert(3, EventType.ALERT_CLEARED, "input_stall", reason="exit condition held"),
+        _alert(4, EventType.ALERT_FIRED, "loss_spike", rule="loss_spike"),
+        _alert(5, EventType.ALERT_CLEARED, "loss_spike"),
+        _alert(6, EventType.ALERT_FIRED, "loss_spike", rule="loss_spike", severity="critical"),
+    ]
+    shown = {a["alert_id"]: a["severity"] for a in open_alerts(events)}
+    assert shown == {"straggler:rank1": "warning", "loss_spike": "critical"}
+
+
+def test_compare_drops_replays_and_carries_the_diff(store):
+    report, timeline = collect_report(store, RUN_ID)
+    content = report.model_dump(mode="json")
+    view = compare_view([(content, timeline), (content, timeline)], [[]])
+    first = view["runs"][0]
+    assert first["step"] == [1, 2, 3, 4, 5, 6]
+    assert first["tokens"] == [512, 1024, 1536, 2048, 2560, 3072]
+    assert view["spec_diff"] == [{"against": RUN_ID, "run_id": RUN_ID, "differences": []}]

@@ -1,0 +1,339 @@
+"""The dashboard (issue 15) on a real `runwright server` with its controller and real runs of the
+reference trainer: the access rules through HTTP (no cookie -> login, another project's token ->
+no page, a viewer's data without sample text, HTML escaped), and, in headless Chromium driven by
+Playwright, a login, a run page whose loss chart gains points while the run trains, and the
+compare view of two runs, with screenshots checked to be non-blank.
+
+The browser test needs Debian's `chromium` and the `playwright` package (dev extra); without
+them it skips, unless RUNWRIGHT_REQUIRE_BROWSER=1 (set in CI), where that is a failure.
+"""
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from tests.govern.test_screenshot import decode_png, find_chromium
+
+from runwright.access.base import local_actor
+from runwright.access.service import Access
+from runwright.data import build_dataset
+from runwright.events import EventType
+from runwright.store import NewEvent, Store
+
+from .conftest import running_server
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
+SAMPLE = "a line of training data the viewer must not read"
+MARKUP = "<img src=x onerror=window.pwned=1>"
+STEP_SLEEP_SECONDS = 0.25
+"""The live run's pause after each step, so that it is still training while the page watches
+(40 steps: at least 10 s of training after its first step)."""
+LIVE_STEPS = 40
+RUN_SECONDS = 300.0
+"""Bound of a hang for a short run to finish (torchrun start-up on a busy 2-core machine takes
+tens of seconds); not an expected time."""
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
+                  "--disable-background-networking", "--disable-component-update"]  # fmt: skip
+
+
+def _spec(
+    dataset_folder: Path, vocab_size: int, steps: int, step_sleep: float, ranks: int = 1
+) -> dict:
+    data = yaml.safe_load(TINY_GPT.read_text())
+    data["name"] = f"dash-{steps}"
+    data["code"]["args"] = ["--step-sleep", str(step_sleep)]
+    data["model"].update(n_layers=1, d_model=32, n_heads=2, vocab_size=vocab_size)
+    data["data"].update(
+        dataset=str(dataset_folder),
+        sequence_length=32,
+        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
+    )
+    data["training"].update(
+        global_batch_samples=4, micro_batch_size=2, steps=steps, eval_every_steps=steps
+    )
+    data["training"]["eval_sequences"] = 4
+    data["resources"]["devices_per_node"] = ranks
+    data["checkpoint"].update(interval={"policy": "steps", "every_steps": max(2, steps // 4)})
+    data["governance"]["tags"] = {"team": "dash"}
+    return data
+
+
+def _wait_finished(client: httpx.Client, run_id: str, seconds: float) -> dict:
+    deadline = time.monotonic() + seconds
+    while True:
+        status = client.get(f"/v1/runs/{run_id}", params={"events": "false"}).json()
+        if status["state"] in ("SUCCEEDED", "FAILED", "CANCELLED"):
+            return status
+        assert time.monotonic() < deadline, f"{run_id} still {status['state']} after {seconds} s"
+        time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A server with its controller; in project `default` a site admin, a viewer and one
+    finished short run (with an event quoting sample text and markup); project `other` with
+    its own admin."""
+    base = tmp_path_factory.mktemp("dashboard")
+    root, url = base / "root", f"sqlite:///{base / 'state.db'}"
+    dataset = build_dataset(REPO / "examples" / "data" / "tiny.yaml", root)
+    store = Store(url)
+    local = Access(store, root, local_actor())
+    local.create_project("other")
+    local.set_role("default", "vera", "viewer")
+    local.set_role("other", "otto", "admin")
+    local.grant_dataset("default", dataset.manifest.dataset_id)
+    tokens = {
+        "viewer": local.create_token("vera", "default", days=1)["token"],
+        "other": local.create_token("otto", "other", days=1)["token"],
+    }
+    store.close()
+    vocab = dataset.manifest.tokenizer.vocab_size
+    spec = lambda steps, sleep, ranks=1: _spec(dataset.folder, vocab, steps, sleep, ranks)  # noqa: E731
+    with running_server(url, root) as server:
+        tokens["admin"] = server.admin_token
+        with server.client(server.admin_token) as admin:
+            made = admin.post("/v1/runs", json={"spec": spec(4, 0.0)})
+            assert made.status_code == 201, made.text
+            short = made.json()["run_id"]
+            ended = _wait_finished(admin, short, RUN_SECONDS)
+            assert ended["state"] == "SUCCEEDED", ended["state_detail"]
+        check = server.store()
+        check.append_event(
+            NewEvent(
+                event_id="dashboard-sample",
+                run_id=short,
+                generation=0,
+                type=EventType.FAILURE_CLASSIFIED,
+                time_unix_s=time.time(),
+                attributes={"failure_class": "data", "rank": 0, "message": f"{SAMPLE} {MARKUP}"},
+            ),
+            fenced=False,
+        )
+        # What the alert engine writes (events.py): one alert open, one fired and cleared.
+        for seq, (kind, alert_id) in enumerate(
+            [
+                (EventType.ALERT_FIRED, "straggler:rank0"),
+                (EventType.ALERT_FIRED, "input_stall"),
+                (EventType.ALERT_CLEARED, "input_stall"),
+            ]
+        ):
+            check.append_event(
+                NewEvent(
+                    event_id=f"dashboard-alert-{seq}",
+                    run_id=short,
+                    generation=0,
+                    type=kind,
+                    time_unix_s=time.time(),
+                    attributes={
+                        "alert_id": alert_id,
+                        "rule": alert_id.split(":")[0],
+                        "severity": "warning",
+                        "owner": "runwright",
+                    },
+                ),
+                fenced=False,
+            )
+        check.close()
+        yield {"server": server, "tokens": tokens, "short": short, "spec": spec}
+
+
+@contextlib.contextmanager
+def _cookie_client(server, token: str | None) -> Iterator[httpx.Client]:
+    """A client that logged in on /ui/login with `token` (None: never logged in)."""
+    with httpx.Client(base_url=server.url, timeout=60.0) as client:
+        if token is not None:
+            logged = client.post("/ui/login", data={"token": token, "next": "/ui/runs"})
+            assert logged.status_code == 303 and logged.headers["location"] == "/ui/runs"
+            cookie = logged.headers["set-cookie"].lower()
+            assert "httponly" in cookie and "samesite=strict" in cookie
+        yield client
+
+
+def test_pages_answer_only_what_the_token_may_see(world):
+    server, tokens, short = world["server"], world["tokens"], world["short"]
+    with _cookie_client(server, None) as anonymous:
+        page = anonymous.get("/ui/runs")
+        assert page.status_code == 303 and page.headers["location"].startswith("/ui/login")
+        assert anonymous.get(f"/ui/api/runs/{short}").status_code == 401
+        refused = anonymous.post("/ui/login", data={"token": "rwt_not-a-token"})
+        assert refused.status_code == 401 and "malformed" in refused.text
+        assert "set-cookie" not in refused.headers
+        evil = anonymous.post("/ui/login", data={"token": tokens["viewer"], "next": "//evil"})
+        assert evil.headers["location"] == "/ui/runs"  # no redirect off the dashboard
+    with _cookie_client(server, tokens["other"]) as other:
+        assert other.get(f"/ui/runs/{short}").status_code == 404
+        assert other.get(f"/ui/api/runs/{short}").status_code == 404
+        assert short not in other.get("/ui/runs").text
+    with _cookie_client(server, tokens["admin"]) as admin:
+        listed = admin.get("/ui/runs", params={"tag": "team=dash", "state": "SUCCEEDED"})
+        assert listed.status_code == 200 and short in listed.text
+        assert short not in admin.get("/ui/runs", params={"tag": "team=other"}).text
+        assert short in admin.get("/ui/runs", params={"owner": "runwright"}).text
+        assert admin.get("/ui/queue").status_code == 200
+        assert admin.get("/ui/compare", params={"run": [short] * 9}).status_code == 400
+        assert admin.get("/ui/api/compare", params={"run": [short]}).status_code == 400
+        full = admin.get(f"/ui/api/runs/{short}").json()
+        assert SAMPLE in str(full["events"])  # the admin may read it: the check below can fail
+        assert [p for p in full["steps"]["step"]] == [1, 2, 3, 4]
+        assert len(full["checkpoints"]) >= 1 and full["checkpoints"][0]["durability_lag_seconds"]
+        assert {r["source"] for r in full["mixture"]} == {"notes", "records"}
+        assert [a["alert_id"] for a in full["alerts"]] == ["straggler:rank0"]
+        assert (
+            admin.get("/ui/static/plotly.min.js")
+            .headers["content-type"]
+            .startswith("text/javascript")
+        )
+    with _cookie_client(server, tokens["viewer"]) as viewer:
+        seen = viewer.get(f"/ui/api/runs/{short}")
+        assert seen.status_code == 200 and SAMPLE not in seen.text
+        assert "<redacted:" in seen.text
+        page = viewer.get(f"/ui/runs/{short}")
+        assert (
+            page.status_code == 200
+            and "script-src 'self'" in page.headers["content-security-policy"]
+        )
+
+
+def _browser():
+    chromium = find_chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        sync_playwright = None
+    if chromium is None or sync_playwright is None:
+        missing = "chromium" if chromium is None else "playwright (the dev extra)"
+        if os.environ.get("RUNWRIGHT_REQUIRE_BROWSER") == "1":
+            pytest.fail(f"RUNWRIGHT_REQUIRE_BROWSER=1 but no {missing}")
+        pytest.skip(f"no {missing}")
+    return chromium, sync_playwright
+
+
+def _assert_not_blank(png: Path) -> None:
+    width, _, rows = decode_png(png.read_bytes())
+    colours, inked = set(), 0
+    for row in rows[::4]:
+        for x in range(0, width * 3, 12):
+            pixel = row[x : x + 3]
+            colours.add(pixel)
+            inked += pixel not in (b"\xff\xff\xff", b"\xf8\xf9\xfa")
+    assert len(colours) > 50, f"{png.name}: only {len(colours)} colours, the page looks blank"
+    assert inked > 2000, f"{png.name}: only {inked} sampled pixels are not background"
+
+
+POINTS = "n => { const g = document.getElementById('chart-loss');" \
+    " return !!(g && g.data && g.data[0].x.length >= n); }"  # fmt: skip
+
+
+def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
+    chromium, sync_playwright = _browser()
+    server, tokens, short = world["server"], world["tokens"], world["short"]
+    with server.client(tokens["admin"]) as admin:
+        spec = world["spec"](LIVE_STEPS, STEP_SLEEP_SECONDS, 2)  # 2 ranks: one line each
+        made = admin.post("/v1/runs", json={"spec": spec})
+        assert made.status_code == 201, made.text
+        live = made.json()["run_id"]
+    with _cookie_client(server, tokens["admin"]) as admin_pages:  # it trains for 10 s or more
+        assert live in admin_pages.get("/ui/queue").text
+        assert admin_pages.get("/ui/runs/not a run id").status_code == 400
+    shots = tmp_path / "screenshots"
+    shots.mkdir()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(str(exc)))
+        page.goto(f"{server.url}/ui/runs/{live}")
+        assert "/ui/login" in page.url  # no cookie yet
+        page.fill("#token", tokens["admin"])
+        page.click("#login")
+        page.wait_for_url(f"**/ui/runs/{live}")
+        # The first point comes once torchrun has started the workers: a bound of a hang.
+        page.wait_for_function(POINTS, arg=1, timeout=RUN_SECONDS * 1000)
+        data = page.evaluate("window.dashboard.data")
+        first = len(data["steps"]["step"])
+        assert not data["finished"], "the run ended before the page saw it train"
+        # The next points: a few steps at the step time measured so far, plus two polls.
+        step_s = max(s for s in data["steps"]["step_seconds"] if s is not None)
+        wait_s = 5 * (step_s + STEP_SLEEP_SECONDS) + 2 * 1.5 + 10
+        page.wait_for_function(POINTS, arg=first + 2, timeout=wait_s * 1000)
+        # One time axis: a zoom on the loss chart zooms every time chart and stays while the
+        # page keeps polling; a reset (double-click) gives all of them the whole window back.
+        page.evaluate(
+            "() => { const t = window.dashboard.data.steps.time_unix_s;"
+            " Plotly.relayout('chart-loss', {'xaxis.range[0]': t[0] * 1000,"
+            " 'xaxis.range[1]': t[1] * 1000}); }"
+        )
+        same_zoom = (
+            "n => window.dashboard.updates >= n && ['chart-states', 'chart-tokens',"
+            " 'chart-ranks', 'chart-checkpoints'].every(id =>"
+            " document.getElementById(id)._fullLayout.xaxis.range.join() ==="
+            " document.getElementById('chart-loss')._fullLayout.xaxis.range.join())"
+            " && !document.getElementById('chart-tokens')._fullLayout.xaxis.autorange"
+        )
+        updates = page.evaluate("window.dashboard.updates")
+        page.wait_for_function(same_zoom, arg=updates + 1, timeout=wait_s * 1000)
+        page.evaluate("Plotly.relayout('chart-tokens', {'xaxis.autorange': true})")
+        page.wait_for_function(
+            "() => document.getElementById('chart-loss')._fullLayout.xaxis.autorange",
+            timeout=10_000,
+        )
+        assert not errors, errors
+        remaining = LIVE_STEPS - first
+        page.wait_for_function(
+            "() => window.dashboard.data && window.dashboard.data.finished",
+            timeout=(remaining * (step_s + STEP_SLEEP_SECONDS) * 3 + 60) * 1000,
+        )
+        page.wait_for_timeout(500)  # plotly's last redraw
+        # The charts and tables above the event log (the log itself is folded).
+        page.screenshot(path=str(shots / "run.png"), full_page=True)
+        ranks = page.evaluate(
+            "document.getElementById('chart-ranks').data"
+            ".filter(t => (t.name || '').startsWith('rank')).length"
+        )
+        assert ranks == 2 and page.locator("#checkpoints table").count() == 1
+
+        page.goto(f"{server.url}/ui/compare?run={short}&run={live}")
+        page.wait_for_function(
+            "() => { const g = document.getElementById('chart-compare-loss');"
+            " return !!(g && g.data && g.data.length === 2); }",
+            timeout=60_000,
+        )
+        page.check("input[name=axis][value=tokens]")
+        title = page.evaluate(
+            "document.getElementById('chart-compare-loss').layout.xaxis.title.text"
+        )
+        assert title == "device tokens"
+        assert "training.steps" in page.locator("#spec-diff").inner_text()
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(shots / "compare.png"), full_page=True)
+
+        # A viewer sees the short run's incident as a length, never its text; markup is text.
+        viewer = browser.new_context().new_page()
+        viewer.goto(f"{server.url}/ui/login?next=/ui/runs/{short}")
+        viewer.fill("#token", tokens["viewer"])
+        viewer.click("#login")
+        viewer.wait_for_function("() => window.dashboard && window.dashboard.updates >= 1")
+        shown = viewer.evaluate("document.body.textContent")
+        assert SAMPLE not in shown and "redacted" in shown
+        admin_view = context.new_page()
+        admin_view.goto(f"{server.url}/ui/runs/{short}")
+        admin_view.wait_for_function("() => window.dashboard && window.dashboard.updates >= 1")
+        assert MARKUP in admin_view.locator("#events").text_content()
+        assert "straggler:rank0" in admin_view.locator("#alerts").inner_text()
+        assert admin_view.evaluate("window.pwned === undefined")
+        browser.close()
+    for png in (shots / "run.png", shots / "compare.png"):
+        _assert_not_blank(png)
+    if os.environ.get("RUNWRIGHT_KEEP_SCREENSHOT"):
+        keep = Path(os.environ["RUNWRIGHT_KEEP_SCREENSHOT"])
+        keep.mkdir(parents=True, exist_ok=True)
+        for png in shots.iterdir():
+            (keep / png.name).write_bytes(png.read_bytes())

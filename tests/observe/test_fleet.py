@@ -1,7 +1,9 @@
 """The fleet's Prometheus exposition on a real SQLite store: names, types and bounded labels; a
 fold done in pieces across scrapes gives the numbers of one fresh fold; a token's scope."""
 
+import json
 import re
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -115,3 +117,18 @@ def test_pending_reason_is_the_latest_admission_code(tmp_path):
 
 def test_terminal_states_agree_with_the_state_machine():
     assert {str(s) for s in TERMINAL} == TERMINAL_STATES
+
+
+def test_the_grafana_dashboard_uses_only_served_series(tmp_path):
+    """Every runwright_ series the shipped dashboard queries is one /metrics serves."""
+    dashboard = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "runwright.json"
+    exprs = [t["expr"] for p in json.loads(dashboard.read_text())["panels"] for t in p["targets"]]
+    used = {name for e in exprs for name in re.findall(r"runwright_[a-z_]+", e)}
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    _run(store, "alpha-1", "alpha", state="QUEUED")
+    store.append_events(_events("alpha-1"))
+    fleet = FleetMetrics()
+    fleet.refresh(store)
+    served = {name for name, _ in _samples(fleet.exposition(None))}
+    assert used and used <= served, used - served
+    store.close()

@@ -51,6 +51,7 @@ from runwright.control.watchdog import Watchdog
 from runwright.errors import LeaseLostError, PlacementError
 from runwright.events import EventType
 from runwright.layout import checkpoint_root, run_paths
+from runwright.observe.tracing import trace_run
 from runwright.protocol import (
     ENV_SKIP_STEPS,
     ChannelMessage,
@@ -312,6 +313,7 @@ class Controller:
         else:
             self._supervise(run, spec)
         self._emit(run_id)
+        trace_run(self.store, run)  # spans of the pass's new events (observe/tracing.py)
         if done:
             self._forget(run_id)
         return done

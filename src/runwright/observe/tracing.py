@@ -23,6 +23,7 @@ so the hook in the controller is one call per pass. Every span carries `runwrigh
 """
 
 import hashlib
+import logging
 import os
 import random
 import threading
@@ -50,6 +51,7 @@ MAX_TRACED_RUNS = 10_000
 """Runs the controller remembers having traced; finished ones are forgotten beyond it (a run
 read again from sequence 0 would be traced twice)."""
 _lock = threading.Lock()
+_log = logging.getLogger("runwright.tracing")
 _state: dict[str, Any] = {}
 
 
@@ -157,11 +159,15 @@ def tracer(role: str) -> _Tracer | None:
     if where is None:
         return None
     with _lock:
-        made = _state.get("tracer")
-        if made is None or _state.get("endpoint") != where:
-            made = _state["tracer"] = _Tracer(role)
+        if _state.get("endpoint") != where:
             _state["endpoint"] = where
-        return made
+            try:
+                _state["tracer"] = _Tracer(role)
+            except ImportError as exc:
+                # Traces are telemetry: a missing SDK costs the traces, never the run.
+                _log.warning("an OTLP endpoint is set but %s: install runwright[otel]", exc)
+                _state["tracer"] = None
+        return _state["tracer"]
 
 
 def flush() -> None:
@@ -186,7 +192,6 @@ class RunTrace:
         self.pending: list[str] = []
         self.recovery: Event | None = None
         self.ended = False
-        self.flushed = False
 
     def observe(self, t: _Tracer, event: Event) -> None:
         run_id, root = self.run_id, span_id_of(self.run_id, "run")
@@ -252,9 +257,6 @@ def trace_run(source: Any, run: Any) -> None:
     for event in source.events(run.run_id, after_seq=traced.after_seq, types=TRACED_EVENTS):
         traced.after_seq = event.seq
         traced.observe(t, event)
-    if traced.ended and traced.after_seq and not traced.flushed:
-        traced.flushed = True
-        t.flush()  # the run's last spans leave now, not at the next batch
     if len(runs) > MAX_TRACED_RUNS:  # forget finished runs, oldest first
         for run_id in [r for r, v in runs.items() if v.ended][: len(runs) // 2]:
             runs.pop(run_id)

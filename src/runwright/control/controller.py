@@ -47,11 +47,11 @@ from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.stopping import ENDINGS, GroupStops, note_loss
 from runwright.control.supervision import Supervision
+from runwright.control.tracing import trace_run
 from runwright.control.watchdog import Watchdog
 from runwright.errors import LeaseLostError, PlacementError
 from runwright.events import EventType
 from runwright.layout import checkpoint_root, run_paths
-from runwright.observe.tracing import trace_run
 from runwright.protocol import (
     ENV_SKIP_STEPS,
     ChannelMessage,

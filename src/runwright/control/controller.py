@@ -49,6 +49,7 @@ from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.stopping import ENDINGS, GroupStops, note_loss
 from runwright.control.supervision import Supervision
+from runwright.control.tracing import trace_run
 from runwright.control.watchdog import Watchdog
 from runwright.errors import LeaseLostError, PlacementError
 from runwright.events import EventType
@@ -316,6 +317,7 @@ class Controller:
         else:
             self._supervise(run, spec)
         self._emit(run_id)
+        trace_run(self.store, run)  # spans of the pass's new events (observe/tracing.py)
         if done:
             self._forget(run_id)
         return done

@@ -24,6 +24,7 @@ from runwright.ckpt.storage import CheckpointStorage
 from runwright.events import EventType
 from runwright.layout import RunPaths, checkpoint_root
 from runwright.protocol import ENV_RESTORE_AT_MOST_STEP, ENV_RESUME_FROM
+from runwright.runtime.tracing import rank_tracer
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
@@ -47,6 +48,9 @@ class ChannelSink:
             attributes=dict(event.attributes),
             generation=event.generation,
         )
+        if (tracer := rank_tracer(self.ctx)) is not None:
+            tracer.checkpoint_event(event.type, event.step, event.checkpoint_id,
+                                    event.time_unix_seconds, event.attributes)  # fmt: skip
 
 
 def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:

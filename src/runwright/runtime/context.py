@@ -42,6 +42,7 @@ from runwright.protocol import (
     decode_skip_steps,
     placed_entry,
 )
+from runwright.runtime import tracing
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.steploop import StepLoop
 from runwright.runtime.stop import StopAgreement, StopRun, StopWatcher
@@ -246,6 +247,7 @@ class RunContext:
             if self._trackers is not None:
                 self._trackers.close(completed=self.completed)
             self.channel.close()
+            tracing.flush()
 
     def _training_complete(self) -> None:
         states = [c.last_state for c in self._checkpointers if c.last_state is not None]

@@ -27,6 +27,7 @@ from runwright.errors import RunwrightError
 from runwright.events import EventType
 from runwright.layout import RunPaths
 from runwright.runtime.stop import OverlappedStopVote, StopRequest
+from runwright.runtime.tracing import rank_tracer
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
@@ -79,6 +80,9 @@ class StepLoop:
         # both need the loss and the grad norm, and on a GPU every .item() waits for the device.
         self._read: list[tuple[Any, float]] = []
         self._step_started = 0.0
+        self._tracer = rank_tracer(ctx)  # None unless an OTLP endpoint is configured
+        self._traced: list[tuple[str, float, float]] | None = None
+        """A sampled step's phases as (name, perf_counter start, end); None: not traced."""
         self.timeline_path: Path = RunPaths(ctx.run_dir).timeline_file(ctx.generation, ctx.rank)
         self.timeline_path.parent.mkdir(parents=True, exist_ok=True)
         self._timeline = open(self.timeline_path, "a", encoding="utf-8")  # noqa: SIM115
@@ -97,6 +101,9 @@ class StepLoop:
                     self._phases = dict.fromkeys(PHASES, 0.0)
                     self._step_started = time.perf_counter()
                 self._read = []
+                if self._tracer is not None:
+                    sampled = step == self.start_step + 1 or step % self._tracer.step_every == 0
+                    self._traced = [] if sampled else None
                 yield step
             # Not in `finally`: after an exception a peer may be gone, and waiting on its vote
             # would hide the error that ended the loop.
@@ -110,11 +117,17 @@ class StepLoop:
         try:
             yield
         finally:
-            self._phases[name] = self._phases.get(name, 0.0) + time.perf_counter() - started
+            ended = time.perf_counter()
+            self._phases[name] = self._phases.get(name, 0.0) + ended - started
+            if self._traced is not None:
+                self._traced.append((name, started, ended))
 
     def add_phase_seconds(self, name: str, seconds: float) -> None:
         """Account time measured elsewhere (e.g. the loader's input wait, a checkpoint stall)."""
         self._phases[name] = self._phases.get(name, 0.0) + seconds
+        if self._traced is not None:  # measured just before this call: it ended now
+            now = time.perf_counter()
+            self._traced.append((name, now - seconds, now))
 
     def guard(self, step: int, *, loss: Any, grad_norm: Any | None = None) -> None:
         """Refuse to commit a step whose loss or gradient norm is not finite (or spiked)."""
@@ -164,6 +177,8 @@ class StepLoop:
             **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")},
         )
         self._timeline.write(json.dumps(record) + "\n")
+        if self._traced is not None and self._tracer is not None:
+            self._trace_step(step, started, step_seconds, metrics.get("loss"))
         # The next step's record starts here, so what the script does after reporting (a save
         # of this step's state: its checkpoint stall) is the next step's, and the steps' wall
         # times add up to the loop's. Reporting before the save is what keeps a step's evidence
@@ -172,6 +187,14 @@ class StepLoop:
         self._phases["logging"] = time.perf_counter() - started
         self._step_started = started
         self._read = []
+
+    def _trace_step(self, step: int, ended: float, step_seconds: float, loss: Any) -> None:
+        assert self._tracer is not None and self._traced is not None
+        offset = time.time() - time.perf_counter()  # perf_counter readings to wall-clock seconds
+        phases = [(name, a + offset, b + offset) for name, a, b in self._traced]
+        attributes = {"runwright.step_seconds": step_seconds, "runwright.loss": loss}
+        self._tracer.step(step, self._step_started + offset, ended + offset, phases, attributes)
+        self._traced = None
 
     def _number(self, value: Any) -> float:
         """`value` as a float, reading a tensor from the device at most once per step."""

@@ -173,3 +173,21 @@ def test_a_spec_rule_replaces_the_default_of_its_name():
     assert set(rules) == {r.name for r in DEFAULT_RULES} | {"mine"}
     assert rules["straggler"].threshold == 2.0
     assert {r.name for r in AlertsSpec(defaults=False).effective()} == set()
+
+
+def test_a_mixture_drift_fires_on_a_window_off_its_targets_and_clears_on_one_back(world):
+    store, run, engine = world
+    spec = spec_with([r.model_dump() for r in DEFAULT_RULES if r.kind == "mixture_drift"])
+    window = {"first_step": 1, "last_step": 50}
+    engine.observe(run, spec, message(EventType.MIXTURE_WINDOW, step=50, max_deviation=0.3,
+                                      **window))  # fmt: skip
+    engine.check(run, spec)
+    (fired,) = alert_events(store, EventType.ALERT_FIRED)
+    assert fired["window_steps"] == [1, 50] and fired["value"] == 0.3
+    assert (
+        fired["summary"] == "mixture drift: a source's share 30% off its target in the last window"
+    )
+    engine.observe(run, spec, message(EventType.MIXTURE_WINDOW, step=100, max_deviation=0.01,
+                                      first_step=51, last_step=100))  # fmt: skip
+    engine.check(run, spec)
+    assert len(alert_events(store, EventType.ALERT_CLEARED)) == 1

@@ -5,7 +5,7 @@ known by hand."""
 import pytest
 
 from runwright.events import EventType
-from runwright.govern.dashboard import compare_view, open_alerts, run_view
+from runwright.govern.dashboard import compare_view, drift_windows, open_alerts, run_view
 from runwright.govern.report import collect_report
 
 from .conftest import RUN_ID
@@ -61,6 +61,17 @@ def test_an_alert_is_open_from_fired_until_cleared():
     ]
     shown = {a["alert_id"]: a["severity"] for a in open_alerts(events)}
     assert shown == {"straggler:rank1": "warning", "loss_spike": "critical"}
+
+
+def test_drift_windows_come_from_the_loaders_reports_in_order():
+    attrs = {"first_step": 1, "last_step": 50, "shares": {"a": 0.7}, "targets": {"a": 0.6},
+             "max_deviation": 0.1, "loss_token_share": 0.9, "draws": {"a": 7}}  # fmt: skip
+    events = [
+        {"seq": 1, "type": EventType.STEP_HEALTHY, "time_unix_s": 10.0, "attributes": {}},
+        {"seq": 2, "type": EventType.MIXTURE_WINDOW, "time_unix_s": 11.0, "attributes": attrs},
+    ]
+    (window,) = drift_windows(events)
+    assert window == {"time_unix_s": 11.0, **{k: v for k, v in attrs.items() if k != "draws"}}
 
 
 def test_compare_drops_replays_and_carries_the_diff(store):

@@ -94,9 +94,18 @@ def _spec(root: Path) -> dict:
     return data
 
 
-def _killer(store: Store):
-    """SIGKILL generation 1's rank 0 at its first healthy step after a committed checkpoint."""
+def _killer(store: Store, receiver: "Receiver"):
+    """SIGKILL generation 1's rank 0 at its first healthy step after a committed checkpoint
+    whose restore span already reached the receiver (spans a killed rank had not sent yet are
+    lost, by design; on a busy machine the batch may not have gone out by then)."""
     state: dict = {}
+
+    def restore_sent() -> bool:
+        with receiver.lock:
+            return any(
+                s["name"] == "runwright.restore" and s["attrs"].get("runwright.generation") == 1
+                for s in receiver.spans
+            )
 
     def hook(event) -> None:
         if event.generation != 1 or "done" in state:
@@ -105,7 +114,12 @@ def _killer(store: Store):
             state["pid"] = int(event.attributes["pid"])
         elif event.type == EventType.CHECKPOINT_COMMITTED:
             state["committed"] = event.step
-        elif event.type == EventType.STEP_HEALTHY and "committed" in state and "pid" in state:
+        elif (
+            event.type == EventType.STEP_HEALTHY
+            and "committed" in state
+            and "pid" in state
+            and restore_sent()
+        ):
             os.kill(state["pid"], signal.SIGKILL)
             state["done"] = event.step
 
@@ -121,7 +135,7 @@ def test_spans_of_a_recovered_run_reach_an_otlp_receiver(tmp_path, monkeypatch):
     root = tmp_path / "root"
     spec = spec_from_mapping(_spec(root))
     store = Store(f"sqlite:///{tmp_path / 'state.db'}")
-    hook, killed = _killer(store)
+    hook, killed = _killer(store, receiver)
     controller = Controller(store, root, poll_seconds=0.1, on_event=hook)
     try:
         run, _ = controller.submit(spec, root)

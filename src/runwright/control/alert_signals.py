@@ -80,6 +80,10 @@ class RunSignals:
     generation: int = 0
     staged_step: int | None = None
     committed_step: int | None = None
+    mixture_drift: float | None = None
+    """max_deviation of the loader's newest window (MIXTURE_WINDOW)."""
+    drift_window: tuple[int, int] | None = None
+    """Its first and last step."""
     non_finite: tuple[int, int] | None = None
     """(rank, step) of the newest non-finite report not yet followed by a healthy step."""
     productive_seconds: float = 0.0
@@ -119,6 +123,12 @@ class RunSignals:
             self.staged_step = max(self.staged_step or 0, message.step)
         elif kind == EventType.CHECKPOINT_COMMITTED and message.step is not None:
             self.committed_step = max(self.committed_step or 0, message.step)
+        elif kind == EventType.MIXTURE_WINDOW:
+            self.mixture_drift = _number(attrs.get("max_deviation"))
+            first, last = attrs.get("first_step"), attrs.get("last_step")
+            self.drift_window = (
+                (first, last) if isinstance(first, int) and isinstance(last, int) else None
+            )
         elif kind == EventType.NAN_DETECTED:
             self.non_finite = (message.rank, int(message.step or 0))
         elif kind == EventType.STEP_HEALTHY and message.step is not None:

@@ -2,11 +2,11 @@
 signals (control/alert_signals.py) by the controller, firing and clearing as events.
 
 A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop) or
-per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below). It fires once its
-condition held for `window_steps` consecutive steps (the per-pass kinds at once), recorded as
-ALERT_FIRED with the owner, the figures and the action taken; it clears once the exit condition
-held for `clear_steps` steps, or when the run ends (ALERT_CLEARED). One open alert per id: the
-rule's name, with `:rank<R>` for the per-rank kinds (a straggler names its rank and host).
+per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below, mixture_drift). It
+fires once its condition held for `window_steps` consecutive steps (the per-pass kinds at once),
+recorded as ALERT_FIRED with the owner, the figures and the action taken; it clears once the exit
+condition held for `clear_steps` steps, or when the run ends (ALERT_CLEARED). One open alert per
+id: the rule's name, with `:rank<R>` for the per-rank kinds (a straggler names its rank and host).
 
 Actions: `notify` POSTs the alert as JSON to the rule's webhook (3 s timeout, the result is in
 the event); `stop` asks the group to stop at its next step boundary with a save, and the run ends
@@ -226,6 +226,9 @@ def _per_pass(rule: AlertRule, signals: RunSignals, spec: JobSpec):
         )
     elif rule.kind == "ettr_below" and now - signals.started_monotonic >= rule.after_seconds:
         yield rule.name, signals.ettr(), {}
+    elif rule.kind == "mixture_drift":
+        window = signals.drift_window
+        yield rule.name, signals.mixture_drift, ({"window_steps": list(window)} if window else {})
 
 
 def _figure(rule: AlertRule, value: float) -> str:
@@ -238,6 +241,7 @@ def _figure(rule: AlertRule, value: float) -> str:
         "non_finite": "a non-finite loss or gradient" if value > 0 else "finite again",
         "throughput_drop": f"tokens/s {value:.0%} of the run's own baseline",
         "ettr_below": f"ETTR {value:.0%}",
+        "mixture_drift": f"a source's share {value:.0%} off its target in the last window",
     }
     return words[rule.kind]
 

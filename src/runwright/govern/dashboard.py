@@ -122,6 +122,7 @@ def run_view(
         "evaluations": [e.model_dump(mode="json") for e in timeline.evaluations],
         "checkpoints": checkpoint_saves(report, timeline),
         "mixture": report.get("mixture") or [],
+        "drift": drift_windows(events),
         "cost_split": {k: report["cost_split"][k] for k in ("wall_seconds", "cost")}
         | {"device_hour_price": report["cost_split"]["device_hour_price"]},
         "incidents": report.get("incidents") or [],
@@ -129,6 +130,16 @@ def run_view(
         "events": events[-EVENTS_SHOWN:],
         "last_seq": events[-1]["seq"] if events else 0,
     }
+
+
+def drift_windows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The loader's windows of steps (MIXTURE_WINDOW, data/read/drift.py), oldest first."""
+    keys = ("first_step", "last_step", "shares", "targets", "max_deviation", "loss_token_share")
+    return [
+        {"time_unix_s": e["time_unix_s"], **{k: (e.get("attributes") or {}).get(k) for k in keys}}
+        for e in events
+        if e.get("type") == EventType.MIXTURE_WINDOW
+    ]
 
 
 def compare_view(

@@ -23,6 +23,7 @@ AlertKind = Literal[
     "non_finite",
     "throughput_drop",
     "ettr_below",
+    "mixture_drift",
 ]
 AlertAction = Literal["none", "notify", "stop", "rollback"]
 
@@ -38,7 +39,9 @@ class AlertRule(Section):
     message), durability_lag (steps the newest committed checkpoint trails the newest staged
     one), loss_spike (rank 0's loss / the mean of the window before it), non_finite (a rank
     reported a non-finite loss or gradient), throughput_drop (tokens/s of the window / the run's
-    own baseline), ettr_below (productive step time / wall time since the run started)."""
+    own baseline), ettr_below (productive step time / wall time since the run started),
+    mixture_drift (the largest distance of a source's share from its target in the loader's
+    last window of steps, MIXTURE_WINDOW)."""
     threshold: float = Field(gt=0, allow_inf_nan=False)
     """Fires above it (below it for throughput_drop and ettr_below)."""
     clear_at: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -90,6 +93,7 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
     _rule("non_finite", "non_finite", 1.0, severity="critical", window_steps=1, clear_steps=1),
     _rule("throughput_drop", "throughput_drop", 0.5, clear_at=0.8, window_steps=10, clear_steps=5),
     _rule("ettr_below", "ettr_below", 0.5, clear_at=0.6, after_seconds=600.0),
+    _rule("mixture_drift", "mixture_drift", 0.1, clear_at=0.05),
 )
 """The default set (docs/observability.md): a warning each, recorded and shown, no action."""
 

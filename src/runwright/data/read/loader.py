@@ -32,6 +32,7 @@ from runwright.data.format.dataset import OpenDataset, Verification, open_datase
 from runwright.data.format.manifest import DatasetManifest
 from runwright.data.read.batch import Batch, LoaderStats, materialise
 from runwright.data.read.cursor import DataCursor, reconcile
+from runwright.data.read.drift import DRIFT_WINDOW_STEPS, DriftWindow
 from runwright.data.read.kernels import ShardTable
 from runwright.data.read.ledger import ConsumptionLedger, record_steps
 from runwright.data.read.mixture import MIXTURES
@@ -81,6 +82,7 @@ class DataLoader:
         read_workers: int | None = None,
         prefetch_batches: int | None = None,
         reorder_capacity: int | None = None,
+        drift_window_steps: int | None = DRIFT_WINDOW_STEPS,
     ) -> None:
         if dp_size < 1 or not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank={dp_rank} must lie in [0, dp_size={dp_size})")
@@ -157,6 +159,16 @@ class DataLoader:
                 packing=data_spec.packing,
             )
             report_at_close(self.report_mixture)
+        # Data drift per window of steps (data/read/drift.py), from data-parallel rank 0.
+        self._drift = (
+            DriftWindow(
+                drift_window_steps,
+                {s.name: s.weight for s in data_spec.mixture.sources},
+                data_spec.mixture.unit,
+            )
+            if dp_rank == 0 and drift_window_steps
+            else None
+        )
 
     # ---- identity ----------------------------------------------------------------------------
 
@@ -254,6 +266,8 @@ class DataLoader:
         self._shutdown()
         self._cursor = cursor
         self._finished = False
+        if self._drift is not None:
+            self._drift.start_at(dict(cursor.source_draws), dict(cursor.source_units))
 
     @property
     def ledger(self) -> ConsumptionLedger:
@@ -376,7 +390,20 @@ class DataLoader:
         self._batches += 1
         self._loss_tokens += batch.loss_tokens
         self._padded_tokens += batch.padded_tokens
+        if self._drift is not None:
+            window = self._drift.add(batch, self._draws)
+            if window is not None:
+                emit(
+                    EventType.MIXTURE_WINDOW,
+                    key=f"mixture-window-{batch.step + 1}",
+                    step=batch.step + 1,
+                    **window,
+                )
         return batch
+
+    def _draws(self) -> tuple[dict[str, int], dict[str, int]]:
+        cursor = self.cursor
+        return dict(cursor.source_draws), dict(cursor.source_units)
 
     def _shutdown(self) -> None:
         if self._pipeline is not None:

@@ -173,6 +173,7 @@ def run(actor: Actor, record: RunRecord) -> str:
         '<div id="chart-wait" class="chart"></div>'
         '<div id="chart-ranks" class="chart"></div>'
         '<div id="chart-checkpoints" class="chart"></div>'
+        '<div id="chart-drift" class="chart"></div>'
         '<div class="pair"><div id="chart-mixture" class="chart"></div>'
         '<div id="chart-cost" class="chart"></div></div></section>'
         '<section><h2>Checkpoints</h2><div id="checkpoints"></div></section>'

@@ -85,7 +85,7 @@ function markerShapes(markers) {
 // points arrive (a double-click gives every chart back its full window). The range lives here;
 // bumping the axis' uirevision makes each chart take it over its own last zoom.
 const TIME_CHARTS = ["chart-states", "chart-loss", "chart-tokens", "chart-wait", "chart-ranks",
-  "chart-checkpoints"];
+  "chart-checkpoints", "chart-drift"];
 const zoom = { range: null, revision: 0 };
 
 function timeAxis() {
@@ -206,6 +206,19 @@ function drawRun(d) {
       x: ck.map((c) => when(c.committed_unix_s)), y: ck.map((c) => c.durability_lag_seconds),
       text: ck.map((c) => `step ${c.step}`), marker: { size: 9 } },
   ].concat(span), timeLayout("Checkpoint saves: stall and durability lag", "seconds", shapes), CONFIG);
+  const drift = d.drift;
+  const sources = [...new Set(drift.flatMap((w) => Object.keys(w.targets || {})))];
+  const driftLines = sources.flatMap((src) => [
+    { type: "scatter", mode: "lines+markers", name: `${src} share`,
+      x: drift.map((w) => when(w.time_unix_s)), y: drift.map((w) => (w.shares || {})[src]),
+      text: drift.map((w) => `steps ${w.first_step}-${w.last_step}`) },
+    { type: "scatter", mode: "lines", name: `${src} target`, line: { dash: "dot" },
+      x: drift.map((w) => when(w.time_unix_s)), y: drift.map((w) => (w.targets || {})[src]) },
+  ]);
+  driftLines.push({ type: "scatter", mode: "lines", name: "loss-token share",
+    x: drift.map((w) => when(w.time_unix_s)), y: drift.map((w) => w.loss_token_share) });
+  Plotly.react("chart-drift", driftLines.concat(span), timeLayout(
+    "Data drift per window: source shares against targets", "share", shapes), CONFIG);
   const mix = d.mixture;
   Plotly.react("chart-mixture", [
     { type: "bar", name: "target", x: mix.map((r) => r.source), y: mix.map((r) => r.target_share) },

@@ -1,0 +1,105 @@
+"""Data drift per window of steps (issue 15; seeds 000/003): what the loader handed out in the
+last `window_steps` steps against the recipe, so a drift shows while the run trains rather than
+in the report after it.
+
+Each window (data-parallel rank 0's view; the cursor's counts are global) reports MIXTURE_WINDOW:
+the draws and units per source in the window and their shares against the recipe's normalised
+weights (`max_deviation`: the largest |actual share - target share|, in the mixture's unit), the
+loss-token share of the device tokens, and the lengths of the document pieces packed into rank
+0's rows, bucketed. The control plane's `mixture_drift` alert rule reads `max_deviation`.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from runwright.data.read.batch import Batch
+
+DRIFT_WINDOW_STEPS = 50
+"""Steps per window unless the loader is told otherwise."""
+LENGTH_BUCKETS = (64, 256, 1024, 4096)
+"""Upper bounds (tokens) of the piece-length buckets; a last bucket holds the longer ones."""
+
+
+class DriftWindow:
+    """Accumulates one window of batches; `add` returns the window's report when it closes."""
+
+    def __init__(self, window_steps: int, targets: dict[str, float], unit: str) -> None:
+        self.window_steps = window_steps
+        total = sum(targets.values())
+        self.targets = {k: v / total for k, v in targets.items()} if total > 0 else {}
+        self.unit = unit
+        self._reset(None)
+        self._draws_before: dict[str, int] = {}
+        self._units_before: dict[str, int] = {}
+
+    def _reset(self, first_step: int | None) -> None:
+        self._first = first_step
+        self._steps = 0
+        self._device = 0
+        self._loss = 0
+        self._lengths = [0] * (len(LENGTH_BUCKETS) + 1)
+
+    def start_at(self, draws: dict[str, int], units: dict[str, int]) -> None:
+        """Count from this cursor (a restore): windows measure what this process handed out."""
+        self._draws_before, self._units_before = dict(draws), dict(units)
+
+    def add(
+        self, batch: Batch, draws: Callable[[], tuple[dict[str, int], dict[str, int]]]
+    ) -> dict[str, Any] | None:
+        """Count `batch`; at the window's last step, the report (`draws()` gives the cursor's
+        cumulative draws and units per source)."""
+        # Steps as the cursor counts them (after batch k, k + 1): the training step numbers.
+        if self._first is None:
+            self._first = batch.step + 1
+        self._steps += 1
+        self._device += batch.device_tokens
+        self._loss += batch.loss_tokens
+        self._count_lengths(batch.segment_ids)
+        if self._steps < self.window_steps:
+            return None
+        now_draws, now_units = draws()
+        window = {k: v - self._draws_before.get(k, 0) for k, v in now_draws.items()}
+        units = {k: v - self._units_before.get(k, 0) for k, v in now_units.items()}
+        counted = window if self.unit == "documents" else units
+        total = sum(counted.values())
+        shares = {k: v / total for k, v in counted.items()} if total else {}
+        names = set(shares) | set(self.targets)
+        deviation = (
+            max((abs(shares.get(n, 0.0) - self.targets.get(n, 0.0)) for n in names), default=0.0)
+            if self.targets
+            else None  # no weights: every source in proportion to its size, nothing to miss
+        )
+        report = {
+            "first_step": self._first,
+            "last_step": batch.step + 1,
+            "unit": self.unit,
+            "draws": window,
+            "units": units,
+            "shares": {k: round(v, 6) for k, v in shares.items()},
+            "targets": {k: round(v, 6) for k, v in self.targets.items()},
+            "max_deviation": round(deviation, 6) if deviation is not None else None,
+            "loss_token_share": round(self._loss / self._device, 6) if self._device else None,
+            "length_buckets": {
+                **{f"<={b}": n for b, n in zip(LENGTH_BUCKETS, self._lengths, strict=False)},
+                f">{LENGTH_BUCKETS[-1]}": self._lengths[-1],
+            },
+        }
+        self._draws_before, self._units_before = dict(now_draws), dict(now_units)
+        self._reset(None)
+        return report
+
+    def _count_lengths(self, segments: torch.Tensor) -> None:
+        """Lengths of the runs of equal segment ids in each row: the pieces of documents."""
+        if segments.numel() == 0:
+            return
+        rows = segments.reshape(segments.shape[0], -1)
+        change = torch.ones_like(rows, dtype=torch.bool)
+        change[:, 1:] = rows[:, 1:] != rows[:, :-1]
+        starts = change.flatten().nonzero().flatten()
+        # A row's first column always starts a piece, so pieces never span two rows.
+        ends = torch.cat([starts[1:], torch.tensor([rows.numel()])])
+        bucket = torch.bucketize(ends - starts, torch.tensor(LENGTH_BUCKETS))
+        counts = torch.bincount(bucket, minlength=len(self._lengths)).tolist()
+        self._lengths = [a + b for a, b in zip(self._lengths, counts, strict=True)]

@@ -170,19 +170,27 @@ def running_run(tmp_path):
     store.close()
 
 
-def _s3_server_module():
-    """tests/s3_server.py, loaded by path (the tests are not a package)."""
+def _helper_module(name: str, file: str):
+    """A helper module of tests/, loaded by path (the tests are not a package) as `name`."""
     import importlib.util
     import sys
 
-    name = "runwright_tests_s3_server"
     if name not in sys.modules:
-        path = Path(__file__).with_name("s3_server.py")
+        path = Path(__file__).with_name(file)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return sys.modules[name]
+
+
+def _s3_server_module():
+    """tests/s3_server.py."""
+    return _helper_module("runwright_tests_s3_server", "s3_server.py")
+
+
+# The reference trainer at test size (tests/tiny_trainer.py), imported by test modules.
+_helper_module("runwright_tests_tiny", "tiny_trainer.py")
 
 
 def require_s3() -> None:

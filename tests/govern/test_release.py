@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
+from runwright_tests_tiny import TINY_DATA, tiny_gpt
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
@@ -35,8 +35,6 @@ from runwright.spec import spec_from_mapping
 from runwright.store import Store
 from runwright.store.releases import ReleaseStatus
 
-REPO = Path(__file__).parents[2]
-TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
 runner = CliRunner()
 
 pytestmark = pytest.mark.integration
@@ -52,21 +50,10 @@ def offline(monkeypatch):
 def trained(tmp_path_factory):
     """(root, store, run, dataset): a finished run with checkpoints at steps 2 and 4."""
     root = tmp_path_factory.mktemp("release")
-    dataset = build_dataset(REPO / "examples" / "data" / "tiny.yaml", root / "data")
-    data = yaml.safe_load(TINY_GPT.read_text())
-    data["name"] = "tiny-release"
-    data["model"].update(
-        n_layers=1, d_model=32, n_heads=2, vocab_size=dataset.manifest.tokenizer.vocab_size
-    )
-    data["data"].update(
-        dataset=str(dataset.folder),
-        sequence_length=32,
-        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
-    )
-    data["training"].update(
-        global_batch_samples=4, micro_batch_size=2, steps=4, eval_every_steps=4, eval_sequences=8
-    )
-    data["checkpoint"].update(interval={"policy": "steps", "every_steps": 2}, keep_every_steps=2)
+    dataset = build_dataset(TINY_DATA, root / "data")
+    data = tiny_gpt(dataset, steps=4, name="tiny-release", every_steps=2, eval_every_steps=4,
+                    eval_sequences=8)  # fmt: skip
+    data["checkpoint"]["keep_every_steps"] = 2
     spec = spec_from_mapping(data)
     store = Store.open(root)
     controller = Controller(store, root, poll_seconds=0.1)
@@ -190,6 +177,11 @@ def test_a_resealed_tampered_export_is_caught_by_its_outputs_and_eval(trained):
     release = release.model_copy(update={"files": files})
     (export / RELEASE_FILE).write_text(release.model_dump_json())
     assert check_files(export, row.checkpoint_id).verdict == "pass"
+    emptied = release.model_copy(update={"files": []})
+    (export / RELEASE_FILE).write_text(emptied.model_dump_json())
+    nothing = check_files(export, row.checkpoint_id)  # an empty listing checks nothing: a fail
+    assert nothing.verdict == "fail" and "lists no files" in nothing.evidence
+    (export / RELEASE_FILE).write_text(release.model_dump_json())
 
     side = training_side(store, run, row.checkpoint_id)
     gates = {g.name: g for g in run_gates(export, release, side, GateLimits())}

@@ -11,13 +11,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-import yaml
 
 pytest.importorskip("opentelemetry.sdk", reason="the otel extra is not installed")
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
+from runwright_tests_tiny import TINY_DATA, tiny_gpt
 
 from runwright.control.controller import Controller
 from runwright.data import build_dataset
@@ -26,8 +26,6 @@ from runwright.observe import tracing
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
-REPO = Path(__file__).resolve().parents[2]
-TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
 HANG_SECONDS = 60.0
 """The bound of a hang while waiting for the last spans after the run ended."""
 
@@ -78,20 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 def _spec(root: Path) -> dict:
-    dataset = build_dataset(REPO / "examples" / "data" / "tiny.yaml", root / "data")
-    data = yaml.safe_load(TINY_GPT.read_text())
-    data["model"].update(
-        n_layers=1, d_model=32, n_heads=2, vocab_size=dataset.manifest.tokenizer.vocab_size
-    )
-    data["data"].update(
-        dataset=str(dataset.folder),
-        sequence_length=32,
-        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
-    )
-    data["training"].update(global_batch_samples=4, micro_batch_size=2, steps=24)
-    data["resources"]["devices_per_node"] = 1
-    data["checkpoint"].update(interval={"policy": "steps", "every_steps": 8})
-    return data
+    dataset = build_dataset(TINY_DATA, root / "data")
+    return tiny_gpt(dataset, steps=24, devices=1, every_steps=8)
 
 
 def _killer(store: Store, receiver: "Receiver"):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-import yaml
+from runwright_tests_tiny import TINY_DATA, tiny_gpt
 from tests.govern.test_screenshot import decode_png, find_chromium
 
 from runwright.access.base import local_actor
@@ -28,8 +28,6 @@ from runwright.store import NewEvent, Store
 from .conftest import running_server
 
 pytestmark = pytest.mark.integration
-REPO = Path(__file__).resolve().parents[2]
-TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
 SAMPLE = "a line of training data the viewer must not read"
 MARKUP = "<img src=x onerror=window.pwned=1>"
 STEP_SLEEP_SECONDS = 0.25
@@ -43,24 +41,11 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
                   "--disable-background-networking", "--disable-component-update"]  # fmt: skip
 
 
-def _spec(
-    dataset_folder: Path, vocab_size: int, steps: int, step_sleep: float, ranks: int = 1
-) -> dict:
-    data = yaml.safe_load(TINY_GPT.read_text())
-    data["name"] = f"dash-{steps}"
+def _spec(dataset, steps: int, step_sleep: float, ranks: int = 1) -> dict:
+    data = tiny_gpt(dataset, steps=steps, name=f"dash-{steps}", devices=ranks,
+                    every_steps=max(2, steps // 4), eval_every_steps=steps,
+                    eval_sequences=4)  # fmt: skip
     data["code"]["args"] = ["--step-sleep", str(step_sleep)]
-    data["model"].update(n_layers=1, d_model=32, n_heads=2, vocab_size=vocab_size)
-    data["data"].update(
-        dataset=str(dataset_folder),
-        sequence_length=32,
-        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
-    )
-    data["training"].update(
-        global_batch_samples=4, micro_batch_size=2, steps=steps, eval_every_steps=steps
-    )
-    data["training"]["eval_sequences"] = 4
-    data["resources"]["devices_per_node"] = ranks
-    data["checkpoint"].update(interval={"policy": "steps", "every_steps": max(2, steps // 4)})
     data["governance"]["tags"] = {"team": "dash"}
     return data
 
@@ -82,7 +67,7 @@ def world(tmp_path_factory):
     its own admin."""
     base = tmp_path_factory.mktemp("dashboard")
     root, url = base / "root", f"sqlite:///{base / 'state.db'}"
-    dataset = build_dataset(REPO / "examples" / "data" / "tiny.yaml", root)
+    dataset = build_dataset(TINY_DATA, root)
     store = Store(url)
     local = Access(store, root, local_actor())
     local.create_project("other")
@@ -94,8 +79,7 @@ def world(tmp_path_factory):
         "other": local.create_token("otto", "other", days=1)["token"],
     }
     store.close()
-    vocab = dataset.manifest.tokenizer.vocab_size
-    spec = lambda steps, sleep, ranks=1: _spec(dataset.folder, vocab, steps, sleep, ranks)  # noqa: E731
+    spec = lambda steps, sleep, ranks=1: _spec(dataset, steps, sleep, ranks)  # noqa: E731
     with running_server(url, root) as server:
         tokens["admin"] = server.admin_token
         with server.client(server.admin_token) as admin:

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import yaml
+from runwright_tests_tiny import TINY_DATA, tiny_gpt
 
 from runwright.access.base import local_actor
 from runwright.access.service import Access
@@ -22,8 +23,6 @@ from runwright.store import Store
 
 from .conftest import free_port, running_server
 
-REPO = Path(__file__).resolve().parents[2]
-TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
 HANG_SECONDS = 120.0
 """The bound of a hang for each wait below (Prometheus up, the run's first scraped step, the
 run's end); each wait ends as soon as its condition holds."""
@@ -111,21 +110,9 @@ def _query(url: str, promql: str) -> list[dict]:
 
 
 def _spec(root: Path) -> tuple[dict, str]:
-    dataset = build_dataset(REPO / "examples" / "data" / "tiny.yaml", root)
-    data = yaml.safe_load(TINY_GPT.read_text())
-    data["model"].update(
-        n_layers=1, d_model=32, n_heads=2, vocab_size=dataset.manifest.tokenizer.vocab_size
-    )
-    data["data"].update(
-        dataset=str(dataset.folder),
-        sequence_length=32,
-        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
-    )
+    dataset = build_dataset(TINY_DATA, root)
     # Far more steps than the test watches: it cancels the run once the counters have grown.
-    data["training"].update(global_batch_samples=4, micro_batch_size=2, steps=100_000)
-    data["resources"]["devices_per_node"] = 1
-    data["checkpoint"].update(interval={"policy": "steps", "every_steps": 50})
-    return data, dataset.manifest.dataset_id
+    return tiny_gpt(dataset, steps=100_000, devices=1, every_steps=50), dataset.manifest.dataset_id
 
 
 def test_prometheus_scrapes_a_training_run(tmp_path):

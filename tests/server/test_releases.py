@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
-import yaml
+from runwright_tests_tiny import TINY_DATA, tiny_gpt
 from typer.testing import CliRunner
 
 from runwright.access.base import local_actor
@@ -22,28 +22,13 @@ from runwright.store import Store
 
 from .conftest import running_server
 
-REPO = Path(__file__).resolve().parents[2]
-TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
-
 pytestmark = pytest.mark.integration
 
 
 def _trained_run(root: Path, store: Store) -> str:
-    dataset = build_dataset(REPO / "examples" / "data" / "tiny.yaml", root / "data")
-    data = yaml.safe_load(TINY_GPT.read_text())
-    data["model"].update(
-        n_layers=1, d_model=32, n_heads=2, vocab_size=dataset.manifest.tokenizer.vocab_size
-    )
-    data["data"].update(
-        dataset=str(dataset.folder),
-        sequence_length=32,
-        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
-    )
-    data["training"].update(
-        global_batch_samples=4, micro_batch_size=2, steps=2, eval_every_steps=2, eval_sequences=4
-    )
-    data["resources"]["devices_per_node"] = 1
-    data["checkpoint"].update(interval={"policy": "steps", "every_steps": 2})
+    dataset = build_dataset(TINY_DATA, root / "data")
+    data = tiny_gpt(dataset, steps=2, devices=1, every_steps=2, eval_every_steps=2,
+                    eval_sequences=4)  # fmt: skip
     controller = Controller(store, root, poll_seconds=0.1)
     run, _ = controller.submit(spec_from_mapping(data), root)
     ended = controller.drive(run.run_id)

@@ -6,10 +6,9 @@ only, saving into its own root (A's is untouched), and ended bitwise where C did
 that does not fit (another dataset), one with nothing left to train, and a run that does not
 exist each fail preflight with the reason, before anything runs."""
 
-from pathlib import Path
-
 import pytest
 import yaml
+from runwright_tests_tiny import TINY_DATA, tiny_gpt
 
 from runwright.control.controller import Controller
 from runwright.data import build_dataset
@@ -18,28 +17,14 @@ from runwright.govern.preflight_checks import run_preflight
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
-REPO = Path(__file__).parents[2]
-TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
-TINY_DATA = REPO / "examples" / "data" / "tiny.yaml"
-
 pytestmark = pytest.mark.integration
 
 
 def spec_for(dataset, steps: int, resume_from: str | None = None, name: str = "resume"):
-    data = yaml.safe_load(TINY_GPT.read_text())
-    data["name"] = name
-    data["model"].update(
-        n_layers=1, d_model=32, n_heads=2, vocab_size=dataset.manifest.tokenizer.vocab_size
-    )
-    data["data"].update(
-        dataset=str(dataset.folder),
-        sequence_length=32,
-        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
-    )
-    data["training"].update(global_batch_samples=4, micro_batch_size=2, steps=steps)
     # The same learning rate at every step whatever training.steps says, so A then B is C.
-    data["training"]["schedule"] = {"warmup_steps": 2, "decay": "constant"}
-    data["checkpoint"].update(interval={"policy": "steps", "every_steps": 2}, keep_every_steps=2)
+    schedule = {"warmup_steps": 2, "decay": "constant"}
+    data = tiny_gpt(dataset, steps=steps, name=name, every_steps=2, schedule=schedule)
+    data["checkpoint"]["keep_every_steps"] = 2
     if resume_from is not None:
         data["checkpoint"]["resume_from"] = resume_from
     return spec_from_mapping(data)

@@ -88,8 +88,7 @@ def approve(
 
     The export is hashed again first: one that changed since its gates is BLOCKED instead.
     Needs the admin role; through the server, someone other than who requested it."""
-    row = open_backend(root, store).release_decide(release_id, True, note)
-    print_json(row) if json_out else _show(row)
+    _decide(release_id, True, note, root, store, json_out)
 
 
 @app.command()
@@ -102,7 +101,18 @@ def reject(
     json_out: bool = JsonOption,
 ) -> None:
     """Reject a release awaiting approval (final). Needs the admin role."""
-    row = open_backend(root, store).release_decide(release_id, False, note)
+    _decide(release_id, False, note, root, store, json_out)
+
+
+def _decide(
+    release_id: str,
+    approve: bool,
+    note: str | None,
+    root: Path | None,
+    store: str | None,
+    json_out: bool,
+) -> None:
+    row = open_backend(root, store).release_decide(release_id, approve, note)
     print_json(row) if json_out else _show(row)
 
 

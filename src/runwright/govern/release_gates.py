@@ -106,6 +106,8 @@ def check_files(export: Path, checkpoint_id: str | None = None) -> Gate:
             fix=fix,
         )
     problems: list[str] = []
+    if not release.files:
+        problems.append("release.json lists no files: there is nothing to check")
     if checkpoint_id is not None and release.source_checkpoint_id != checkpoint_id:
         problems.append(
             f"release.json names checkpoint {release.source_checkpoint_id}, not {checkpoint_id}"

@@ -29,6 +29,8 @@ COVERED_ELSEWHERE = {
     "lineage": "tests/govern/test_lineage.py",
     "postmortem": "tests/govern/test_postmortem.py",
     "release": "tests/govern/test_release.py, tests/server/test_releases.py",
+    "pause": "tests/control/test_pause.py (pause, resume and an alert's pause on a live run)",
+    "resume": "tests/control/test_pause.py",
 }
 
 

@@ -70,7 +70,8 @@ class EventType(StrEnum):
     ORPHAN_KILLED = "ORPHAN_KILLED"
     """A process of an older generation was found alive and killed before a launch."""
     STATE_CHANGED = "STATE_CHANGED"
-    """The run moved (from_state, to_state, reason, detail); written in the move's transaction."""
+    """The run moved (from_state, to_state, reason, detail; actor when a person moved it: a
+    hold, a resume); written in the move's transaction."""
     RUN_FINISHED = "RUN_FINISHED"
     """The last event of a run's log (state, reason, last_step)."""
     STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
@@ -92,7 +93,8 @@ class EventType(StrEnum):
     RECOVERY_SUCCEEDED = "RECOVERY_SUCCEEDED"
     """The new generation made progress past its restored step (the recovery is proven)."""
     STOP_REQUESTED = "STOP_REQUESTED"
-    """The controller asked a generation to stop at its next step boundary (reason, save)."""
+    """A generation was asked to stop at its next step boundary (reason: cancel, pause,
+    preemption, ...; save; actor and detail when a person asked)."""
     STOP_GRACE_EXPIRED = "STOP_GRACE_EXPIRED"
     """A generation asked to stop had not stopped when its grace ran out, so it was killed
     (reason: why it was asked, grace_seconds); a preemption victim that could not save in time

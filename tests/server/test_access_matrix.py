@@ -4,6 +4,8 @@ a site admin); then the audit log must hold exactly the mutating calls, ok or de
 its actor. And what each role may see of a run: sample text redacted below operator, the spec's
 secrets masked for everyone."""
 
+# ruff: noqa: E501  (MATRIX is a table: one line per actor reads best)
+
 import pytest
 
 from runwright.events import EventType
@@ -23,6 +25,8 @@ ENDPOINTS = {
     "report": ("GET", f"/v1/runs/{RUN_A}/report", None, None),
     "audit": ("GET", "/v1/audit", None, None),
     "submit": ("POST", "/v1/runs", "SPEC", "run.submit"),
+    "pause": ("POST", f"/v1/runs/{RUN_A}/pause", {"reason": "matrix"}, "run.pause"),
+    "resume": ("POST", f"/v1/runs/{RUN_A}/resume", {"reason": "matrix"}, "run.resume"),
     "cancel": ("POST", f"/v1/runs/{RUN_A}/cancel", {"reason": "matrix"}, "run.cancel"),
     "gc": ("POST", f"/v1/runs/{RUN_A}/checkpoints/gc", {"min_age_seconds": 0}, "checkpoint.gc"),
     "grant": ("PUT", "/v1/projects/alpha/members/newbie", {"role": "viewer"}, "role.grant"),
@@ -32,18 +36,18 @@ ENDPOINTS = {
 COLUMNS = list(ENDPOINTS)
 
 # One row per actor, one status per endpoint, in COLUMNS' order.
-#                 health who list stat evts queue ckpt rept audit subm cncl gc  grant tokn proj
+#                 health who list stat evts queue ckpt rept audit subm paus resm cncl gc  grant tokn proj
 MATRIX = {
-    "no token":    (200, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401),
-    "malformed":   (200, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401),
-    "expired":     (200, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401),
-    "revoked":     (200, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401),
-    "other proj":  (200, 200, 200, 404, 404, 200, 404, 404, 200, 201, 404, 404, 404, 201, 403),
-    "viewer":      (200, 200, 200, 200, 200, 200, 200, 200, 403, 403, 403, 403, 403, 201, 403),
-    "submitter":   (200, 200, 200, 200, 200, 200, 200, 200, 403, 201, 200, 403, 403, 201, 403),
-    "operator":    (200, 200, 200, 200, 200, 200, 200, 200, 200, 201, 200, 200, 403, 201, 403),
-    "admin":       (200, 200, 200, 200, 200, 200, 200, 200, 200, 201, 200, 200, 200, 201, 403),
-    "site admin":  (200, 200, 200, 404, 404, 200, 404, 404, 200, 201, 404, 404, 200, 201, 201),
+    "no token":    (200, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401),
+    "malformed":   (200, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401),
+    "expired":     (200, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401),
+    "revoked":     (200, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401, 401),
+    "other proj":  (200, 200, 200, 404, 404, 200, 404, 404, 200, 201, 404, 404, 404, 404, 404, 201, 403),
+    "viewer":      (200, 200, 200, 200, 200, 200, 200, 200, 403, 403, 403, 403, 403, 403, 403, 201, 403),
+    "submitter":   (200, 200, 200, 200, 200, 200, 200, 200, 403, 201, 200, 200, 200, 403, 403, 201, 403),
+    "operator":    (200, 200, 200, 200, 200, 200, 200, 200, 200, 201, 200, 200, 200, 200, 403, 201, 403),
+    "admin":       (200, 200, 200, 200, 200, 200, 200, 200, 200, 201, 200, 200, 200, 200, 200, 201, 403),
+    "site admin":  (200, 200, 200, 404, 404, 200, 404, 404, 200, 201, 404, 404, 404, 404, 200, 201, 201),
 }  # fmt: skip
 
 

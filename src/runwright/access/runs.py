@@ -1,4 +1,4 @@
-"""Run actions: submit, cancel, list, status, events, compare, report, queue."""
+"""Run actions: submit, cancel, pause, resume, list, status, events, compare, report, queue."""
 
 import time
 from collections.abc import Iterator
@@ -13,13 +13,16 @@ from runwright.events import EventType
 
 if TYPE_CHECKING:  # imported where used: the CLI's read commands load neither the controller
     # nor the spec models (issue 19: `status`, `list`, `events` start in under a second)
+    from collections.abc import Callable
+
     from runwright.control.controller import Controller
     from runwright.spec import JobSpec
+    from runwright.store import WriteResult
 
 QUEUE_LIMIT = 10_000
+"""Most unfinished runs one queue listing shows."""
 FOLLOW_POLL_SECONDS = 0.5
 """How often a local follow looks for new events (what `events --follow` always did)."""
-"""Most unfinished runs one queue listing shows."""
 
 
 class RunActions(AccessBase):
@@ -64,8 +67,9 @@ class RunActions(AccessBase):
         self, run_id: str, after_seq: int = 0, types: list[str] | None = None
     ) -> Iterator[dict[str, Any]]:
         """Every event after `after_seq` as it is stored, until the run's RUN_FINISHED, or until
-        a terminal run has stayed quiet for a second (its controller is gone)."""
-        from runwright.control.states import TERMINAL
+        a terminal or paused run has stayed quiet for a second (its controller is gone, or it
+        waits for a person)."""
+        from runwright.control.states import AT_REST
 
         quiet = 0
         while True:
@@ -76,7 +80,7 @@ class RunActions(AccessBase):
                     yield event
             if any(e["type"] == EventType.RUN_FINISHED for e in batch):
                 return
-            quiet = quiet + 1 if self.run_state(run_id) in TERMINAL and not batch else 0
+            quiet = quiet + 1 if self.run_state(run_id) in AT_REST and not batch else 0
             if quiet >= 2:
                 return
             time.sleep(FOLLOW_POLL_SECONDS)
@@ -205,32 +209,59 @@ class RunActions(AccessBase):
         The actor is written into the run's own log, so the report names who intervened."""
         from runwright.control.cancel import request_cancel
 
-        run = self.run(run_id, action="run.cancel")
+        return self._intervene("run.cancel", "cancelling", run_id, reason, request_cancel)
+
+    def pause(self, run_id: str, reason: str) -> dict[str, Any]:
+        """Pause (control/pause.py) under the same rule as cancel: the submitter its own run
+        with CANCEL_OWN, anyone with CANCEL_ANY."""
+        from runwright.control.pause import request_pause
+
+        return self._intervene("run.pause", "pausing", run_id, reason, request_pause)
+
+    def resume(self, run_id: str, reason: str) -> dict[str, Any]:
+        """Resume a paused run (control/pause.py), under the same rule as pause."""
+        from runwright.control.pause import request_resume
+
+        return self._intervene("run.resume", "resuming", run_id, reason, request_resume)
+
+    def _intervene(
+        self,
+        action: str,
+        doing: str,
+        run_id: str,
+        reason: str,
+        request: "Callable[..., WriteResult]",
+    ) -> dict[str, Any]:
+        """A person's intervention on a run: allowed to its submitter (CANCEL_OWN) or an
+        operator (CANCEL_ANY), audited, and written into the run's own log with the actor."""
+        run = self.run(run_id, action=action)
         own = run.submitted_by == self.actor.name and self.actor.may(Permission.CANCEL_OWN)
         params = {"reason_chars": len(reason)}
         if not own:
             self.require(
                 Permission.CANCEL_ANY,
-                "cancelling a run someone else submitted",
-                "run.cancel",
+                f"{doing} a run someone else submitted",
+                action,
                 target=run.run_id,
                 project=run.project,
                 parameters=params,
             )
-        result = request_cancel(self.store, run.run_id, reason, actor=self.actor.name)
+        result = request(self.store, run.run_id, reason, actor=self.actor.name)
         self.record(
-            "run.cancel",
+            action,
             project=run.project,
             target=run.run_id,
             parameters={**params, "outcome": str(result.outcome)},
             detail=result.detail or None,
         )
+        moved = result.run or run
         return {
-            "run_id": result.run.run_id if result.run else run.run_id,
+            "run_id": moved.run_id,
             "outcome": str(result.outcome),
             "detail": result.detail,
-            "state": result.run.state if result.run else None,
-            "generation": result.run.generation if result.run else None,
+            "state": moved.state,
+            "generation": moved.generation,
+            "last_step": moved.last_step,
         }
 
     def _require_dataset(self, spec: "JobSpec", workdir: Path) -> None:

@@ -100,3 +100,56 @@ def drive(
         backend.cancel(run_id, "interrupted by the user (Ctrl-C)")
         show(seen)
     return backend.status(run_id)
+
+
+PAUSED_EXIT_CODE = 3
+"""What a command that drives a run exits with when the run stopped PAUSED (not a failure, not
+finished: it waits for `runwright resume`)."""
+
+
+def ended(final: dict[str, Any], json_out: bool) -> None:
+    """Say how a run a command drove ended, and exit as a script waiting on it needs: 0
+    SUCCEEDED, PAUSED_EXIT_CODE paused, 1 otherwise."""
+    import typer
+
+    from runwright.cli.render import console, print_json
+
+    run_id, state = final["run_id"], final["state"]
+    if json_out:
+        print_json(final)
+    elif state == "PAUSED":
+        console.print(f"run {run_id} is PAUSED: {final.get('state_detail') or ''}", highlight=False)
+    else:
+        console.print(f"run {run_id} ended {state} ({final['terminal_reason']})")
+    if state == "PAUSED":
+        raise typer.Exit(code=PAUSED_EXIT_CODE)
+    if state != "SUCCEEDED":
+        raise typer.Exit(code=1)
+
+
+def start_controller(
+    root: Path, run_id: str, lease_seconds: float, store: str | None, pools: Path | None
+) -> Path:
+    """Start `runwright controller RUN` in the background, in its own session, writing to the
+    run's controller log (what `--detach` does); returns that log's path."""
+    import subprocess
+    import sys
+
+    from runwright.control.pools import pools_path
+    from runwright.layout import run_paths
+
+    log = run_paths(root, run_id).controller_log
+    log.parent.mkdir(parents=True, exist_ok=True)
+    argv = [sys.executable, "-m", "runwright.cli.main", "controller", run_id,
+            "--root", str(root), "--lease-seconds", str(lease_seconds)]  # fmt: skip
+    if store:
+        argv += ["--store", store]
+    # The detached controller drives the run through the same pools as the command that
+    # started it.
+    source = pools_path(root, pools)
+    if source is not None:
+        argv += ["--pools", str(source)]
+    with open(log, "ab") as out:
+        subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         start_new_session=True)  # fmt: skip
+    return log

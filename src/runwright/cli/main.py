@@ -25,10 +25,21 @@ from runwright import __version__
 COMMANDS: dict[str, tuple[str, str]] = {
     "submit": ("runs", "Submit a run and drive it to a terminal state (Ctrl-C cancels it)."),
     "cancel": (
-        "runs",
+        "intervene",
         "Cancel a run: record the intent and fence the workers first, then let "
         "them save at the next step boundary; the controller kills them after "
         "recovery.stop_grace_seconds.",
+    ),
+    "pause": (
+        "intervene",
+        "Pause a run: a live one saves at its next step boundary, gives its devices back and "
+        "waits (PAUSED) until `runwright resume`; a queued one is held at once.",
+    ),
+    "resume": (
+        "intervene",
+        "Resume a paused run: back to the queue, placed again and restored from its newest "
+        "checkpoint, then driven here as submit does (exit 0 succeeded, 3 paused again, 1 "
+        "otherwise) unless --detach.",
     ),
     "controller": (
         "runs",

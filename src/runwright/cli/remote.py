@@ -209,6 +209,12 @@ class RemoteBackend:
     def cancel(self, run_id: str, reason: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/runs/{_segment(run_id)}/cancel", json={"reason": reason})
 
+    def pause(self, run_id: str, reason: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/runs/{_segment(run_id)}/pause", json={"reason": reason})
+
+    def resume(self, run_id: str, reason: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/runs/{_segment(run_id)}/resume", json={"reason": reason})
+
     # -- datasets and checkpoints --------------------------------------------------------------
 
     def datasets(self) -> list[dict[str, Any]]:

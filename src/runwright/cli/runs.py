@@ -6,14 +6,13 @@ so `status`, `list` and `events` start fast (tests/cli/test_startup.py)."""
 import difflib
 import json
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import typer
 
-from runwright.cli.backend import drive, open_backend, server_url
+from runwright.cli.backend import drive, ended, open_backend, server_url, start_controller
 from runwright.cli.options import (
     JsonOption,
     PoolsOption,
@@ -30,7 +29,6 @@ from runwright.control.states import TERMINAL
 from runwright.control.summary import describe_run, event_line
 from runwright.errors import RunwrightError
 from runwright.events import EventType
-from runwright.layout import run_paths
 
 app = typer.Typer()
 
@@ -144,36 +142,7 @@ def submit(
         return
     # ---
     if detach:
-        resolved = be.root
-        log = run_paths(resolved, run_id).controller_log
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "ab") as out:
-            argv = [
-                sys.executable,
-                "-m",
-                "runwright.cli.main",
-                "controller",
-                run_id,
-                "--root",
-                str(resolved),
-                "--lease-seconds",
-                str(lease_seconds),
-            ]
-            if store:
-                argv += ["--store", store]
-            from runwright.control.pools import pools_path
-
-            # The detached controller drives the run through the pools this submit used.
-            source = pools_path(resolved, pools)
-            if source is not None:
-                argv += ["--pools", str(source)]
-            subprocess.Popen(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
+        log = start_controller(be.root, run_id, lease_seconds, store, pools)
         if json_out:
             print_json(
                 {
@@ -190,42 +159,7 @@ def submit(
         console.print(f"run {run_id} (spec {spec.spec_hash[:12]})")
     with progress:
         final = drive(be, run_id, None if json_out else progress.on_event, controller)
-    if json_out:
-        print_json(final)
-    else:
-        console.print(f"run {run_id} ended {final['state']} ({final['terminal_reason']})")
-    if final["state"] != "SUCCEEDED":
-        raise typer.Exit(code=1)
-
-
-@app.command()
-@guarded
-def cancel(
-    run_id: str = run_id_argument(RUN_HELP),
-    reason: str = typer.Option(
-        "cancelled by the user",
-        "--reason",
-        help="Recorded with the run.",
-        callback=bounded_text("--reason", MAX_REASON_CHARS),
-    ),
-    root: Path | None = RootOption,
-    store: str | None = StoreOption,
-    json_out: bool = JsonOption,
-) -> None:
-    """Cancel a run: record the intent and fence the workers first, then let them save at the
-    next step boundary; the controller kills them after recovery.stop_grace_seconds."""
-    result = open_backend(root, store).cancel(run_id, reason)
-    if json_out:
-        print_json({k: result[k] for k in ("run_id", "outcome", "detail", "state")})
-        return
-    if result["outcome"] == "APPLIED":
-        console.print(
-            f"cancel recorded for {result['run_id']}; generation "
-            f"{result['generation']} fences the old workers, which stop at their next "
-            "step boundary"
-        )
-    else:
-        console.print(f"nothing to cancel: {result['detail'] or result['outcome']}")
+    ended(final, json_out)
 
 
 @app.command("controller")

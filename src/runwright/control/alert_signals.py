@@ -32,6 +32,8 @@ class StepRow:
     """One step as the ranks reported it."""
 
     step: int
+    generation: int = 0
+    """The group that reported it: rules judge only the live group's steps."""
     seconds: dict[int, float] = field(default_factory=dict)
     sync: dict[int, float] = field(default_factory=dict)
     """Time in the gradient collectives (`grad_sync`): where a fast rank waits for a slow one."""
@@ -102,6 +104,8 @@ class RunSignals:
             self.generation = message.generation
             self.last_seen.clear()  # a new group: its ranks start afresh
             self.winding_down.clear()
+            self.rows.clear()  # steps of a group that is gone are not judged any more
+            self.done.clear()
         attrs = message.attributes
         kind = message.type
         ending = kind == EventType.STOP_ACKNOWLEDGED or (
@@ -141,7 +145,7 @@ class RunSignals:
             return  # a replay after a restore, or a straggling report of an evaluated step
         if self.non_finite is not None and step > self.non_finite[1]:
             self.non_finite = None
-        row = self.rows.setdefault(step, StepRow(step))
+        row = self.rows.setdefault(step, StepRow(step, message.generation))
         seconds = _number(attrs.get("step_seconds"))
         if seconds is not None:
             row.seconds[message.rank] = seconds

@@ -75,6 +75,10 @@ class AlertEngine:
         state = self._of(run, spec)
         firings: list[Firing] = []
         for row in state.signals.take():
+            if row.generation < run.generation:
+                # An older group's step, read again by a controller that started (or took the
+                # run over) after it: judged by the controller of its time, if at all.
+                continue
             for rule in state.rules:
                 for alert_id, value, about in _per_step(rule, row, state.signals):
                     firings += self._judge(run, state, rule, alert_id, value, about, row.step)
@@ -171,7 +175,7 @@ class AlertEngine:
         }
         if rule.action == "notify":
             alert["action_result"] = _notify(rule.webhook or "", run, alert)
-        elif rule.action in ("stop", "rollback"):
+        elif rule.action in ("stop", "rollback", "pause"):
             alert["action_result"] = f"asked the group to {rule.action} at its next step boundary"
         self.journal.record(run, EventType.ALERT_FIRED, op=f"fire:{alert_id}", **alert)
         return Firing(alert_id, rule.action, step)

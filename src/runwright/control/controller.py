@@ -42,11 +42,12 @@ from runwright.control.leasing import (
     describe_lease,
 )
 from runwright.control.outage import Outage, OutageRider
+from runwright.control.pause import PAUSE_REASON, PauseStep
 from runwright.control.pools import PoolExecutors, PoolsError
 from runwright.control.recovery import RecoverySequence, skip_ranges
 from runwright.control.resume import resume_env, rollback_env
 from runwright.control.runlog import RunLogs
-from runwright.control.states import TERMINAL, RunState, TerminalReason
+from runwright.control.states import AT_REST, TERMINAL, RunState, TerminalReason
 from runwright.control.stopping import ENDINGS, GroupStops, note_loss
 from runwright.control.supervision import Supervision
 from runwright.control.tracing import trace_run
@@ -73,7 +74,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-UNFINISHED = [s for s in RunState if s not in TERMINAL]
+DRIVEN = [s for s in RunState if s not in AT_REST]
+"""The states a controller's sweep picks runs up in (a paused run waits for `resume`)."""
 LAUNCH_CLAIM_SECONDS = 30.0
 """How long a controller that lost the claim to launch a generation looks for the winner's group
 (once a pass, reconciling its other runs meanwhile) before it concludes the winner died first and
@@ -167,6 +169,12 @@ class Controller:
         """run id -> (holder, epoch) of the other controller's lease this one was told of."""
         self._takeovers: dict[str, LeaseResult] = {}
         self.stops = GroupStops(store, self.journal, self.logs)
+        self.pauses = PauseStep(
+            store,
+            self.journal,
+            release=lambda run, why: self.allocations.release(run, self.executor_of(run), why),
+            close_alerts=self.alerts.close,
+        )
         """run id -> rank 0's training loss by step, for runs with stop criteria (rebuilt from
         the channel files by a restarted controller's ingest)."""
         """run id -> the take of another controller's lease, until its event is recorded."""
@@ -267,7 +275,7 @@ class Controller:
     def _sweep(self, active: set[str], finished: list[str]) -> None:
         """One pass over every unfinished run, each under its lease. `active` and `finished`
         change run by run, so a sweep the store breaks off keeps what it did."""
-        listed = {r.run_id for r in self.store.list_runs(limit=100_000, states=UNFINISHED)}
+        listed = {r.run_id for r in self.store.list_runs(limit=100_000, states=DRIVEN)}
         active.update(listed)
         for lost in self.leases.renew():
             self._drop(lost)
@@ -314,6 +322,8 @@ class Controller:
         elif state is RunState.RECOVERING:
             if self.recovery.restart_if_due(run):
                 self._sup.pop(run_id, None)
+        elif state is RunState.PAUSED:
+            done = True  # nothing of it runs or is held: `resume` puts it back in the queue
         else:
             self._supervise(run, spec)
         self._emit(run_id)
@@ -559,6 +569,10 @@ class Controller:
         elif reason == "rollback":
             self.recovery.roll_back(run, spec, sup, exit_code)
             self._sup.pop(run.run_id, None)
+        elif reason == PAUSE_REASON and not (ack is None and exit_code == 0):
+            # (A group that exits 0 without acknowledging finished its last step first.)
+            if self.pauses.paused(run, sup, exit_code, ack is not None):
+                self._sup.pop(run.run_id, None)
         elif exit_code == 0 and reason != "preemption":
             sup.end_attempt(self.store, run.run_id, exit_code, None)
             self._sup.pop(run.run_id, None)
@@ -601,7 +615,7 @@ class Controller:
             return
         self.stops.check(run, spec, sup)
         for firing in self.alerts.check(run, spec):
-            if firing.action in ("stop", "rollback"):
+            if firing.action in ("stop", "rollback", PAUSE_REASON):
                 self.stops.on_alert(run, spec, sup, firing.action)
 
     # -- ending ---------------------------------------------------------------------------------
@@ -676,7 +690,9 @@ class Controller:
             if not self._take(run_id, lease, now):
                 self._emit(run_id)
                 run = self.store.get_run(run_id)
-                return RunState(run.state) in TERMINAL and self.logs.of(run_id).finished
+                return RunState(run.state) is RunState.PAUSED or (
+                    RunState(run.state) in TERMINAL and self.logs.of(run_id).finished
+                )
         return self._leased_pass(run_id) is PassOutcome.FINISHED
 
     def _take(self, run_id: str, lease: Lease | None, now_unix_s: float) -> bool:

@@ -19,6 +19,9 @@ class RunState(StrEnum):
     RUNNING = "RUNNING"
     CHECKPOINTING = "CHECKPOINTING"
     RECOVERING = "RECOVERING"
+    PAUSED = "PAUSED"
+    """Stopped at a step boundary with a save and holding no resources, until someone resumes
+    it (control/pause.py): asked by a person or by an alert rule whose action is `pause`."""
     SUCCEEDED = "SUCCEEDED"
     CANCELLED = "CANCELLED"
     FAILED = "FAILED"
@@ -38,19 +41,29 @@ class TerminalReason(StrEnum):
 
 S = RunState
 TERMINAL: frozenset[RunState] = frozenset({S.SUCCEEDED, S.CANCELLED, S.FAILED})
+AT_REST: frozenset[RunState] = TERMINAL | {S.PAUSED}
+"""States in which no worker of the run is left and no controller has anything to do until a
+person acts: a command that waits for a run returns in them."""
 
 # source -> allowed targets. Everything not listed is forbidden.
 TRANSITIONS: dict[RunState, frozenset[RunState]] = {
     S.CREATED: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
-    S.QUEUED: frozenset({S.ALLOCATING, S.CANCELLED, S.FAILED}),
+    # A queued run can be held (paused) before it gets anything.
+    S.QUEUED: frozenset({S.ALLOCATING, S.PAUSED, S.CANCELLED, S.FAILED}),
     # An allocation that falls through sends the run back to the queue.
     S.ALLOCATING: frozenset({S.STARTING, S.QUEUED, S.CANCELLED, S.FAILED}),
     # A launch that fails before the group is healthy is recovered like a runtime failure.
-    S.STARTING: frozenset({S.RUNNING, S.RECOVERING, S.CANCELLED, S.FAILED}),
-    S.RUNNING: frozenset({S.CHECKPOINTING, S.RECOVERING, S.SUCCEEDED, S.CANCELLED, S.FAILED}),
-    S.CHECKPOINTING: frozenset({S.RUNNING, S.RECOVERING, S.CANCELLED, S.FAILED}),
+    # PAUSED from a live state once the group asked to pause has stopped and its allocation is
+    # given back.
+    S.STARTING: frozenset({S.RUNNING, S.RECOVERING, S.PAUSED, S.CANCELLED, S.FAILED}),
+    S.RUNNING: frozenset(
+        {S.CHECKPOINTING, S.RECOVERING, S.PAUSED, S.SUCCEEDED, S.CANCELLED, S.FAILED}
+    ),
+    S.CHECKPOINTING: frozenset({S.RUNNING, S.RECOVERING, S.PAUSED, S.CANCELLED, S.FAILED}),
     # Restart in place (new generation) or give the resources back and requeue (preemption).
     S.RECOVERING: frozenset({S.STARTING, S.QUEUED, S.CANCELLED, S.FAILED}),
+    # Resume: back to the queue, to be placed again and restored from the newest checkpoint.
+    S.PAUSED: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
     S.SUCCEEDED: frozenset(),
     S.CANCELLED: frozenset(),
     S.FAILED: frozenset(),
@@ -78,7 +91,7 @@ BUMPS_GENERATION: frozenset[RunState] = frozenset({S.STARTING, S.CANCELLED})
 # Entering these ends the current group without starting another: its checkpoint writers are
 # fenced off (the fence goes one past the generation), while the generation itself stays, so the
 # events it already sent are still ingested and classified as its own.
-REVOKES_GENERATION: frozenset[RunState] = frozenset({S.RECOVERING, S.SUCCEEDED, S.FAILED})
+REVOKES_GENERATION: frozenset[RunState] = frozenset({S.RECOVERING, S.PAUSED, S.SUCCEEDED, S.FAILED})
 
 
 def is_allowed(source: RunState, target: RunState) -> bool:

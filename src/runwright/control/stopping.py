@@ -142,11 +142,12 @@ class GroupStops:
         self._checked.pop(run_id, None)
 
     def on_alert(self, run: RunRecord, spec: JobSpec, sup: Supervision, action: str) -> None:
-        """An alert's `stop` (with a save; the run ends ALERT) or `rollback` (no save; the run
-        restarts from its newest committed checkpoint)."""
+        """An alert's `stop` (with a save; the run ends ALERT), `pause` (with a save; the run
+        waits in PAUSED for a person, control/pause.py) or `rollback` (no save; the run restarts
+        from its newest committed checkpoint)."""
         if sup.stop_deadline is None:
-            self._ask(run, spec, sup, "alert" if action == "stop" else "rollback",
-                      save=action == "stop")  # fmt: skip
+            reason = {"stop": "alert", "pause": "pause"}.get(action, "rollback")
+            self._ask(run, spec, sup, reason, save=action != "rollback")
 
     def _ask(
         self, run: RunRecord, spec: JobSpec, sup: Supervision, reason: str, save: bool = True

@@ -19,6 +19,8 @@ NEXT_ACTION = {
     RunState.RUNNING: "watch heartbeats, progress and the worker group's exit",
     RunState.CHECKPOINTING: "wait for the checkpoint to commit, then continue",
     RunState.RECOVERING: "restart the worker group from the newest committed checkpoint",
+    RunState.PAUSED: "nothing until a person resumes it (`runwright resume RUN`: back to the "
+    "queue, then restored from its newest committed checkpoint) or cancels it",
 }
 
 
@@ -117,6 +119,7 @@ def run_summary(store: Store, run_id: str, *, with_events: bool = True) -> dict[
         "generation": run.generation,
         "spec_hash": run.spec_hash,
         "last_step": run.last_step,
+        "total_steps": ((run.plan or {}).get("total_steps") or {}).get("value"),
         "last_heartbeat_unix_s": run.last_heartbeat_unix_s,
         "latest_checkpoint_id": latest.checkpoint_id if latest else None,
         "allocation": run.allocation,

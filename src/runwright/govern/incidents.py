@@ -63,7 +63,7 @@ class Intervention(Record):
     time_unix_s: float
     """When."""
     kind: str
-    """cancel, stale_write_rejected, budget_warning, or the terminal reason."""
+    """cancel, pause, resume, stale_write_rejected, budget_warning, or the terminal reason."""
     generation: int
     """Generation at the time."""
     step: int | None
@@ -136,16 +136,27 @@ def incidents(
 
 
 def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Intervention]:
-    """Cancels, rejected stale writes, budget warnings, and a terminal reason that came from
-    outside the training (cancel, preemption, budget)."""
+    """Cancels, pauses and resumes, rejected stale writes, budget warnings, and a terminal reason
+    that came from outside the training (cancel, preemption, budget)."""
     found: list[Intervention] = []
+    pause_asked_by: dict[int, str] = {}
+    """generation -> who asked it to pause (the controller's move to PAUSED names no actor)."""
     for event in events:
         a = event.attributes
+        actor = a.get("actor")
+        if event.type == EventType.STOP_REQUESTED and a.get("reason") == "pause" and actor:
+            pause_asked_by[event.generation] = actor
+            continue
         if event.type == EventType.STATE_CHANGED and a.get("to_state") == "CANCELLED":
             detail = f"cancelled ({a.get('reason', 'no reason')})"
             if a.get("detail"):
                 detail += f": {a['detail']}"
             kind = "cancel"
+        elif event.type == EventType.STATE_CHANGED and a.get("to_state") == "PAUSED":
+            detail, kind = a.get("detail") or "paused", "pause"
+            actor = actor or pause_asked_by.get(event.generation)
+        elif event.type == EventType.STATE_CHANGED and a.get("from_state") == "PAUSED":
+            detail, kind = a.get("detail") or "resumed", "resume"
         elif event.type == EventType.STALE_WRITE_REJECTED:
             detail = (
                 f"{a.get('rejected_type', 'write')} from generation "
@@ -165,7 +176,7 @@ def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Interve
                 generation=event.generation,
                 step=event.step,
                 detail=detail,
-                actor=a.get("actor"),
+                actor=actor,
             )
         )
     reason = run.terminal_reason

@@ -3,9 +3,9 @@
 Each event is one SSE message whose `id` is the event's sequence number in the store, so a
 client that lost the connection reconnects with `Last-Event-ID` and misses nothing
 (https://html.spec.whatwg.org/multipage/server-sent-events.html). The stream ends, after an
-`end` message, once the run's RUN_FINISHED is sent, or once a terminal run has stayed quiet for
-two polls (a run whose controller is gone writes nothing more), as `runwright events --follow`
-does.
+`end` message, once the run's RUN_FINISHED is sent, or once a terminal or paused run has stayed
+quiet for two polls (a run whose controller is gone, or that waits for a person, writes nothing
+more), as `runwright events --follow` does.
 
 Followers of one run share one `RunFeed`: one task polls the store (the source of truth; there is
 no second channel to drift from it) every POLL_SECONDS off the event loop, keeps the newest
@@ -71,7 +71,7 @@ class RunFeed:
                 self.changed.notify_all()
 
     async def _poll(self) -> None:
-        from runwright.control.states import TERMINAL
+        from runwright.control.states import AT_REST
 
         quiet = 0
         while not self.done:
@@ -91,7 +91,7 @@ class RunFeed:
                 self.done = any(r["type"] == EventType.RUN_FINISHED for r in rows)
             else:
                 run = await run_in_threadpool(self.store.get_run, self.run_id)
-                quiet = quiet + 1 if run.state in TERMINAL else 0
+                quiet = quiet + 1 if run.state in AT_REST else 0
                 self.done = quiet >= 2
             async with self.changed:
                 self.changed.notify_all()

@@ -38,6 +38,24 @@ class CancelRequest(Record):
     _text = field_validator("reason")(_plain_text)
 
 
+class PauseRequest(Record):
+    """POST /v1/runs/{run_id}/pause."""
+
+    reason: str = Field(default="paused by the user", min_length=1, max_length=MAX_REASON_CHARS)
+    """Recorded with the run."""
+
+    _text = field_validator("reason")(_plain_text)
+
+
+class ResumeRequest(Record):
+    """POST /v1/runs/{run_id}/resume."""
+
+    reason: str = Field(default="resumed by the user", min_length=1, max_length=MAX_REASON_CHARS)
+    """Recorded with the run."""
+
+    _text = field_validator("reason")(_plain_text)
+
+
 class VerifyRequest(Record):
     """POST /v1/runs/{run_id}/checkpoints/verify."""
 

@@ -1,5 +1,5 @@
-"""Runs: submit, list, status, events (JSON or a live server-sent-event stream), cancel, compare,
-report, queue."""
+"""Runs: submit, list, status, events (JSON or a live server-sent-event stream), cancel, pause,
+resume, compare, report, queue."""
 
 from typing import Annotated, Any
 
@@ -10,7 +10,7 @@ from fastapi.responses import StreamingResponse
 from runwright.access.service import Access
 from runwright.server.auth import acting, reader
 from runwright.server.events import event_stream
-from runwright.server.models import CancelRequest, SubmitRequest
+from runwright.server.models import CancelRequest, PauseRequest, ResumeRequest, SubmitRequest
 
 router = APIRouter(prefix="/v1", tags=["runs"])
 MAX_LIST_RUNS = 100_000
@@ -78,6 +78,27 @@ def cancel(
     """Cancel a run (the submitter its own, an operator any): the workers save at their next
     step boundary and stop."""
     return access.cancel(run_id, (body or CancelRequest()).reason)
+
+
+@router.post("/runs/{run_id}/pause")
+def pause(
+    run_id: str,
+    body: Annotated[PauseRequest | None, Body()] = None,
+    access: Access = Depends(acting("run.pause", "run_id")),
+) -> dict[str, Any]:
+    """Pause a run (as cancel: the submitter its own, an operator any): a queued run is held at
+    once; a live one saves at its next step boundary, gives its devices back and waits, PAUSED."""
+    return access.pause(run_id, (body or PauseRequest()).reason)
+
+
+@router.post("/runs/{run_id}/resume")
+def resume(
+    run_id: str,
+    body: Annotated[ResumeRequest | None, Body()] = None,
+    access: Access = Depends(acting("run.resume", "run_id")),
+) -> dict[str, Any]:
+    """Resume a paused run: back to the queue, restored from its newest checkpoint."""
+    return access.resume(run_id, (body or ResumeRequest()).reason)
 
 
 @router.get("/compare")

@@ -25,7 +25,7 @@ AlertKind = Literal[
     "ettr_below",
     "mixture_drift",
 ]
-AlertAction = Literal["none", "notify", "stop", "rollback"]
+AlertAction = Literal["none", "notify", "pause", "stop", "rollback"]
 
 
 class AlertRule(Section):
@@ -56,9 +56,10 @@ class AlertRule(Section):
     """Who answers it; None: the spec's governance.owner."""
     action: AlertAction = "none"
     """What firing does: none (recorded and shown), notify (POST the alert as JSON to
-    `webhook`), stop (the run stops at its next step boundary with a save, and ends CANCELLED
-    with reason ALERT), rollback (the group restarts from the newest committed checkpoint,
-    skipping the steps since it)."""
+    `webhook`), pause (the run stops at its next step boundary with a save, gives its devices
+    back and waits in PAUSED until a person runs `runwright resume`), stop (the run stops at its
+    next step boundary with a save, and ends CANCELLED with reason ALERT), rollback (the group
+    restarts from the newest committed checkpoint, skipping the steps since it)."""
     webhook: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
     """Where `notify` posts (http or https)."""
     after_seconds: float = Field(default=0.0, ge=0, allow_inf_nan=False)

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 from runwright.access.roles import Actor
 from runwright.store import RunRecord
 
-STATES = ("QUEUED", "ALLOCATING", "STARTING", "RUNNING", "CHECKPOINTING", "RECOVERING",
+STATES = ("QUEUED", "ALLOCATING", "STARTING", "RUNNING", "CHECKPOINTING", "RECOVERING", "PAUSED",
           "SUCCEEDED", "FAILED", "CANCELLED")  # fmt: skip
 """The states offered by the runs page's filter (ARCHITECTURE.md, run state machine)."""
 

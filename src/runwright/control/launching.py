@@ -1,0 +1,168 @@
+"""Starting a generation's worker group exactly once, or adopting the one already started, and
+never while a process of an older generation of the run is alive on the node.
+
+A launch is claimed by the attempt row of its generation (`Store.start_attempt`): of two
+controllers passing over the same run at once, one launches and the other looks for the winner's
+group on later passes (its pid file follows the claim within milliseconds), for at most
+LAUNCH_CLAIM_SECONDS, after which it concludes the winner died between claiming and launching
+and launches itself. The environment a launch hands the group says where to resume and what to
+skip (control/resume.py, recovery.skip_ranges) and which devices a local gang is pinned to
+(gangs.py).
+"""
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from runwright.control.executors.protocol import Executor, GroupHandle
+from runwright.control.gangs import pinned_devices
+from runwright.control.journal import Journal
+from runwright.control.recovery import skip_ranges
+from runwright.control.resume import resume_env, rollback_env
+from runwright.control.runlog import RunLogs
+from runwright.events import EventType
+from runwright.protocol import ENV_SKIP_STEPS, RankEntry, encode_skip_steps
+from runwright.spec import JobSpec
+from runwright.store import Outcome, RunRecord, Store
+
+LAUNCH_CLAIM_SECONDS = 30.0
+"""How long a controller that lost the claim to launch a generation looks for the winner's group
+(once a pass, reconciling its other runs meanwhile) before it concludes the winner died first and
+launches itself."""
+
+
+class GroupLauncher:
+    """The controller's launches (module docstring)."""
+
+    def __init__(
+        self,
+        store: Store,
+        journal: Journal,
+        logs: RunLogs,
+        executor_of: Callable[[RunRecord], Executor],
+        hostname: str,
+    ) -> None:
+        self.store = store
+        self.journal = journal
+        self.logs = logs
+        self.executor_of = executor_of
+        self.hostname = hostname
+        self._claims: dict[str, tuple[int, float]] = {}
+        """run id -> (generation, monotonic deadline) while another controller's claimed launch
+        of that generation is expected."""
+
+    def forget(self, run_id: str) -> None:
+        self._claims.pop(run_id, None)
+
+    def launch(self, run: RunRecord, spec: JobSpec) -> GroupHandle | None:
+        """Start the current generation's group once (its pid file marks the launch), or adopt
+        the one an earlier controller started; either way only once no process of an older
+        generation is left on this node. None while another controller's claimed launch is
+        expected: later passes look for its group, so no pass waits on it."""
+        claim = self._claims.get(run.run_id)
+        awaited = claim[1] if claim is not None and claim[0] == run.generation else None
+        if awaited is None:
+            self.kill_orphans(run, below=run.generation)
+        executor = self.executor_of(run)
+        group = executor.adopt(Path(run.root), run.run_id, run.generation)
+        world = spec.resources.world_size
+        if group is None and awaited is not None:
+            if time.monotonic() < awaited:
+                return None
+            # No group within LAUNCH_CLAIM_SECONDS: the claim's holder died between claiming and
+            # launching, so nothing runs and this controller launches instead.
+        elif group is None and (
+            self.store.start_attempt(run.run_id, run.generation, world) is Outcome.ALREADY_APPLIED
+        ):
+            # The attempt row is the claim to launch this generation, and another controller
+            # holds it: its pid file follows the claim within milliseconds, so adopt that group
+            # on a later pass.
+            self._claims[run.run_id] = (run.generation, time.monotonic() + LAUNCH_CLAIM_SECONDS)
+            return None
+        self._claims.pop(run.run_id, None)
+        engine = {"executor": executor.name, "engine_id": (run.allocation or {}).get("engine_id")}
+        if group is not None:
+            self.journal.record(run, EventType.WORKER_GROUP_ADOPTED, pid=group.pid, **engine)
+            return group
+        events = self.logs.of(run.run_id).events
+        try:
+            group = executor.launch(
+                spec=spec,
+                run_id=run.run_id,
+                generation=run.generation,
+                root=Path(run.root),
+                workdir=Path(run.workdir),
+                rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
+                extra_env={
+                    ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events)),
+                    **resume_env(spec, run),
+                    **rollback_env(run, events),
+                    **(
+                        pinned_devices(spec, events, self.hostname)
+                        if executor.name == "local"
+                        else {}
+                    ),
+                },
+            )
+        except Exception as exc:
+            self.store.end_attempt(
+                run.run_id, run.generation, None, "launch_failed", {"error": str(exc)}
+            )
+            raise
+        self.journal.record(
+            run,
+            EventType.WORKER_GROUP_LAUNCHED,
+            pid=group.pid,
+            world_size=spec.resources.world_size,
+            log=group.log_ref,
+            **engine,
+        )
+        return group
+
+    def record_placements(self, run: RunRecord, spec: JobSpec) -> None:
+        """RANKS_PLACED for a multi-node generation once every rank started: where each rank
+        really runs. Ingest has already corrected the run's rank manifest from the ranks'
+        WORKER_STARTED (control/ingest.py, protocol.placed_entry): under c10d the rendezvous,
+        not the launch order, gives each node its rank (executors/torchrun.py)."""
+        if spec.resources.nodes < 2:
+            return
+        placed = self.store.get_run(run.run_id).rank_manifest or []
+        self.journal.record(
+            run,
+            EventType.RANKS_PLACED,
+            per_step=False,
+            placements=[
+                {
+                    "rank": e["rank"],
+                    "node": e["node"],
+                    "host": e["host"],
+                    "local_rank": e["local_rank"],
+                }
+                for e in placed
+            ],
+        )
+
+    def kill_orphans(self, run: RunRecord, below: int | None = None) -> None:
+        """No two generations of one run ever run at once: SIGKILL every live process of a
+        generation older than `below`, and return once they are gone (LaunchError if some
+        survive). By default `below` is the newest launched generation: the current group or, for
+        a just-cancelled run, the one finishing its stop-step save, which the controller's
+        supervision and wind-down look after. The executor finds the processes by their
+        generation tag, so ranks whose supervisor and torchrun are gone are found too; pids
+        reported earlier are not trusted, since they may name another process by now."""
+        executor = self.executor_of(run)
+        if below is None:
+            launched = executor.launched_generations(Path(run.root), run.run_id)
+            if not launched:
+                return
+            below = launched[-1]
+        killed = executor.kill_generations_below(Path(run.root), run.run_id, below)
+        for generation, pids in sorted(killed.items()):
+            self.journal.record(
+                run,
+                EventType.ORPHAN_KILLED,
+                op=f"{generation}-before-{below}",
+                per_step=False,
+                orphan_generation=generation,
+                pids=sorted(pids),
+            )

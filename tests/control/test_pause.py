@@ -28,7 +28,9 @@ from runwright.spec import spec_from_mapping
 from runwright.store import Outcome, Store
 
 SCRIPT = Path(__file__).parent / "scripts" / "alert_phases.py"
-STEPS = 40
+STEPS = 80
+STEP_SECONDS = 0.1
+"""80 steps of 0.1 s: the resumed run trains for seconds after the test asks it to pause."""
 WAIT_SECONDS = 240.0
 """Bound of a hang for a background controller to reach a state (torchrun start-up on a busy
 2-core machine takes tens of seconds); not an expected time."""
@@ -38,7 +40,8 @@ runner = CliRunner()
 
 
 def _spec(phases: list[str]):
-    args = [arg for phase in phases for arg in ("--phase", phase)]
+    args = ["--step-seconds", str(STEP_SECONDS)]
+    args += [arg for phase in phases for arg in ("--phase", phase)]
     return spec_from_mapping(
         {
             "name": "pause",
@@ -120,9 +123,12 @@ def test_pause_and_resume_a_live_run_lose_and_repeat_no_step(tmp_path):
     assert "resumed" in resumed.stdout
     _wait(store, run.run_id, lambda r: r.state == "RUNNING" and (r.last_step or 0) >= first + 3,
           "the resumed run trains")  # fmt: skip
-    asked = _cli(tmp_path, "pause", run.run_id, "--reason", "look at the curve", "--json")
-    assert asked.returncode == 0, asked.stderr
-    assert json.loads(asked.stdout)["outcome"] == "APPLIED"
+    # In this process (a CLI start would take seconds on a busy machine: the run must still be
+    # training when the request lands).
+    argv = ["--root", str(tmp_path), "pause", run.run_id, "--reason", "look at the curve", "--json"]
+    asked = runner.invoke(app, argv, env={"RUNWRIGHT_SERVER": ""})
+    assert asked.exit_code == 0, asked.output
+    assert json.loads(asked.output)["outcome"] == "APPLIED"
     again = _wait(store, run.run_id, lambda r: r.state == "PAUSED", "the run pauses again")
     second = again.last_step
     me = f"local:{getpass.getuser()}"

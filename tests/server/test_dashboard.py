@@ -4,8 +4,9 @@ no page, a viewer's data without sample text, HTML escaped), and, in headless Ch
 Playwright, a login, a run page whose loss chart gains points while the run trains, and the
 compare view of two runs, with screenshots checked to be non-blank.
 
-The browser test needs Debian's `chromium` and the `playwright` package (dev extra); without
-them it skips, unless RUNWRIGHT_REQUIRE_BROWSER=1 (set in CI), where that is a failure.
+The browser test needs Debian's `chromium` and the `playwright` package (dev extra, see
+tests/browser.py); without them it skips, unless RUNWRIGHT_REQUIRE_BROWSER=1 (set in CI), where
+that is a failure.
 """
 
 import contextlib
@@ -16,8 +17,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from runwright_tests_browser import FLAGS, assert_not_blank, playwright_chromium
 from runwright_tests_tiny import TINY_DATA, tiny_gpt
-from tests.govern.test_screenshot import decode_png, find_chromium
 
 from runwright.access.base import local_actor
 from runwright.access.service import Access
@@ -37,8 +38,6 @@ LIVE_STEPS = 40
 RUN_SECONDS = 300.0
 """Bound of a hang for a short run to finish (torchrun start-up on a busy 2-core machine takes
 tens of seconds); not an expected time."""
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                  "--disable-background-networking", "--disable-component-update"]  # fmt: skip
 
 
 def _spec(dataset, steps: int, step_sleep: float, ranks: int = 1) -> dict:
@@ -185,38 +184,12 @@ def test_pages_answer_only_what_the_token_may_see(world):
         )
 
 
-def _browser():
-    chromium = find_chromium()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    if chromium is None or sync_playwright is None:
-        missing = "chromium" if chromium is None else "playwright (the dev extra)"
-        if os.environ.get("RUNWRIGHT_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"RUNWRIGHT_REQUIRE_BROWSER=1 but no {missing}")
-        pytest.skip(f"no {missing}")
-    return chromium, sync_playwright
-
-
-def _assert_not_blank(png: Path) -> None:
-    width, _, rows = decode_png(png.read_bytes())
-    colours, inked = set(), 0
-    for row in rows[::4]:
-        for x in range(0, width * 3, 12):
-            pixel = row[x : x + 3]
-            colours.add(pixel)
-            inked += pixel not in (b"\xff\xff\xff", b"\xf8\xf9\xfa")
-    assert len(colours) > 50, f"{png.name}: only {len(colours)} colours, the page looks blank"
-    assert inked > 2000, f"{png.name}: only {inked} sampled pixels are not background"
-
-
 POINTS = "n => { const g = document.getElementById('chart-loss');" \
     " return !!(g && g.data && g.data[0].x.length >= n); }"  # fmt: skip
 
 
 def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
-    chromium, sync_playwright = _browser()
+    chromium, sync_playwright = playwright_chromium()
     server, tokens, short = world["server"], world["tokens"], world["short"]
     with server.client(tokens["admin"]) as admin:
         spec = world["spec"](LIVE_STEPS, STEP_SLEEP_SECONDS, 2)  # 2 ranks: one line each
@@ -229,7 +202,7 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
     shots = tmp_path / "screenshots"
     shots.mkdir()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        browser = playwright.chromium.launch(executable_path=chromium, args=FLAGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()
         errors: list[str] = []
@@ -315,7 +288,7 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
         assert admin_view.evaluate("window.pwned === undefined")
         browser.close()
     for png in (shots / "run.png", shots / "compare.png"):
-        _assert_not_blank(png)
+        assert_not_blank(png)
     if os.environ.get("RUNWRIGHT_KEEP_SCREENSHOT"):
         keep = Path(os.environ["RUNWRIGHT_KEEP_SCREENSHOT"])
         keep.mkdir(parents=True, exist_ok=True)

@@ -399,14 +399,10 @@ def render_report(
 
 
 def build_report(
-    store: Store,
-    run_id: str,
-    out_dir: Path | str,
-    view: ReportView | None = None,
-    events_view: EventsView | None = None,
+    store: Store, run_id: str, out_dir: Path | str, view: ReportView | None = None
 ) -> ReportPaths:
     """Write `report.json` and `report.html` for a run into `out_dir` (created if missing)."""
-    report, html = render_report(store, run_id, view, events_view)
+    report, html = render_report(store, run_id, view)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     paths = ReportPaths(json_path=out / "report.json", html_path=out / "report.html")

@@ -191,6 +191,8 @@ def _s3_server_module():
 
 # The reference trainer at test size (tests/tiny_trainer.py), imported by test modules.
 _helper_module("runwright_tests_tiny", "tiny_trainer.py")
+# Headless Chromium for the browser tests (tests/browser.py).
+_helper_module("runwright_tests_browser", "browser.py")
 
 
 def require_s3() -> None:

@@ -41,6 +41,12 @@ def test_run_commands_do_not_import_torch():
         assert "torch" not in _modules_after(*argv), argv
 
 
+def test_report_does_not_import_plotly():
+    # report.html inlines plotly.min.js read from the installed package's folder (found with
+    # importlib.util.find_spec): importing plotly, which takes seconds, is never needed.
+    assert "plotly" not in _modules_after("report", "--help")
+
+
 def test_every_summary_starts_its_commands_own_help():
     for name, (_module, summary) in COMMANDS.items():
         command = load_command(name)

@@ -1,6 +1,8 @@
-"""report.json of the fixture run (tests/govern/conftest.py), every figure computed by hand."""
+"""report.json of the fixture run (tests/govern/conftest.py), every figure computed by hand, and
+report.html's data and self-containment (its drawing: tests/govern/test_screenshot.py)."""
 
 import json
+import re
 
 import pytest
 
@@ -94,17 +96,49 @@ def test_incident_and_interventions(report):
     assert stale["kind"] == "stale_write_rejected" and "generation 1" in stale["detail"]
 
 
-def test_html_is_self_contained(store, tmp_path):
+def test_html_carries_the_run_pages_chart_data_and_fetches_nothing(store, tmp_path):
+    """report.html draws the dashboard's charts from the dashboard's own data (the same
+    `chart_data` as the run page), with plotly.js and the charts' script inside the file."""
+    from runwright.govern.dashboard import run_view
+    from runwright.govern.report import collect_report
+
     html = build_report(store, RUN_ID, tmp_path).html_path.read_text()
-    assert html.count("<svg") == 7  # loss x2, throughput, system x2, data x2
-    for layer in ("Loss layer", "Throughput layer", "System layer", "Data layer"):
-        assert layer in html
-    assert "<script" not in html and "http://" not in html.replace(
-        'xmlns="http://www.w3.org/2000/svg"', ""
-    )
-    # the checkpoint and the incident are drawn on every chart
-    assert html.count("<title>ckpt @2</title>") == 7
-    assert html.count("<title>node_lost (rank 1)</title>") == 7
+    scripts = re.findall(r"<script([^>]*)>(.*?)</script>", html, flags=re.DOTALL)
+    json_block = ' type="application/json" id="run-charts-data"'
+    assert [attrs for attrs, _ in scripts] == [json_block, "", ""]
+    data, plotly, charts = (body for _, body in scripts)
+    assert "plotly.js v" in plotly[:200] and "window.RunCharts" in charts
+    # Outside the scripts nothing names another file: no src, href, stylesheet or font.
+    outside = re.sub(r"<script[^>]*>.*?</script>", "", html, flags=re.DOTALL)
+    assert not re.search(r"\b(src|href)=|@import|url\(", outside)
+    shown = json.loads(data)
+    report, timeline = collect_report(store, RUN_ID)
+    events = [e.model_dump(mode="json") for e in store.events(RUN_ID)]
+    page = run_view(report.model_dump(mode="json"), timeline, events, now_unix_s=2000.0)
+    for key in ("steps", "markers", "evaluations", "checkpoints", "mixture", "drift", "states"):
+        assert shown[key] == page[key], key
+    assert shown["cost_split"]["wall_seconds"] == page["cost_split"]["wall_seconds"]
+    assert [m["label"] for m in shown["markers"]] == [
+        "ckpt @2", "node_lost (rank 1)", "restored @2", "stale write rejected"
+    ]  # fmt: skip
+
+
+def test_chart_data_cannot_end_its_script_element():
+    from runwright.govern.charts import json_script
+
+    markup = "</script><script>alert(1)</script><!-- & \u2028"
+    element = json_script("x", {"label": markup, "nan": float("nan")})
+    body = element.removeprefix('<script type="application/json" id="x">').removesuffix("</script>")
+    assert "<" not in body and ">" not in body and "&" not in body
+    assert json.loads(body) == {"label": markup, "nan": None}
+
+
+def test_inlined_scripts_cannot_end_their_element(tmp_path):
+    from runwright.govern.charts import inline_script
+
+    script = tmp_path / "s.js"
+    script.write_text('const a = "</SCRIPT>", b = /<!--/;')
+    assert inline_script(script) == 'const a = "\\x3C/SCRIPT>", b = /\\x3C!--/;'
 
 
 def test_code_version_without_ref_says_why(store, tmp_path):
@@ -113,50 +147,3 @@ def test_code_version_without_ref_says_why(store, tmp_path):
     run = store.get_run(RUN_ID)
     version = code_version(run, {"code": {"entrypoint": "x.py"}})
     assert version.ref is None and "not on this machine" in (version.reason or "")
-
-
-def test_an_empty_chart_says_what_to_report(tmp_path):
-    """A run whose script reported only a loss (the two-line integration) gets charts that say
-    what would fill them, not empty axes."""
-    from runwright.govern.layers import charts
-    from runwright.govern.svg import render_chart
-    from runwright.observe.timeline import build_timeline
-    from runwright.store import EventRecord
-
-    events = [
-        EventRecord(seq=i + 1, event_id=f"e{i}", run_id="r", generation=1, type="STEP_HEALTHY",
-                    step=i + 1, time_unix_s=float(i), attributes={"rank": 0, "loss": 1.0 / (i + 1)})
-        for i in range(5)
-    ]  # fmt: skip
-    layers = dict(charts(build_timeline(events), 0.0))
-    loss, grad = layers["Loss layer"]
-    assert not loss.empty and grad.empty
-    assert "no data" not in render_chart(loss, (0.0, 5.0))
-    assert "no data: report it with ctx.step_healthy(step, grad_norm=...)" in render_chart(
-        grad, (0.0, 5.0)
-    )
-    for name, group in layers.items():
-        for chart in group:
-            assert not chart.empty or chart.empty_hint, (name, chart.title)
-
-
-def test_evaluations_are_charted_beside_the_training_loss():
-    from runwright.govern.layers import charts
-    from runwright.observe.timeline import build_timeline
-    from runwright.store import EventRecord
-
-    def evaluated(step: int, loss: float) -> EventRecord:
-        return EventRecord(
-            seq=step, event_id=f"e{step}", run_id="r", generation=1, type="EVALUATED",
-            step=step, checkpoint_id=f"ck-{step}", time_unix_s=100.0 + step,
-            attributes={"eval_loss": loss, "rank": 0},
-        )  # fmt: skip
-
-    timeline = build_timeline([evaluated(2, 3.5), evaluated(4, 3.1)])
-    assert [(e.step, e.eval_loss, e.checkpoint_id) for e in timeline.evaluations] == [
-        (2, 3.5, "ck-2"), (4, 3.1, "ck-4"),
-    ]  # fmt: skip
-    (loss_chart, _) = charts(timeline, 100.0)[0][1]
-    assert loss_chart.title == "Training loss and eval loss"
-    assert [s.name for s in loss_chart.series] == ["loss", "eval loss"]
-    assert list(loss_chart.series[1].points) == [(2.0, 3.5), (4.0, 3.1)]

@@ -1,11 +1,13 @@
 """The dashboard (issue 15) on a real `runwright server` with its controller and real runs of the
 reference trainer: the access rules through HTTP (no cookie -> login, another project's token ->
 no page, a viewer's data without sample text, HTML escaped), and, in headless Chromium driven by
-Playwright, a login, a run page whose loss chart gains points while the run trains, and the
-compare view of two runs, with screenshots checked to be non-blank.
+Playwright, a login, a run page whose loss chart gains points while the run trains and which
+shows the straggler alert of its slowed rank while it trains, and the compare view of two runs,
+with screenshots checked to be non-blank.
 
-The browser test needs Debian's `chromium` and the `playwright` package (dev extra); without
-them it skips, unless RUNWRIGHT_REQUIRE_BROWSER=1 (set in CI), where that is a failure.
+The browser test needs Debian's `chromium` and the `playwright` package (dev extra, see
+tests/browser.py); without them it skips, unless RUNWRIGHT_REQUIRE_BROWSER=1 (set in CI), where
+that is a failure.
 """
 
 import contextlib
@@ -16,13 +18,15 @@ from pathlib import Path
 
 import httpx
 import pytest
+from runwright_tests_browser import FLAGS, assert_not_blank, playwright_chromium
 from runwright_tests_tiny import TINY_DATA, tiny_gpt
-from tests.govern.test_screenshot import decode_png, find_chromium
 
 from runwright.access.base import local_actor
 from runwright.access.service import Access
+from runwright.control.alert_signals import INCOMPLETE_AFTER_STEPS
 from runwright.data import build_dataset
 from runwright.events import EventType
+from runwright.spec.alerts import DEFAULT_RULES
 from runwright.store import NewEvent, Store
 
 from .conftest import running_server
@@ -30,22 +34,26 @@ from .conftest import running_server
 pytestmark = pytest.mark.integration
 SAMPLE = "a line of training data the viewer must not read"
 MARKUP = "<img src=x onerror=window.pwned=1>"
-STEP_SLEEP_SECONDS = 0.25
-"""The live run's pause after each step, so that it is still training while the page watches
-(40 steps: at least 10 s of training after its first step)."""
+SLOW_SECONDS = 0.25
+"""The live run's rank 1 spends this much more in each step's forward (`--slow-rank`), and rank 0
+waits for it in the gradient all-reduce: a straggler the default rule flags, and a run still
+training while the page watches (40 steps: at least 10 s after its first). With c the rest of a
+step (about 0.02 s here), rank 1's busy time over the median of the two is
+2 (0.25 + c) / (0.25 + 2c): 1.86 at c = 0.02 s, above the threshold 1.5 while c < 0.125 s."""
 LIVE_STEPS = 40
 RUN_SECONDS = 300.0
 """Bound of a hang for a short run to finish (torchrun start-up on a busy 2-core machine takes
 tens of seconds); not an expected time."""
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu",
-                  "--disable-background-networking", "--disable-component-update"]  # fmt: skip
+POLL_SECONDS = 1.5
+"""The run page's poll (dashboard.js POLL_MS)."""
+STRAGGLER = next(rule for rule in DEFAULT_RULES if rule.kind == "straggler")
 
 
-def _spec(dataset, steps: int, step_sleep: float, ranks: int = 1) -> dict:
+def _spec(dataset, steps: int, args: list[str], ranks: int = 1) -> dict:
     data = tiny_gpt(dataset, steps=steps, name=f"dash-{steps}", devices=ranks,
                     every_steps=max(2, steps // 4), eval_every_steps=steps,
                     eval_sequences=4)  # fmt: skip
-    data["code"]["args"] = ["--step-sleep", str(step_sleep)]
+    data["code"]["args"] = args
     data["governance"]["tags"] = {"team": "dash"}
     return data
 
@@ -79,11 +87,11 @@ def world(tmp_path_factory):
         "other": local.create_token("otto", "other", days=1)["token"],
     }
     store.close()
-    spec = lambda steps, sleep, ranks=1: _spec(dataset, steps, sleep, ranks)  # noqa: E731
+    spec = lambda steps, args, ranks=1: _spec(dataset, steps, args, ranks)  # noqa: E731
     with running_server(url, root) as server:
         tokens["admin"] = server.admin_token
         with server.client(server.admin_token) as admin:
-            made = admin.post("/v1/runs", json={"spec": spec(4, 0.0)})
+            made = admin.post("/v1/runs", json={"spec": spec(4, [])})
             assert made.status_code == 201, made.text
             short = made.json()["run_id"]
             ended = _wait_finished(admin, short, RUN_SECONDS)
@@ -185,41 +193,16 @@ def test_pages_answer_only_what_the_token_may_see(world):
         )
 
 
-def _browser():
-    chromium = find_chromium()
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        sync_playwright = None
-    if chromium is None or sync_playwright is None:
-        missing = "chromium" if chromium is None else "playwright (the dev extra)"
-        if os.environ.get("RUNWRIGHT_REQUIRE_BROWSER") == "1":
-            pytest.fail(f"RUNWRIGHT_REQUIRE_BROWSER=1 but no {missing}")
-        pytest.skip(f"no {missing}")
-    return chromium, sync_playwright
-
-
-def _assert_not_blank(png: Path) -> None:
-    width, _, rows = decode_png(png.read_bytes())
-    colours, inked = set(), 0
-    for row in rows[::4]:
-        for x in range(0, width * 3, 12):
-            pixel = row[x : x + 3]
-            colours.add(pixel)
-            inked += pixel not in (b"\xff\xff\xff", b"\xf8\xf9\xfa")
-    assert len(colours) > 50, f"{png.name}: only {len(colours)} colours, the page looks blank"
-    assert inked > 2000, f"{png.name}: only {inked} sampled pixels are not background"
-
-
 POINTS = "n => { const g = document.getElementById('chart-loss');" \
     " return !!(g && g.data && g.data[0].x.length >= n); }"  # fmt: skip
 
 
 def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
-    chromium, sync_playwright = _browser()
+    chromium, sync_playwright = playwright_chromium()
     server, tokens, short = world["server"], world["tokens"], world["short"]
     with server.client(tokens["admin"]) as admin:
-        spec = world["spec"](LIVE_STEPS, STEP_SLEEP_SECONDS, 2)  # 2 ranks: one line each
+        slowed = ["--slow-rank", "1", "--slow-seconds", str(SLOW_SECONDS)]
+        spec = world["spec"](LIVE_STEPS, slowed, 2)  # 2 ranks: one line each, one straggler
         made = admin.post("/v1/runs", json={"spec": spec})
         assert made.status_code == 201, made.text
         live = made.json()["run_id"]
@@ -229,7 +212,7 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
     shots = tmp_path / "screenshots"
     shots.mkdir()
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_FLAGS)
+        browser = playwright.chromium.launch(executable_path=chromium, args=FLAGS)
         context = browser.new_context(viewport={"width": 1280, "height": 900})
         page = context.new_page()
         errors: list[str] = []
@@ -246,7 +229,7 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
         assert not data["finished"], "the run ended before the page saw it train"
         # The next points: a few steps at the step time measured so far, plus two polls.
         step_s = max(s for s in data["steps"]["step_seconds"] if s is not None)
-        wait_s = 5 * (step_s + STEP_SLEEP_SECONDS) + 2 * 1.5 + 10
+        wait_s = 5 * step_s + 2 * POLL_SECONDS + 10
         page.wait_for_function(POINTS, arg=first + 2, timeout=wait_s * 1000)
         # One time axis: a zoom on the loss chart zooms every time chart and stays while the
         # page keeps polling; a reset (double-click) gives all of them the whole window back.
@@ -269,11 +252,23 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
             "() => document.getElementById('chart-loss')._fullLayout.xaxis.autorange",
             timeout=10_000,
         )
+        # The straggler: the rule fires once rank 1 was slow for its window of steps (each
+        # step judged once both ranks reported it, or once INCOMPLETE_AFTER_STEPS newer ones
+        # are in), and the page lists it, naming the rank, while the run still trains.
+        alert_s = (STRAGGLER.window_steps + INCOMPLETE_AFTER_STEPS + 2) * step_s
+        page.wait_for_function(
+            "() => { const d = window.dashboard.data; return d.finished ||"
+            " d.alerts.some(a => a.alert_id === 'straggler:rank1'); }",
+            timeout=(alert_s + 2 * POLL_SECONDS + 10) * 1000,
+        )
+        assert not page.evaluate("window.dashboard.data.finished"), "ended before its alert"
+        alerts = page.locator("#alerts").inner_text()
+        assert "straggler:rank1" in alerts and "straggler on rank 1" in alerts, alerts
         assert not errors, errors
         remaining = LIVE_STEPS - first
         page.wait_for_function(
             "() => window.dashboard.data && window.dashboard.data.finished",
-            timeout=(remaining * (step_s + STEP_SLEEP_SECONDS) * 3 + 60) * 1000,
+            timeout=(remaining * step_s * 3 + 60) * 1000,
         )
         page.wait_for_timeout(500)  # plotly's last redraw
         # The charts and tables above the event log (the log itself is folded).
@@ -283,6 +278,9 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
             ".filter(t => (t.name || '').startsWith('rank')).length"
         )
         assert ranks == 2 and page.locator("#checkpoints table").count() == 1
+        # The system layer's straggler score reads what the alert read (busy time).
+        scores = page.evaluate("window.dashboard.data.steps.straggler_score")
+        assert max(s for s in scores if s is not None) > STRAGGLER.threshold, scores
 
         page.goto(f"{server.url}/ui/compare?run={short}&run={live}")
         page.wait_for_function(
@@ -315,7 +313,7 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
         assert admin_view.evaluate("window.pwned === undefined")
         browser.close()
     for png in (shots / "run.png", shots / "compare.png"):
-        _assert_not_blank(png)
+        assert_not_blank(png)
     if os.environ.get("RUNWRIGHT_KEEP_SCREENSHOT"):
         keep = Path(os.environ["RUNWRIGHT_KEEP_SCREENSHOT"])
         keep.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runwright.access.base import AccessBase
-from runwright.access.redaction import event_view, report_view, summary_view, worker_text
+from runwright.access.redaction import (
+    event_view,
+    report_view,
+    scrub,
+    summary_view,
+    worker_text,
+)
 from runwright.access.roles import Permission
 from runwright.errors import NotFoundError, RunwrightError, SpecError
 from runwright.events import EventType
@@ -99,7 +105,12 @@ class RunActions(AccessBase):
         run = self.run(run_id)
         disclosure = self.disclosure(run)
         report, html = render_report(
-            self.store, run.run_id, view=lambda r: report_view(r, disclosure)
+            self.store,
+            run.run_id,
+            view=lambda r: report_view(r, disclosure),
+            events_view=lambda events: scrub(
+                [event_view(e, disclosure) for e in events], disclosure.secrets
+            ),
         )
         return report.model_dump(mode="json"), html
 

@@ -1,19 +1,39 @@
-"""What the dashboard draws (issue 15): a run's report and timeline turned into chart series and
-tables, and two or more runs laid over each other for the compare view.
+"""What the dashboard and report.html draw (issue 15): a run's report and timeline turned into
+chart series and tables, and two or more runs laid over each other for the compare view.
 
 Pure functions of what `collect_report` returns (after the reader's redaction) and the run's
-events (already redacted by `runwright.access`): the live run page and report.html read the same
-step points, so their numbers agree. Every time is Unix seconds; the page formats them.
+events (already redacted by `runwright.access`). `chart_data` feeds the run charts of both the
+live run page and report.html (govern/static/charts.js draws them), so their numbers agree. Every
+time is Unix seconds; the page formats them.
 """
 
 from typing import Any
 
 from runwright.events import EventType
 from runwright.govern.effective import Difference
-from runwright.observe.timeline import Timeline
+from runwright.observe.figures import straggler_scores
+from runwright.observe.timeline import StepPoint, Timeline
 
 EVENTS_SHOWN = 200
 """Newest events listed on a run page (the full log is `GET /v1/runs/{id}/events`)."""
+MAX_RANK_LINES = 8
+"""Ranks drawn one line each on the step-time chart; beyond it, the slowest rank only (the lines
+could not be told apart, and the page would carry one series per rank)."""
+TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+
+
+def _per_second(tokens: int, p: StepPoint) -> float | None:
+    # Throughput of one step: the tokens every rank fed / the slowest rank's step time (a
+    # synchronous step waits for it), e.g. 2 ranks x 8 rows x 128 tokens / 0.5 s.
+    return tokens / p.step_seconds if p.step_seconds else None
+
+
+def _straggler(p: StepPoint) -> float | None:
+    # The busiest rank's busy time / the median rank's (observe/figures.py), busy being the step
+    # time less the gradient sync: the straggler alert's signal (control/alert_signals.py).
+    if len(p.rank_busy_seconds) < 2:
+        return None
+    return max(straggler_scores(p.rank_busy_seconds).values())
 
 
 def step_series(timeline: Timeline) -> dict[str, Any]:
@@ -25,27 +45,33 @@ def step_series(timeline: Timeline) -> dict[str, Any]:
     for p in points:
         tokens_total += 0 if p.replay else p.device_tokens
         cumulative.append(tokens_total)
+    per_rank = len(timeline.ranks) <= MAX_RANK_LINES
     return {
         "time_unix_s": [p.end_unix_s for p in points],
         "step": [p.step for p in points],
         "generation": [p.generation for p in points],
         "replay": [p.replay for p in points],
         "loss": [p.loss for p in points],
-        # Throughput of one step: the tokens every rank fed / the slowest rank's step time
-        # (a synchronous step waits for it), e.g. 2 ranks x 8 rows x 128 tokens / 0.5 s.
-        "tokens_per_second": [
-            p.device_tokens / p.step_seconds if p.step_seconds else None for p in points
-        ],
+        "grad_norm": [p.grad_norm for p in points],
+        "tokens_per_second": [_per_second(p.device_tokens, p) for p in points],
+        "loss_tokens_per_second": [_per_second(p.loss_tokens, p) for p in points],
         "cumulative_device_tokens": cumulative,
+        "device_tokens": [p.device_tokens for p in points],
+        "loss_tokens": [p.loss_tokens for p in points],
+        "padded_tokens": [p.padded_tokens for p in points],
         # Input-wait share of one step: summed data wait / summed step time over its ranks
         # (the run-wide figure of observe/figures.py, per step).
         "input_wait_share": [
             p.data_wait_seconds / p.rank_seconds if p.rank_seconds else None for p in points
         ],
         "step_seconds": [p.step_seconds for p in points],
+        # Empty beyond MAX_RANK_LINES ranks: the chart draws `step_seconds` (the slowest rank).
         "rank_step_seconds": {
             str(rank): [p.rank_step_seconds.get(rank) for p in points] for rank in timeline.ranks
-        },
+        }
+        if per_rank
+        else {},
+        "straggler_score": [_straggler(p) for p in points],
     }
 
 
@@ -86,11 +112,15 @@ def open_alerts(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def state_spans(report: dict[str, Any], now_unix_s: float) -> list[dict[str, Any]]:
-    """The run's states as consecutive spans (the last one open until `now_unix_s`)."""
+    """The run's states as consecutive spans: the last one open until `now_unix_s`, unless the
+    run has ended (then it ends where it starts, so a run's window does not grow after it)."""
     history = report.get("state_history") or []
     spans = []
     for i, change in enumerate(history):
-        end = history[i + 1]["time_unix_s"] if i + 1 < len(history) else now_unix_s
+        if i + 1 < len(history):
+            end = history[i + 1]["time_unix_s"]
+        else:
+            end = change["time_unix_s"] if change.get("to_state") in TERMINAL else now_unix_s
         spans.append(
             {
                 "state": change.get("to_state"),
@@ -102,20 +132,13 @@ def state_spans(report: dict[str, Any], now_unix_s: float) -> list[dict[str, Any
     return spans
 
 
-def run_view(
+def chart_data(
     report: dict[str, Any], timeline: Timeline, events: list[dict[str, Any]], now_unix_s: float
 ) -> dict[str, Any]:
-    """The run page's data: `report` is report.json's content as the reader may see it, `events`
-    the run's log as the reader may see it."""
-    run = report["run"]
-    governance = report.get("governance") or {}
-    finished = run["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
+    """What the run charts draw (govern/static/charts.js), for the run page and report.html:
+    `report` is report.json's content as the reader may see it, `events` the run's log as the
+    reader may see it."""
     return {
-        "run": run,
-        "finished": finished,
-        "owner": governance.get("owner"),
-        "hypothesis": governance.get("hypothesis"),
-        "final_metrics": report["final_metrics"],
         "states": state_spans(report, now_unix_s),
         "markers": [m.model_dump(mode="json") for m in timeline.markers],
         "steps": step_series(timeline),
@@ -125,6 +148,23 @@ def run_view(
         "drift": drift_windows(events),
         "cost_split": {k: report["cost_split"][k] for k in ("wall_seconds", "cost")}
         | {"device_hour_price": report["cost_split"]["device_hour_price"]},
+    }
+
+
+def run_view(
+    report: dict[str, Any], timeline: Timeline, events: list[dict[str, Any]], now_unix_s: float
+) -> dict[str, Any]:
+    """The run page's data: the charts' (`chart_data`), the headline figures, incidents, open
+    alerts and the newest events."""
+    run = report["run"]
+    governance = report.get("governance") or {}
+    return {
+        "run": run,
+        "finished": run["state"] in TERMINAL,
+        "owner": governance.get("owner"),
+        "hypothesis": governance.get("hypothesis"),
+        "final_metrics": report["final_metrics"],
+        **chart_data(report, timeline, events, now_unix_s),
         "incidents": report.get("incidents") or [],
         "alerts": open_alerts(events),
         "events": events[-EVENTS_SHOWN:],

@@ -1,6 +1,12 @@
-"""report.html: the four signal layers of seed 004 stacked on one time axis, then the evidence
-chain as tables. Inline CSS and SVG only: no script, no font or image fetched, so the file reads
-the same from a laptop, an artifact store or an air-gapped cluster.
+"""report.html: the run charts of the dashboard's run page (the four signal layers of seed 004
+and the state timeline on one time axis, with incidents, restores, checkpoints and interventions
+marked), then the evidence chain as tables.
+
+One self-contained file: plotly.js (from the installed `plotly` package, about 4.8 MB) and the
+charts' script (govern/static/charts.js) are inlined, and the charts' data is a JSON block
+built by the dashboard's own `chart_data`, so the report and the run page show the same numbers.
+Nothing is fetched: the file reads the same from a laptop, an artifact store or an air-gapped
+cluster. The tables are plain HTML and read without script.
 """
 
 import json
@@ -10,8 +16,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from runwright.govern.layers import charts
-from runwright.govern.svg import MARKER_COLOURS, VLine, render_chart
+from runwright.govern.charts import CHARTS_JS, inline_script, json_script, plotly_js
+from runwright.govern.dashboard import chart_data
 from runwright.observe.accounting import CATEGORIES
 from runwright.observe.timeline import Timeline
 
@@ -27,20 +33,17 @@ h1 { font-size: 22px; margin: 0 0 4px; } h2 { font-size: 17px; margin: 26px 0 8p
 .card { background: #fff; border: 1px solid #dee2e6; border-radius: 6px; padding: 8px 12px;
         min-width: 120px; } .card b { display: block; font-size: 18px; }
 .card span { color: #495057; font-size: 12px; }
-.layer { background: #fff; border: 1px solid #dee2e6; border-radius: 6px; margin: 8px 0;
-         padding: 4px 0; } .layer h3 { font-size: 14px; margin: 4px 12px; color: #343a40; }
-svg .title { font-size: 13px; font-weight: 600; fill: #343a40; }
-svg .note, svg .tick, svg .legend { font-size: 11px; fill: #495057; }
-svg .grid { stroke: #e9ecef; } svg .axis { stroke: #868e96; }
-svg .frame { fill: none; stroke: #adb5bd; }
-svg .marker { stroke-width: 1.4; stroke-dasharray: 4 3; opacity: 0.85; }
+.layer h3 { font-size: 15px; margin: 16px 0 4px; color: #343a40; }
+.chart { background: #fff; border: 1px solid #dee2e6; border-radius: 6px; margin: 8px 0; }
+.pair { display: grid; grid-template-columns: 1fr 1fr; gap: 8px; }
+.marker-key span { margin-right: 16px; } .marker-key span::before { content: "";
+  display: inline-block; width: 18px; border-top: 2px dotted currentColor;
+  vertical-align: middle; margin-right: 5px; }
 table { border-collapse: collapse; background: #fff; margin: 6px 0 10px; font-size: 13px; }
 th, td { border: 1px solid #dee2e6; padding: 4px 8px; text-align: left; vertical-align: top; }
 th { background: #f1f3f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 code, pre { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; }
 pre { background: #fff; border: 1px solid #dee2e6; padding: 8px; overflow-x: auto; }
-.key span { display: inline-block; margin-right: 16px; } .key i { display: inline-block;
-  width: 18px; border-top: 2px dashed; vertical-align: middle; margin-right: 5px; }
 """
 
 
@@ -78,23 +81,14 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
-def render_page(report: "RunReport", timeline: Timeline) -> str:
-    """The whole report.html."""
+def render_page(
+    report: "RunReport", timeline: Timeline, events: Sequence[dict[str, Any]] = ()
+) -> str:
+    """The whole report.html; `events` are the run's log as the reader may see it (the charts
+    read the loader's drift windows from it)."""
     run, fm, split = report.run, report.final_metrics, report.cost_split
-    spans = split.attempts
-    t0 = min([a.start_unix_s for a in spans] + [p.start_unix_s for p in timeline.steps] or [0.0])
-    t1 = max([a.end_unix_s for a in spans] + [p.end_unix_s for p in timeline.steps] or [t0 + 1])
-    markers = [VLine(m.time_unix_s - t0, m.kind, m.label) for m in timeline.markers]
-    layers = []
-    for name, layer_charts in charts(timeline, t0):
-        svgs = "".join(
-            render_chart(c, (0.0, t1 - t0), markers, label_markers=not layers and i == 0)
-            for i, c in enumerate(layer_charts)
-        )
-        layers.append(f'<div class="layer"><h3>{escape(name)}</h3>{svgs}</div>')
-    key = "".join(
-        f'<span><i style="border-color:{colour}"></i>{escape(kind)}</span>'
-        for kind, colour in MARKER_COLOURS.items()
+    data = chart_data(
+        report.model_dump(mode="json"), timeline, list(events), report.generated_unix_s
     )
     cards = [
         (
@@ -121,11 +115,12 @@ def render_page(report: "RunReport", timeline: Timeline) -> str:
     sections = [
         f"<h1>Run report: {escape(run['name'])} <code>{escape(run['run_id'])}</code></h1>",
         f'<div class="sub">generated {escape(clock(report.generated_unix_s))}; run created '
-        f"{escape(clock(run['created_unix_s']))}; x axis: seconds since the first allocation "
-        f"({escape(clock(t0))})</div>",
+        f"{escape(clock(run['created_unix_s']))}; charts on one time axis in UTC (drag to zoom "
+        "every time chart, double-click to reset, hover for step, generation and value)</div>",
         f'<div class="cards">{card_html}</div>',
-        f'<div class="key">markers on every chart: {key}</div>',
-        *layers,
+        '<section id="run-charts"><noscript><p class="sub">The charts need JavaScript (plotly.js '
+        "is inside this file; nothing is fetched). The tables below read without it.</p>"
+        "</noscript></section>",
         *_governance(report),
         "<h2>Cost split</h2>",
         table(
@@ -298,10 +293,15 @@ def render_page(report: "RunReport", timeline: Timeline) -> str:
         + escape(json.dumps(report.spec, indent=2, sort_keys=True))
         + "</pre></details>",
     ]
+    scripts = (
+        json_script("run-charts-data", data)
+        + f"<script>{inline_script(plotly_js())}</script>"
+        + f"<script>{inline_script(CHARTS_JS)}</script>"
+    )
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         f"<title>runwright report {escape(run['run_id'])}</title><style>{CSS}</style></head>"
-        f"<body>{''.join(sections)}</body></html>\n"
+        f"<body>{''.join(sections)}{scripts}</body></html>\n"
     )
 
 

@@ -1,5 +1,5 @@
 """`runwright report RUN`: a run's evidence chain as report.json and a self-contained
-report.html with the four signal layers on one time axis.
+report.html with the dashboard's run charts (the four signal layers on one time axis).
 
 Seed 004: the minimum evidence chain (code and environment version, the configuration actually
 applied, data version and tokenizer, mixture, checkpoint ancestry, recovery events, interventions,
@@ -342,10 +342,13 @@ def _history(events: list[EventRecord]) -> list[dict[str, Any]]:
     ]
 
 
-def collect_report(store: Store, run_id: str) -> tuple[RunReport, Timeline]:
-    """Read one run from the store and assemble its report and timeline."""
+def collect_report(
+    store: Store, run_id: str, events: list[EventRecord] | None = None
+) -> tuple[RunReport, Timeline]:
+    """Read one run from the store and assemble its report and timeline (from `events` when
+    the caller already read the run's log)."""
     run = store.get_run(run_id)
-    events = store.events(run.run_id)
+    events = store.events(run.run_id) if events is None else events
     attempts = store.attempts(run.run_id)
     spec = run.spec
     timeline = build_timeline(events)
@@ -376,16 +379,23 @@ def collect_report(store: Store, run_id: str) -> tuple[RunReport, Timeline]:
 
 ReportView = Callable[[dict[str, Any]], dict[str, Any]]
 """What a reader may see of report.json (runwright.access.redaction: secrets, sample text)."""
+EventsView = Callable[[list[dict[str, Any]]], list[dict[str, Any]]]
+"""What a reader may see of the run's events (the same redaction)."""
 
 
 def render_report(
-    store: Store, run_id: str, view: ReportView | None = None
+    store: Store,
+    run_id: str,
+    view: ReportView | None = None,
+    events_view: EventsView | None = None,
 ) -> tuple[RunReport, str]:
-    """A run's report and report.html's text, both as `view` shows it."""
-    report, timeline = collect_report(store, run_id)
+    """A run's report and report.html's text, both as `view` and `events_view` show them."""
+    events = store.events(store.get_run(run_id).run_id)
+    report, timeline = collect_report(store, run_id, events)
     if view is not None:
         report = RunReport.model_validate(view(report.model_dump(mode="json")))
-    return report, render_page(report, timeline)
+    shown = [e.model_dump(mode="json") for e in events]
+    return report, render_page(report, timeline, events_view(shown) if events_view else shown)
 
 
 def build_report(

@@ -58,6 +58,9 @@ class StepPoint(Record):
     """Slowest rank's step time: a synchronous step waits for it."""
     rank_step_seconds: dict[int, float]
     """Each rank's own step time."""
+    rank_busy_seconds: dict[int, float] = Field(default_factory=dict)
+    """Each rank's step time less its time in gradient collectives (`grad_sync_seconds`), where
+    a fast rank waits for a slow one: what the straggler alert compares across ranks."""
     loss: float | None
     """Mean loss over ranks, weighted by loss tokens when every rank reports them."""
     grad_norm: float | None
@@ -143,6 +146,7 @@ def number(attributes: Mapping[str, Any], key: str) -> float | None:
 
 def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
     rank_seconds: dict[int, float] = {}
+    rank_busy: dict[int, float] = {}
     phases: dict[str, float] = {}
     totals = dict.fromkeys(("device_tokens", "padded_tokens", "loss_tokens", "samples"), 0)
     losses: list[tuple[float, float | None]] = []
@@ -156,6 +160,8 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
         seconds = number(attrs, "step_seconds")
         if seconds is not None:
             rank_seconds[rank] = max(seconds, rank_seconds.get(rank, 0.0))
+            busy = max(seconds - (number(attrs, "grad_sync_seconds") or 0.0), 0.0)
+            rank_busy[rank] = max(busy, rank_busy.get(rank, 0.0))
         for phase in PHASES:
             value = number(attrs, phase)
             if value is not None:
@@ -181,6 +187,7 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
         end_unix_s=max(e.time_unix_s for e in events),
         step_seconds=max(rank_seconds.values()) if rank_seconds else None,
         rank_step_seconds=rank_seconds,
+        rank_busy_seconds=rank_busy,
         loss=_mean_loss(losses),
         grad_norm=max(grad_norms) if grad_norms else None,
         lr=lr,

@@ -57,6 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="runwright reference GPT trainer")
     parser.add_argument("--spec", help="job spec file (plain torchrun; the controller passes it)")
     parser.add_argument("--step-sleep", type=float, default=0.0, help="pause after each step")
+    # Fault injection for tests and drills: a straggler, as a slow device or a throttled host.
+    parser.add_argument(
+        "--slow-rank",
+        type=int,
+        default=None,
+        help="fault injection: this rank spends --slow-seconds more in each step's forward, so "
+        "its peers wait for it in the gradient all-reduce (a straggler)",
+    )
+    parser.add_argument(
+        "--slow-seconds", type=float, default=0.0, help="the slow rank's extra seconds per step"
+    )
     args = parser.parse_args(argv)
 
     # -- who am I ----------------------------------------------------------------------------
@@ -164,6 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         global_loss_tokens = local_loss_tokens.clone()
         dist.all_reduce(global_loss_tokens)
         sync.seconds = 0.0
+        if ctx.rank == args.slow_rank:
+            with loop.phase("forward"):  # its peers spend this in grad_sync, waiting for it
+                time.sleep(args.slow_seconds)
         loss_sum = torch.zeros((), device=device)
         for i in range(accumulation):
             part = {k: v[i * micro : (i + 1) * micro] for k, v in rows.items()}

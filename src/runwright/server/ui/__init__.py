@@ -22,6 +22,7 @@ from runwright.access.dashboard import MAX_COMPARED
 from runwright.access.roles import Unauthenticated
 from runwright.access.service import Access
 from runwright.errors import NotFoundError, RunwrightError
+from runwright.govern.charts import CHARTS_JS, plotly_js
 from runwright.server.ui import pages
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -29,7 +30,11 @@ COOKIE = "runwright_token"
 COOKIE_SECONDS = 12 * 3600
 """How long the browser keeps the token: a working day; the token's own expiry still applies."""
 STATIC = Path(__file__).parent / "static"
-OWN_FILES = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+OWN_FILES = {
+    "dashboard.js": (STATIC / "dashboard.js", "text/javascript"),
+    "dashboard.css": (STATIC / "dashboard.css", "text/css"),
+    "charts.js": (CHARTS_JS, "text/javascript"),
+}
 MAX_LOGIN_BYTES = 4096
 HEADERS = {
     # Scripts only from this server (no inline script, nothing from elsewhere); plotly.js sets
@@ -169,9 +174,11 @@ def compare_data(request: Request, run: list[str] = Query([])) -> dict[str, Any]
 
 @router.get("/static/{name}")
 def static(name: str) -> Response:
-    """The dashboard's own script and style, and plotly.js from the installed package."""
+    """The dashboard's own script and style, the run charts' script (shared with report.html)
+    and plotly.js from the installed package."""
     if name in OWN_FILES:
-        return FileResponse(STATIC / name, media_type=OWN_FILES[name])
+        path, media_type = OWN_FILES[name]
+        return FileResponse(path, media_type=media_type)
     if name == "plotly.min.js":
         return FileResponse(
             plotly_js(),
@@ -179,16 +186,3 @@ def static(name: str) -> Response:
             headers={"Cache-Control": "public, max-age=86400"},
         )
     raise NotFoundError(f"no dashboard file {name!r}")
-
-
-def plotly_js() -> Path:
-    """plotly.min.js inside the installed `plotly` wheel (found without importing plotly)."""
-    import importlib.util
-
-    found = importlib.util.find_spec("plotly")
-    if found is None or not found.submodule_search_locations:
-        raise NotFoundError("plotly is not installed: pip install 'plotly>=5'")
-    path = Path(next(iter(found.submodule_search_locations))) / "package_data" / "plotly.min.js"
-    if not path.is_file():
-        raise NotFoundError(f"{path} is missing from the plotly package")
-    return path

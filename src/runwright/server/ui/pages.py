@@ -1,7 +1,8 @@
 """The dashboard's HTML: every value from a run, a spec or the token's principal goes through
 `html.escape`, so a run name or an event's text can never become markup. The run page and the
 compare view are shells whose script (static/dashboard.js) fetches their data and draws it with
-DOM text nodes and plotly.js; the lists are rendered here."""
+DOM text nodes and plotly.js (the run charts by govern/static/charts.js, which report.html draws
+too); the lists are rendered here."""
 
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
@@ -56,6 +57,7 @@ def layout(title: str, body: str, actor: Actor | None = None, scripts: bool = Fa
     )
     js = (
         '<script src="/ui/static/plotly.min.js"></script>'
+        '<script src="/ui/static/charts.js"></script>'
         '<script src="/ui/static/dashboard.js"></script>'
         if scripts
         else ""
@@ -166,16 +168,7 @@ def run(actor: Actor, record: RunRecord) -> str:
         f'<a href="{escape(compare)}">compare with...</a></p>'
         '<div id="cards" class="cards"></div>'
         '<section><h2>Open alerts</h2><div id="alerts"></div></section>'
-        '<section class="charts">'
-        '<div id="chart-states" class="chart short"></div>'
-        '<div id="chart-loss" class="chart"></div>'
-        '<div id="chart-tokens" class="chart"></div>'
-        '<div id="chart-wait" class="chart"></div>'
-        '<div id="chart-ranks" class="chart"></div>'
-        '<div id="chart-checkpoints" class="chart"></div>'
-        '<div id="chart-drift" class="chart"></div>'
-        '<div class="pair"><div id="chart-mixture" class="chart"></div>'
-        '<div id="chart-cost" class="chart"></div></div></section>'
+        '<section id="run-charts" class="charts"></section>'
         '<section><h2>Checkpoints</h2><div id="checkpoints"></div></section>'
         '<section><h2>Incidents</h2><div id="incidents"></div></section>'
         "<details><summary>Events <small>(the newest 200, newest last)</small></summary>"

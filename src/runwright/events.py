@@ -64,7 +64,13 @@ class EventType(StrEnum):
     the node whose agent started the rank, host the allocation's name for it), as the run's rank
     manifest now says."""
     WORKER_GROUP_LAUNCHED = "WORKER_GROUP_LAUNCHED"
-    """An executor started a generation's worker group (world_size, pid)."""
+    """An executor started a generation's worker group (world_size, pid; warm and ready_ranks
+    when it activated a warm standby instead of starting processes)."""
+    STANDBY_PREPARED = "STANDBY_PREPARED"
+    """The next generation's warm standby was started beside the group that trains
+    (standby_generation, pid)."""
+    STANDBY_DISCARDED = "STANDBY_DISCARDED"
+    """Warm standbys that will not be launched were killed (generations, reason)."""
     WORKER_GROUP_ADOPTED = "WORKER_GROUP_ADOPTED"
     """A restarted controller found a generation still running and took it over (pid)."""
     ORPHAN_KILLED = "ORPHAN_KILLED"

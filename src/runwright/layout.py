@@ -22,6 +22,9 @@ learns the other's file names. It imports nothing of runwright, so every layer m
   final_parameters.json                  parameter digests once the last step is done
   attempts/gen<G>/                       generation G's worker group (AttemptPaths)
     pid                                  supervisor pid and launch time (unix seconds)
+    standby                              a warm standby: supervisor pid, start, env (JSON; no pid)
+    activate.json                        the controller's activation of that standby
+    ready-rank<R>                        rank R of the standby has imported and waits
     agents.json                          what the supervisor runs: one torchrun agent per node
     supervisor.log                       the supervisor's own output
     exit_status                          the group's exit status, written by the supervisor
@@ -175,6 +178,22 @@ class AttemptPaths:
     def pid_file(self) -> Path:
         """`<supervisor pid> <launch unix seconds>`; its presence marks a launched generation."""
         return self.folder / "pid"
+
+    @property
+    def standby_file(self) -> Path:
+        """A warm standby started for this generation before it was launched (JSON: supervisor
+        pid, start unix seconds, launch env; executors/standby.py); the pid file follows at its
+        activation."""
+        return self.folder / "standby"
+
+    @property
+    def activation_file(self) -> Path:
+        """The standby's activation (protocol.Activation), which its waiting ranks read."""
+        return self.folder / "activate.json"
+
+    def standby_ready_file(self, rank: int) -> Path:
+        """Written by a standby's rank once its imports are done and it waits."""
+        return self.folder / f"ready-rank{rank:05d}"
 
     @property
     def agents_file(self) -> Path:

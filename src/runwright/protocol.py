@@ -48,6 +48,9 @@ ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"
 ENV_RESUME_FROM = "RUNWRIGHT_RESUME_FROM"
 # The newest step a restarted group may restore (an alert's rollback to before a bad step).
 ENV_RESTORE_AT_MOST_STEP = "RUNWRIGHT_RESTORE_AT_MOST_STEP"
+# Set ("1") on a warm standby's ranks (control/executors/local.py): each waits in `runtime.init`,
+# after its imports and before it writes anything, for its generation's activation file.
+ENV_STANDBY = "RUNWRIGHT_STANDBY"
 
 HEARTBEAT = "HEARTBEAT"
 """The channel message type that only updates liveness; every other type is an `EventType`."""
@@ -125,8 +128,49 @@ def _decode_odd_line(line: bytes) -> ChannelMessage | None:
         return None
 
 
+# -- warm standby activation ------------------------------------------------------------------
+class Activation(Record):
+    """What turns a waiting standby into generation `generation`'s group: the launch
+    environment that depends on why and from where it starts (skipped steps, a resume source, a
+    rollback bound, pinned devices), applied by each rank before it reads any of it."""
+
+    v: int = 1
+    generation: int
+    env: dict[str, str]
+    activated_unix_s: float
+
+
+def write_activation(path: Path, generation: int, env: dict[str, str]) -> None:
+    """Controller side, atomically: the ranks never read a half-written activation."""
+    tmp = path.with_suffix(".tmp")
+    record = Activation(v=PROTOCOL_VERSION, generation=generation, env=env,
+                        activated_unix_s=time.time())  # fmt: skip
+    tmp.write_text(record.model_dump_json())
+    os.replace(tmp, path)
+
+
+def read_activation(path: Path) -> Activation | None:
+    """Worker side: the activation in `path`, or None while there is none."""
+    try:
+        raw = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    if isinstance(raw, dict) and isinstance(raw.get("v"), int):
+        check_version(raw["v"], f"the standby activation {path}")
+    return Activation.model_validate(raw)
+
+
 # -- stop requests ------------------------------------------------------------------------------
-STOP_REASONS = ("cancel", "preemption", "budget", "controller", "criterion")
+STOP_REASONS = (
+    "cancel",
+    "preemption",
+    "budget",
+    "controller",
+    "criterion",
+    "alert",
+    "rollback",
+    "pause",
+)
 """In this order for ever: the ranks' stop vote sends a reason as its index here."""
 
 
@@ -136,7 +180,8 @@ class StopRequest(Record):
     v: int = 1
     """Protocol version of the writer (absent before it existed: version 1)."""
     reason: str
-    """One of STOP_REASONS: cancel, preemption, budget, controller, criterion."""
+    """One of STOP_REASONS: cancel, preemption, budget, controller, criterion, alert,
+    rollback, pause."""
     save: bool = True
     """Save a checkpoint at the stop step before exiting."""
     requested_unix_s: float

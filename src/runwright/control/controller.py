@@ -68,6 +68,12 @@ runs): at ~30,000 events/s through batched ingest that is ~15,000 events, far ab
 reports in a pass, so only a backlog is cut (issue 19: a cancel's grace kill waited for a
 250,000-line backlog). Once a group has ended its channel is read to the end."""
 
+NO_STANDBY = frozenset(
+    {RunState.QUEUED, RunState.ALLOCATING, RunState.PAUSED, RunState.SUCCEEDED, RunState.FAILED,
+     RunState.CANCELLED}
+)  # fmt: skip
+"""States in which a run's warm standby can never be launched: it is killed."""
+
 SAVE_ENDS = frozenset(
     {EventType.CHECKPOINT_COMMITTED, EventType.CHECKPOINT_FAILED, EventType.STALE_WRITE_REJECTED}
 )
@@ -219,6 +225,8 @@ class Controller(LeasedDriving):
         run = self.store.get_run(run_id)
         state = RunState(run.state)
         done = False
+        if spec.recovery.warm_standby and state in NO_STANDBY:
+            self.launcher.discard_standbys(run, f"the run is {state}")
         if state in TERMINAL:
             done = self._wind_down(run, spec)
         elif state is RunState.CREATED:
@@ -334,6 +342,7 @@ class Controller(LeasedDriving):
                 return
             sup.watchdog.beat(message.rank)
             if message.type == EventType.STEP_HEALTHY and message.step is not None:
+                sup.stepped = True
                 sup.watchdog.step(message.rank, message.step)
                 if not newest or message.step > (newest[0].step or 0):
                     newest[:] = [message]
@@ -432,6 +441,10 @@ class Controller(LeasedDriving):
         for firing in self.alerts.check(run, spec):
             if firing.action in ("stop", "rollback", PAUSE_REASON):
                 self.stops.on_alert(run, spec, sup, firing.action)
+        if spec.recovery.warm_standby and sup.stepped and not sup.standby_asked:
+            # Once the group trains: the standby's start competes with nothing of the launch.
+            sup.standby_asked = True
+            self.launcher.prepare_standby(run, spec)
 
     # -- ending ---------------------------------------------------------------------------------
 

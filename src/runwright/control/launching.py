@@ -10,9 +10,11 @@ skip (control/resume.py, recovery.skip_ranges) and which devices a local gang is
 (gangs.py).
 """
 
+import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from runwright.control.executors.protocol import Executor, GroupHandle
 from runwright.control.gangs import pinned_devices
@@ -20,11 +22,15 @@ from runwright.control.journal import Journal
 from runwright.control.recovery import skip_ranges
 from runwright.control.resume import resume_env, rollback_env
 from runwright.control.runlog import RunLogs
+from runwright.errors import LaunchError
 from runwright.events import EventType
 from runwright.protocol import ENV_SKIP_STEPS, RankEntry, encode_skip_steps
 from runwright.spec import JobSpec
 from runwright.store import Outcome, RunRecord, Store
 
+log = logging.getLogger(__name__)
+STANDBY_KEYS = ("root", "run_id", "generation", "rank_manifest", "extra_env")
+"""What activating a warm standby takes of a launch's arguments."""
 LAUNCH_CLAIM_SECONDS = 30.0
 """How long a controller that lost the claim to launch a generation looks for the winner's group
 (once a pass, reconciling its other runs meanwhile) before it concludes the winner died first and
@@ -84,26 +90,16 @@ class GroupLauncher:
         if group is not None:
             self.journal.record(run, EventType.WORKER_GROUP_ADOPTED, pid=group.pid, **engine)
             return group
-        events = self.logs.of(run.run_id).events
+        launch = self.launch_args(run, spec, executor)
+        warm = None
         try:
-            group = executor.launch(
-                spec=spec,
-                run_id=run.run_id,
-                generation=run.generation,
-                root=Path(run.root),
-                workdir=Path(run.workdir),
-                rank_manifest=[RankEntry.model_validate(e) for e in run.rank_manifest or []],
-                extra_env={
-                    ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events)),
-                    **resume_env(spec, run),
-                    **rollback_env(run, events),
-                    **(
-                        pinned_devices(spec, events, self.hostname)
-                        if executor.name == "local"
-                        else {}
-                    ),
-                },
-            )
+            activate = getattr(executor, "activate_standby", None)
+            if spec.recovery.warm_standby and activate is not None:
+                warm = activate(**{k: launch[k] for k in STANDBY_KEYS})
+                if isinstance(warm, str):
+                    self._discarded(run, [run.generation], f"not launched: {warm}")
+                    warm = None
+            group = warm if warm is not None else executor.launch(**launch)
         except Exception as exc:
             self.store.end_attempt(
                 run.run_id, run.generation, None, "launch_failed", {"error": str(exc)}
@@ -116,8 +112,71 @@ class GroupLauncher:
             world_size=spec.resources.world_size,
             log=group.log_ref,
             **engine,
+            **({"warm": True, "ready_ranks": warm.ready_ranks} if warm is not None else {}),
         )
         return group
+
+    def launch_args(self, run: RunRecord, spec: JobSpec, executor: Executor) -> dict[str, Any]:
+        """`Executor.launch`'s arguments for the run's current generation: where it starts
+        from and what it skips follow from the run's events so far."""
+        events = self.logs.of(run.run_id).events
+        return {
+            "spec": spec,
+            "run_id": run.run_id,
+            "generation": run.generation,
+            "root": Path(run.root),
+            "workdir": Path(run.workdir),
+            "rank_manifest": [RankEntry.model_validate(e) for e in run.rank_manifest or []],
+            "extra_env": {
+                ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events)),
+                **resume_env(spec, run),
+                **rollback_env(run, events),
+                **(pinned_devices(spec, events, self.hostname) if executor.name == "local" else {}),
+            },
+        }
+
+    def prepare_standby(self, run: RunRecord, spec: JobSpec) -> None:
+        """Start the next generation's warm standby beside the group that trains (executors/
+        standby.py), when the spec asks for one and the executor can."""
+        executor = self.executor_of(run)
+        prepare = getattr(executor, "prepare_standby", None)
+        if prepare is None:
+            return
+        launch = self.launch_args(run, spec, executor)
+        launch["generation"] = run.generation + 1
+        try:
+            pid = prepare(**launch)
+        except (LaunchError, OSError) as exc:
+            # A standby is an optimisation: the run goes on, and a failure restarts cold.
+            log.warning("run %s: no warm standby for generation %d: %s", run.run_id,
+                        run.generation + 1, exc)  # fmt: skip
+            return
+        if pid is not None:
+            self.journal.record(
+                run,
+                EventType.STANDBY_PREPARED,
+                op=f"standby{run.generation + 1}",
+                per_step=False,
+                standby_generation=run.generation + 1,
+                pid=pid,
+            )
+
+    def discard_standbys(self, run: RunRecord, why: str) -> None:
+        """Kill the run's warm standbys: it ended, paused or went back to the queue."""
+        discard = getattr(self.executor_of(run), "discard_standbys", None)
+        gone = discard(Path(run.root), run.run_id) if discard is not None else []
+        if gone:
+            self._discarded(run, gone, why)
+
+    def _discarded(self, run: RunRecord, generations: list[int], why: str) -> None:
+        self.journal.record(
+            run,
+            EventType.STANDBY_DISCARDED,
+            op=f"discard{generations[-1]}",
+            per_step=False,
+            generations=generations,
+            reason=why,
+        )
 
     def record_placements(self, run: RunRecord, spec: JobSpec) -> None:
         """RANKS_PLACED for a multi-node generation once every rank started: where each rank

@@ -252,6 +252,9 @@ ACTS = frozenset(
         "repair_lost",
         "request_allocation",
         "release_allocation",
+        "prepare_standby",
+        "activate_standby",
+        "discard_standbys",
     }
 )
 """The Executor methods that start or end processes (or, on a cluster engine, submit or cancel

@@ -31,6 +31,10 @@ class Supervision:
     """Confirms the watchdog's HANG verdicts from the ranks' processes (slow is not stopped)."""
     unread: Callable[[int], bool] | None = None
     """rank -> whether its channel file holds messages the controller has not read yet."""
+    stepped: bool = False
+    """The group completed a step: it trains (a warm standby may start beside it now)."""
+    standby_asked: bool = False
+    """The next generation's warm standby was asked for (started, or found there)."""
 
     def __post_init__(self) -> None:
         if self.liveness is None:

@@ -44,6 +44,7 @@ from runwright.protocol import (
 )
 from runwright.runtime import tracing
 from runwright.runtime.channel import ChannelWriter
+from runwright.runtime.standby import await_activation
 from runwright.runtime.steploop import StepLoop
 from runwright.runtime.stop import StopAgreement, StopRun, StopWatcher
 from runwright.spec import JobSpec, ResolvedPlan, load_spec, spec_from_mapping
@@ -313,6 +314,7 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
     if managed:
         check_version(_env_int(ENV_PROTOCOL_VERSION, 1), "the controller that started this process")
         _die_with_torchrun()
+        await_activation(rank)  # a warm standby's rank waits here, its imports done
         run_dir = Path(os.environ.get(ENV_RUN_DIR, "."))
         generation = _env_int(ENV_GENERATION, 0)
     else:

@@ -161,6 +161,11 @@ class RecoverySpec(Section):
     """After a NaN/Inf: roll back and skip the offending batch range, or fail."""
     stop_grace_seconds: PositiveFloat = Field(default=30.0, le=limits.MAX_SECONDS)
     """Time a worker group gets to stop at a step boundary before it is killed."""
+    warm_standby: bool = False
+    """Keep the next generation's worker group started and waiting beside the one that trains
+    (interpreters up, imports done), so a restart after a failure activates it instead of
+    starting processes (docs/control.md, "Warm standby"). Costs a second idle process per rank
+    and its memory. The local executor only; other executors ignore it."""
 
     @model_validator(mode="after")
     def _timeouts_ordered(self) -> "RecoverySpec":

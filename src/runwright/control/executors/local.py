@@ -36,7 +36,9 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from runwright.control.executors import standby
 from runwright.control.executors.protocol import (
     EXIT_LOST,
     Allocation,
@@ -73,6 +75,7 @@ from runwright.protocol import (
     ENV_RUN_DIR,
     ENV_RUN_ID,
     ENV_SPEC_FILE,
+    ENV_STANDBY,
     PROTOCOL_VERSION,
     RankEntry,
     decode_rank_manifest,
@@ -172,6 +175,8 @@ class WorkerGroup:
     launched_unix_s: float | None = None
     process: subprocess.Popen[bytes] | None = None
     """Set when this controller launched the group; None for an adopted one."""
+    ready_ranks: int | None = None
+    """For a group launched by activating a warm standby: its ranks that were waiting."""
 
     @property
     def attempt(self) -> AttemptPaths:
@@ -448,6 +453,48 @@ class LocalExecutor:
         rank_manifest: list[RankEntry],
         extra_env: dict[str, str] | None = None,
     ) -> WorkerGroup:
+        return self.start_group(spec=spec, run_id=run_id, generation=generation, root=root,
+                                workdir=workdir, rank_manifest=rank_manifest,
+                                extra_env=extra_env)  # fmt: skip
+
+    # -- warm standby (executors/standby.py) -----------------------------------------------------
+
+    def prepare_standby(self, **launch: Any) -> int | None:
+        """Start the next generation's group as a warm standby (the arguments are `launch`'s);
+        its supervisor pid, or None when one is already there."""
+        return standby.prepare(self, **launch)
+
+    def activate_standby(
+        self,
+        *,
+        root: Path,
+        run_id: str,
+        generation: int,
+        rank_manifest: list[RankEntry],
+        extra_env: dict[str, str],
+    ) -> WorkerGroup | str | None:
+        """Launch `generation` by activating its standby (`ready_ranks`: how many of its ranks
+        were waiting); None when there is none, why not when it cannot be used (discarded)."""
+        return standby.activate(root, run_id, generation, rank_manifest, extra_env)
+
+    def discard_standbys(self, root: Path, run_id: str) -> list[int]:
+        """Kill every standby of the run (the generations discarded)."""
+        return standby.discard(root, run_id)
+
+    def start_group(
+        self,
+        *,
+        spec: JobSpec,
+        run_id: str,
+        generation: int,
+        root: Path,
+        workdir: Path,
+        rank_manifest: list[RankEntry],
+        extra_env: dict[str, str] | None = None,
+        as_standby: bool = False,
+    ) -> WorkerGroup:
+        """Start generation `generation`'s supervisor; `as_standby` starts it as a warm standby
+        (its ranks wait for an activation, and it is not launched until then)."""
         paths = run_paths(root, run_id)
         attempt = paths.attempt(generation)
         attempt.folder.mkdir(parents=True, exist_ok=True)
@@ -479,6 +526,7 @@ class LocalExecutor:
             "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
             "PYTHONUNBUFFERED": "1",
             **(extra_env or {}),
+            **({ENV_STANDBY: "1"} if as_standby else {}),
         }
         argv = [sys.executable, "-m", "runwright.control.supervise", str(attempt.agents_file)]
         # The supervisor alone gets no parent-death signal: the group must outlive a controller
@@ -497,7 +545,10 @@ class LocalExecutor:
             except OSError as exc:
                 raise LaunchError(f"cannot start the worker group's supervisor: {exc}") from None
         launched = time.time()
-        attempt.pid_file.write_text(f"{process.pid} {launched}\n")
+        if as_standby:
+            standby.record(attempt, process, launched, extra_env or {})
+        else:
+            attempt.pid_file.write_text(f"{process.pid} {launched}\n")
         return WorkerGroup(
             generation=generation,
             pid=process.pid,

@@ -15,7 +15,7 @@ window.RunCharts = (() => {
   const STATE_COLOURS = {
     QUEUED: "#adb5bd", ALLOCATING: "#ced4da", STARTING: "#74c0fc", RUNNING: "#40c057",
     CHECKPOINTING: "#fab005", RECOVERING: "#fa5252", SUCCEEDED: "#2b8a3e", FAILED: "#c92a2a",
-    CANCELLED: "#868e96",
+    CANCELLED: "#868e96", PAUSED: "#9775fa",
   };
   // Marker lines get their label written along them on the first chart of the loss layer, up
   // to this many and this long; beyond, labels would overlap (hover the state timeline for each

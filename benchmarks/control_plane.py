@@ -1,6 +1,7 @@
 """Control-plane ingest rate: channel messages -> `Ingestor.poll` -> store, in events/s (issue 20).
 
     nice -n 10 .venv/bin/python benchmarks/control_plane.py --repeat 7 --profile
+    nice -n 10 .venv/bin/python benchmarks/control_plane.py --repeat 7 --controller-heap
     nice -n 10 .venv/bin/python benchmarks/control_plane.py --ranks 8 --events-per-rank 5000
 
 Each measurement gets a fresh store and a fresh run (generation 1). `--ranks` channel files are
@@ -35,9 +36,15 @@ on that ratio: per event, ingest costs at least the raw insert plus reading and 
 line, so no ingest that reads the channel gets above t_raw / (t_raw + t_read). With the driver's
 insert on SQLite (~8 us a row) and the read (~3.5 us a line, pydantic's JSON validation most of
 it) that bound is about 0.7; the rest of the gap is per-batch transaction work (BEGIN IMMEDIATE,
-the fence read, the commit's fsync) and the Python that turns messages into rows, outcomes and
-follow-ups. `--profile` adds one cProfiled ingest per backend: the functions with the most time
-of their own and the phases' shares (cProfile weighs Python more than the drivers' C).
+the fence read, the commit's fsync), the Python that turns messages into rows, outcomes and
+follow-ups, and the cyclic garbage collector: every measurement reports the seconds its passes
+took (`gc_seconds`, the full ones apart). A full pass walks every object the process tracks, so
+it costs with what the process imported: `--controller-heap` first imports what a controller
+process does (torch among it; ~300,000 tracked objects where this script alone has ~60,000), so
+ingest runs as it does in a controller. `--profile` adds one cProfiled ingest per backend: the
+functions with the most time of their own and the phases' shares (cProfile weighs Python more
+than the drivers' C, and books a collector pass to whichever function allocated when it began,
+most often pydantic's `validate_json`).
 
 SQLite always; PostgreSQL too when its server binaries are installed (the tests' throw-away
 server, tests/conftest.py: initdb into a temporary folder, fsync=off, so its figures are an upper
@@ -47,6 +54,7 @@ bound for a durable server). Results: benchmarks/results/control_plane.json.
 import argparse
 import contextlib
 import cProfile
+import gc
 import json
 import platform
 import pstats
@@ -103,21 +111,54 @@ def new_store(url: str, root: Path, run_id: str = RUN_ID) -> Store:
     return store
 
 
+@contextlib.contextmanager
+def collections_timed() -> Iterator[dict]:
+    """Seconds and count of the cyclic garbage collector's passes in the block, by generation
+    (gc.callbacks): a full (generation 2) pass walks every tracked object of the process, so
+    what it costs depends on what the process imported as much as on the code measured."""
+    found = {"gc_seconds": 0.0, "gc_full_passes": 0, "gc_full_seconds": 0.0}
+    began = [0.0]
+
+    def on_pass(phase: str, info: dict) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+            return
+        seconds = time.perf_counter() - began[0]
+        found["gc_seconds"] += seconds
+        if info["generation"] == 2:
+            found["gc_full_passes"] += 1
+            found["gc_full_seconds"] += seconds
+
+    gc.callbacks.append(on_pass)
+    try:
+        yield found
+    finally:
+        gc.callbacks.remove(on_pass)
+        for key in ("gc_seconds", "gc_full_seconds"):
+            found[key] = round(found[key], 4)
+
+
 def timed_ingest(url: str, root: Path, batch_messages: int) -> dict:
     store = new_store(url, root)
     ingestor = Ingestor(store, store.get_run(RUN_ID))
     original = ingest.BATCH_MESSAGES
     ingest.BATCH_MESSAGES = batch_messages
     try:
-        began = time.perf_counter()
-        count = ingestor.poll()
-        seconds = time.perf_counter() - began
+        with collections_timed() as collector:
+            began = time.perf_counter()
+            count = ingestor.poll()
+            seconds = time.perf_counter() - began
     finally:
         ingest.BATCH_MESSAGES = original
     stored = len(store.events(RUN_ID, types=["STEP_HEALTHY"]))
     store.close()
     assert stored == count, (stored, count)
-    return {"events": count, "seconds": round(seconds, 4), "events_per_second": count / seconds}
+    return {
+        "events": count,
+        "seconds": round(seconds, 4),
+        "events_per_second": count / seconds,
+        **collector,
+    }
 
 
 def timed_raw(url: str, root: Path, method: str) -> dict:
@@ -132,28 +173,36 @@ def timed_raw(url: str, root: Path, method: str) -> dict:
     as_row = Ingestor(store, store.get_run(RUN_ID))._as_row
     batch = [as_row(m) for m in ChannelReader(run_paths(root, RUN_ID).channel).poll()]
     rows = [e._asdict() for e in batch] if method == "sqlalchemy" else []
-    began = time.perf_counter()
-    with store.engine.begin() as conn:
-        if method == "driver":
-            conn.exec_driver_sql(insert_sql(conn, skip_stored=False), event_parameters(batch))
-        else:
-            conn.execute(events.insert(), rows)
-    seconds = time.perf_counter() - began
+    with collections_timed() as collector:
+        began = time.perf_counter()
+        with store.engine.begin() as conn:
+            if method == "driver":
+                conn.exec_driver_sql(insert_sql(conn, skip_stored=False), event_parameters(batch))
+            else:
+                conn.execute(events.insert(), rows)
+        seconds = time.perf_counter() - began
     store.close()
     return {
         "events": len(batch),
         "seconds": round(seconds, 4),
         "events_per_second": len(batch) / seconds,
+        **collector,
     }
 
 
 def timed_read(root: Path) -> dict:
     """What ingest does before any store work and the raw insert never does: read every channel
     file and decode each line into a ChannelMessage (`ChannelReader.poll`)."""
-    began = time.perf_counter()
-    count = sum(1 for _ in ChannelReader(run_paths(root, RUN_ID).channel).poll())
-    seconds = time.perf_counter() - began
-    return {"events": count, "seconds": round(seconds, 4), "events_per_second": count / seconds}
+    with collections_timed() as collector:
+        began = time.perf_counter()
+        count = sum(1 for _ in ChannelReader(run_paths(root, RUN_ID).channel).poll())
+        seconds = time.perf_counter() - began
+    return {
+        "events": count,
+        "seconds": round(seconds, 4),
+        "events_per_second": count / seconds,
+        **collector,
+    }
 
 
 def best(runs: list[dict]) -> dict:
@@ -300,13 +349,21 @@ def main() -> None:
         "--profile", action="store_true", help="add one cProfiled ingest per backend to the JSON"
     )
     parser.add_argument("--no-postgres", action="store_true", help="measure SQLite only")
+    parser.add_argument(
+        "--controller-heap",
+        action="store_true",
+        help="first import what a controller process imports (torch among it), as it runs there",
+    )
     args = parser.parse_args()
+    if args.controller_heap:
+        import runwright.control.controller  # noqa: F401 - for its imports only
     results: dict = {
         "config": vars(args),
         "machine": {
             "python": platform.python_version(),
             "sqlite": sqlite3.sqlite_version,
             "sqlalchemy": sa.__version__,
+            "gc_tracked_objects_at_start": len(gc.get_objects()),
         },
     }
     with tempfile.TemporaryDirectory(prefix="runwright-bench-db-") as tmp:

@@ -34,9 +34,10 @@ BATCH_MESSAGES = 2000
 """Channel messages per store transaction. One commit (an fsync on SQLite) costs milliseconds
 whatever it holds, so a batch amortises it, while one transaction's lock hold should stay short
 (tens of milliseconds) for the CLI and other controllers sharing the store. Since the batch insert
-went straight to the driver (store/appends.py) a row costs ~8 us inside the transaction where it
-cost ~30 us, so 2,000 rows hold the lock about as long as 500 did (~16 ms on SQLite, plus the
-commit) and pay a quarter of the commits (benchmarks/control_plane.py, docs/control.md)."""
+went straight to the driver (store/appends.py), a stored event costs 8-11 us of the transaction
+where it cost 20-40 us, so a batch of 2,000 holds SQLite's lock 14-22 ms (median per run, commit
+included) where 500 held it 9-16 ms, and pays a quarter of the commits (benchmarks/
+control_plane.py, docs/control.md)."""
 
 
 class Ingestor:

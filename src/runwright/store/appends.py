@@ -87,7 +87,7 @@ def insert_new(conn: sa.Connection, batch: Sequence[NewEvent | EventRow]) -> int
     Straight to the driver, not through `events.insert()`: `model_dump` per event and
     SQLAlchemy's per-row parameter processing (a bound-parameter dict and `json.dumps` per row)
     were a quarter of ingest's profiled time on SQLite (benchmarks/control_plane.py,
-    docs/control.md), and the driver inserts the same rows about 1.6x as fast. No
+    docs/control.md), and sqlite3 inserts the same rows about twice as fast (psycopg 1.1-1.2x). No
     RETURNING either: with it, SQLAlchemy sends one long multi-row statement that psycopg parses
     afresh every batch, which halved ingest on PostgreSQL."""
     if not batch:

@@ -8,6 +8,7 @@ unless RUNWRIGHT_REQUIRE_POSTGRES is set (CI sets it), which makes them fail ins
 
 import contextlib
 import glob
+import itertools
 import os
 import pwd
 import shutil
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 
 def find_bindir() -> Path | None:
@@ -149,23 +151,56 @@ def time_bound():
     return _time_bound
 
 
-@pytest.fixture
-def running_run(tmp_path):
-    """A SQLite store under tmp_path holding run `run-a`, RUNNING at generation 1."""
+_databases = itertools.count()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    """A fresh store's URL, once a SQLite file and once a database of its own on the session's
+    PostgreSQL server: a test that takes it runs against both."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'state.db'}"
+        return
+    base = request.getfixturevalue("pg_base_url")
+    name = f"t{os.getpid()}_{next(_databases)}"
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    admin.dispose()
+    yield base.rsplit("/", 1)[0] + f"/{name}"
+
+
+def _store_with_running_run(url: str, root: Path):
+    """A store at `url` holding run `run-a` (files under `root`), RUNNING at generation 1."""
     from runwright.store import Store
 
-    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    store = Store(url)
     store.create_run(
         run_id="run-a",
         name="t",
         spec={"name": "t"},
         spec_hash="h" * 64,
         plan={},
-        workdir=str(tmp_path),
-        root=str(tmp_path),
+        workdir=str(root),
+        root=str(root),
         state="RUNNING",
     )
     store.transition("run-a", "RUNNING", allowed_from=["RUNNING"], bump_generation=True)
+    return store
+
+
+@pytest.fixture
+def running_run(tmp_path):
+    """A SQLite store under tmp_path holding run `run-a`, RUNNING at generation 1."""
+    store = _store_with_running_run(f"sqlite:///{tmp_path / 'state.db'}", tmp_path)
+    yield store
+    store.close()
+
+
+@pytest.fixture
+def running_run_on_each_store(store_url, tmp_path):
+    """`running_run` on SQLite and on PostgreSQL (`store_url`)."""
+    store = _store_with_running_run(store_url, tmp_path)
     yield store
     store.close()
 

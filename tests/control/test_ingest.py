@@ -1,5 +1,6 @@
 """Ingesting the workers' channel while the store fails part-way: nothing is lost, nothing is
-stored twice, and the follow-up writes of an event cut short are finished on the next poll."""
+stored twice, and the follow-up writes of an event cut short are finished on the next poll. Each
+test runs on SQLite and on PostgreSQL (the batch append speaks to each driver directly)."""
 
 from collections import Counter
 
@@ -34,8 +35,8 @@ class Flaky:
 
 
 @pytest.fixture
-def setup(tmp_path, running_run):
-    store = running_run
+def setup(tmp_path, running_run_on_each_store):
+    store = running_run_on_each_store
     writer = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=1, rank=0)
     yield store, Ingestor(store, store.get_run("run-a")), writer
     writer.close()

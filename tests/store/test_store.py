@@ -10,7 +10,7 @@ from runwright.ckpt import LocalFence, PublishOutcome
 from runwright.ckpt.manifest import CommitRecord
 from runwright.errors import NotFoundError, StoreError
 from runwright.layout import run_paths
-from runwright.store import NewEvent, Outcome, Store
+from runwright.store import EventRow, NewEvent, Outcome, Store
 from runwright.store.leases import LeaseOutcome
 
 
@@ -179,6 +179,60 @@ def test_a_large_batch_is_stored_whole(store):
     batch = [event(event_id=f"e{i}", step=i) for i in range(1200)]
     assert set(store.append_events(batch)) == {Outcome.APPLIED}
     assert [e.step for e in store.events("run-a")] == list(range(1200))
+
+
+def test_an_event_row_has_the_fields_of_a_new_event():
+    """The batch append writes both forms with one column list: they cannot drift apart."""
+    assert EventRow._fields == tuple(NewEvent.model_fields)
+
+
+def test_a_batch_read_again_is_judged_event_by_event(store):
+    """A batch of the current generation whose insert skips ids already stored (a channel read
+    again after a crash): the insert is undone and each event judged, so the stored ones are
+    ALREADY_APPLIED, the new ones go in once each, after the old ones, in the batch's order."""
+    make_run(store)
+    store.transition("run-a", "STARTING", allowed_from=["CREATED"], bump_generation=True)
+    rows = [
+        EventRow(f"r{i}", "run-a", 1, "STEP_HEALTHY", i, 2, None, 1.0, {"loss": i / 3, "rank": 0})
+        for i in range(6)
+    ]
+    assert store.append_events(rows[1:4:2]) == [Outcome.APPLIED] * 2  # r1, r3
+    assert store.append_events(rows) == [
+        Outcome.APPLIED,
+        Outcome.ALREADY_APPLIED,
+        Outcome.APPLIED,
+        Outcome.ALREADY_APPLIED,
+        Outcome.APPLIED,
+        Outcome.APPLIED,
+    ]
+    stored = store.events("run-a")
+    assert [e.event_id for e in stored] == ["r1", "r3", "r0", "r2", "r4", "r5"]
+    assert [e.step for e in stored] == [1, 3, 0, 2, 4, 5]
+    assert stored[2].attributes == {"loss": 0.0, "rank": 0} and stored[2].world_size == 2
+    assert store.append_events(rows) == [Outcome.ALREADY_APPLIED] * 6
+    assert len(store.events("run-a")) == 6
+
+
+def test_attributes_read_back_as_they_were_appended(store):
+    """The batch append encodes attributes itself (not SQLAlchemy's JSON type): what is read back
+    is what went in, whichever form the event had."""
+    make_run(store)
+    attributes = {
+        "loss": 1 / 3,
+        "tiny": 1e-7,
+        "big": 10**18,
+        "text": "naïve ✓",
+        "nested": {"list": [1, 2.5, None, True, "x"], "empty": {}},
+    }
+    batch = [
+        EventRow("row", "run-a", 0, "STEP_HEALTHY", 1, None, None, 1.5, attributes),
+        NewEvent(event_id="new", run_id="run-a", generation=0, type="X", attributes=attributes,
+                 time_unix_s=2.5),
+    ]  # fmt: skip
+    assert store.append_events(batch) == [Outcome.APPLIED, Outcome.APPLIED]
+    row, new = store.events("run-a")
+    assert row.attributes == attributes and new.attributes == attributes
+    assert (row.time_unix_s, row.checkpoint_id, new.step) == (1.5, None, None)
 
 
 def test_an_attempt_is_claimed_once_per_generation(store):

@@ -27,6 +27,7 @@ from runwright.store.locks import LockToken, StoreLocks
 from runwright.store.records import (
     AttemptRecord,
     EventRecord,
+    EventRow,
     NewEvent,
     Outcome,
     RunRecord,
@@ -422,7 +423,9 @@ class Store:
         self.append_event(rejection(event, current), fenced=False)
         return Outcome.STALE_GENERATION
 
-    def append_events(self, batch: Sequence[NewEvent], *, fenced: bool = True) -> list[Outcome]:
+    def append_events(
+        self, batch: Sequence[NewEvent | EventRow], *, fenced: bool = True
+    ) -> list[Outcome]:
         """Append a batch in ONE transaction; the outcome of each event, in the batch's order.
 
         The same rules as `append_event`, per event: an id already stored is ALREADY_APPLIED, a
@@ -434,7 +437,8 @@ class Store:
         one run are serialised, so the look-up of the ids already stored is exact.
 
         One transaction instead of one per event: a per-event append pays SQLite's
-        FULL-synchronous commit (an fsync of the WAL) each time, ~100-700 events/s (issue 20)."""
+        FULL-synchronous commit (an fsync of the WAL) each time, ~100-700 events/s (issue 20).
+        `EventRow`s are taken as they are (their fields validated where they were built)."""
         if not batch:
             return []
         run_ids = sorted({e.run_id for e in batch})
@@ -450,10 +454,22 @@ class Store:
             missing = [r for r in run_ids if r not in generations]
             if missing:
                 raise NotFoundError(f"no run {missing[0]!r} for a batch of {len(batch)} events")
-            stored = stored_event_ids(conn, [e.event_id for e in batch])
+            ids = [e.event_id for e in batch]
+            current = not fenced or all(e.generation == generations[e.run_id] for e in batch)
+            if current and len(set(ids)) == len(ids):
+                # The common batch (new events of the current generation, each once): insert it
+                # and count what went in. All of it: every outcome is APPLIED, and the look-up of
+                # stored ids, a sixth of ingest's time on PostgreSQL, is spared. Fewer (a batch
+                # read again): undo and judge each event below.
+                tried = conn.begin_nested()
+                if insert_new(conn, batch) == len(batch):
+                    tried.commit()
+                    return [Outcome.APPLIED] * len(batch)
+                tried.rollback()
+            stored = stored_event_ids(conn, ids)
             outcomes: list[Outcome] = []
             first: dict[str, Outcome] = {}  # event id -> the outcome of its first copy here
-            new: list[NewEvent] = []
+            new: list[NewEvent | EventRow] = []
             for event in batch:
                 if event.event_id in first:  # a second copy in the same batch
                     outcome = first[event.event_id]

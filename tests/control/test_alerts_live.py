@@ -6,7 +6,9 @@ run that spent its first seconds starting up. Each rule fires (ALERT_FIRED, nami
 host where it is about one) and clears (ALERT_CLEARED); `runwright status` shows an open alert
 while it is open. Then the actions: `stop` ends a run CANCELLED with reason ALERT and a committed
 checkpoint; `rollback` restarts it from its newest committed checkpoint, skipping the steps
-since, and the run completes."""
+since, and the run completes. A non-finite loss fires and clears across the rollback past it.
+(durability_lag and mixture_drift are driven through the real engine with staged messages in
+test_alerts.py: no knob makes a real save slow or a real mixture drift and recover yet.)"""
 
 import os
 import signal
@@ -21,6 +23,7 @@ from runwright.control.controller import Controller
 from runwright.control.summary import describe_run, run_summary
 from runwright.events import EventType
 from runwright.spec import spec_from_mapping
+from runwright.spec.alerts import DEFAULT_RULES
 from runwright.store import Store
 
 SCRIPT = Path(__file__).parent / "scripts" / "alert_phases.py"
@@ -170,4 +173,28 @@ def test_a_stop_action_ends_the_run_with_a_save_and_rollback_skips_the_bad_steps
     restored = [e for e in store.events(run.run_id, types=[EventType.RESTORED]) if e.generation > 1]
     assert {e.step for e in restored} == {10}
     assert len(store.events(run.run_id, types=[EventType.ALERT_FIRED])) == 1  # skipped: no rerun
+    store.close()
+
+
+def test_a_non_finite_loss_fires_and_clears_across_the_rollback_past_it(tmp_path):
+    """Rank 0's loss is NaN at step 15: the step guard refuses it, the group fails, and the run
+    restarts from step 10 skipping step 15 (recovery.on_nan: rollback_skip). The default
+    non_finite rule fires on the report, naming the rank, and clears once a healthy step past it
+    arrives from the restarted group."""
+    rules = [r.model_dump() for r in DEFAULT_RULES if r.kind == "non_finite"]
+    spec = spec_with(rules, 30, ["nan:15"], defaults=False, every=10)
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, poll_seconds=0.1)
+    run, _ = controller.submit(spec, tmp_path)
+    ended = controller.drive(run.run_id)
+    assert ended.state == "SUCCEEDED", ended.state_detail
+    (nan,) = store.events(run.run_id, types=[EventType.NAN_DETECTED])
+    assert (nan.step, nan.attributes["rank"]) == (15, 0)
+    (fired,) = store.events(run.run_id, types=[EventType.ALERT_FIRED])
+    assert (fired.attributes["rule"], fired.attributes["rank"]) == ("non_finite", 0)
+    assert fired.attributes["step"] == 15
+    (cleared,) = store.events(run.run_id, types=[EventType.ALERT_CLEARED])
+    assert cleared.seq > fired.seq and "exit:" in cleared.attributes["reason"]
+    (started,) = store.events(run.run_id, types=[EventType.RECOVERY_STARTED])
+    assert started.attributes["skip_steps"] == [15, 15]
     store.close()

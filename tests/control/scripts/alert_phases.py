@@ -7,6 +7,7 @@ KIND:FIRST-LAST[:RANK]` makes steps FIRST..LAST (on every rank, or RANK only) be
   stall    0.2 s more in `data_wait` (an input stall)
   slow     0.25 s more in `forward` (a straggler on one rank; a throughput drop on all)
   spike    rank 0 reports ten times its loss (a loss spike)
+  nan      rank 0's loss is NaN (the step guard refuses it, and the run rolls back past it)
 Every other step takes about `--step-seconds` in `forward`.
 """
 
@@ -91,7 +92,8 @@ def main() -> int:
             for p in model.parameters():
                 dist.all_reduce(p.grad)
                 p.grad /= ctx.world_size
-        loop.guard(step, loss=loss)
+        nan = active("nan") and ctx.rank == 0
+        loop.guard(step, loss=float("nan") if nan else loss)
         with loop.phase("optimizer"):
             optimizer.step()
             optimizer.zero_grad()

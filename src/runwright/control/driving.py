@@ -13,6 +13,7 @@ what the controller caches of a run (`_let_go`, `_forget`).
 
 import logging
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
 from typing import TypeVar
 
@@ -34,7 +35,7 @@ DRIVEN = [s for s in RunState if s not in AT_REST]
 """The states a controller's sweep picks runs up in (a paused run waits for `resume`)."""
 
 
-class LeasedDriving:
+class LeasedDriving(ABC):
     """The drive loops of a controller (module docstring)."""
 
     store: Store
@@ -47,17 +48,17 @@ class LeasedDriving:
     _takeovers: dict[str, LeaseResult]
     _standing_by: dict[str, tuple[str | None, int]]
 
+    @abstractmethod
     def reconcile(self, run_id: str) -> bool:
         """One pass; True once nothing of the run is left to drive."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _emit(self, run_id: str) -> None:
         """Hand the run's new events to whoever watches this controller."""
-        raise NotImplementedError
 
+    @abstractmethod
     def _let_go(self, run_id: str) -> None:
         """Forget everything this controller holds of a run it no longer drives."""
-        raise NotImplementedError
 
     def drive(self, run_id: str) -> RunRecord:
         """Reconcile until the run is terminal and its workers are gone (`run_id` may be a unique

@@ -98,6 +98,18 @@ class EventType(StrEnum):
     """A new generation is being started after a failure."""
     RECOVERY_SUCCEEDED = "RECOVERY_SUCCEEDED"
     """The new generation made progress past its restored step (the recovery is proven)."""
+    RECOVERY_VERIFIED = "RECOVERY_VERIFIED"
+    """A restarted generation of a bitwise run reproduced, bit for bit, every (rank, step) report
+    of the steps it replayed (control/replay_check.py): verified_generation, restored_step,
+    replay_through_step, replayed_steps (0 with nothing_replayed: the failed generation had not
+    passed the restored step), compared, unchecked, complete (false: it ended mid-replay)."""
+    RECOVERY_DIVERGED = "RECOVERY_DIVERGED"
+    """A replayed step differs from what an earlier generation reported: the first such step and
+    rank, loss against earlier_loss (of earlier_generation), restored_step; the default
+    `recovery_diverged` alert fires."""
+    RECOVERY_UNVERIFIED = "RECOVERY_UNVERIFIED"
+    """A restarted generation's replay could not be compared (reason: the world size changed,
+    the steps were skipped on purpose by a rollback, or no earlier report was kept)."""
     STOP_REQUESTED = "STOP_REQUESTED"
     """A generation was asked to stop at its next step boundary (reason: cancel, pause,
     preemption, ...; save; actor and detail when a person asked)."""

@@ -104,6 +104,36 @@ def test_sigkill_one_rank_recovers_from_last_checkpoint(tmp_path):
     # The run record alone says where the run resumes: the cursor committed at step 12
     # (8 global samples a step).
     assert final.data_cursor == {"samples": 96}
+    # The replayed steps reproduced the failed generation's reports, without a second run.
+    (verified,) = of_type(store, run.run_id, "RECOVERY_VERIFIED")
+    assert verified.generation == 2 and verified.attributes["restored_step"] == 4
+    lost = recovered.attributes["lost_steps"]
+    assert verified.attributes["replayed_steps"] == lost
+    assert verified.attributes["compared"] == 2 * lost and verified.attributes["complete"]
+
+
+def test_a_nondeterministic_replay_is_caught_naming_the_step_and_alerted(tmp_path):
+    holder = {}
+    trigger = step_trigger(
+        6, 1, lambda e: os.kill(rank_pid(holder["store"], e.run_id, 1, 1), signal.SIGKILL)
+    )
+    spec = spec_for(steps=8, args=["--step-sleep", "0.2", "--nondeterministic"])
+    store, controller, run = start(tmp_path, spec, trigger)
+    holder["store"] = store
+    final = controller.drive(run.run_id)
+    # Each process perturbs its inputs by its pid: the first step replayed after the restore at
+    # step 4 differs from what generation 1 reported for it.
+    assert final.state == "SUCCEEDED"
+    (diverged,) = of_type(store, run.run_id, "RECOVERY_DIVERGED")
+    assert diverged.attributes["step"] == 5 and diverged.attributes["restored_step"] == 4
+    assert diverged.attributes["loss"] != diverged.attributes["earlier_loss"]
+    assert not of_type(store, run.run_id, "RECOVERY_VERIFIED")
+    fired = [
+        e
+        for e in of_type(store, run.run_id, "ALERT_FIRED")
+        if e.attributes["rule"] == "recovery_diverged"
+    ]
+    assert fired and fired[0].attributes["step"] == 5
 
 
 def test_sigstop_one_rank_is_detected_as_a_hang_and_recovered(tmp_path):

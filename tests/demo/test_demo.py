@@ -37,6 +37,8 @@ def test_demo_recovers_and_proves_bitwise_equivalence(tmp_path):
     assert result["recovered"] is True
     assert result["equivalence"] == "bitwise-equal" and result["first_difference"] is None
     assert result["lost_steps"] >= 1 and result["recovery_seconds"] > 0  # a real replay
+    # The controller's own check agrees, without the reference run: the replayed steps matched.
+    assert result["replay_check"].startswith(f"verified: {result['lost_steps']} replayed step")
     assert 0 < result["ettr"] < 1 and result["loss_tokens_per_second"] > 0
     assert 0 <= result["input_wait_share"] < 1
     assert "RECOVERING" in result["state_history"]

@@ -44,6 +44,7 @@ def demo(
             ("recovered", str(result.recovered)),
             ("lost steps", str(result.lost_steps)),
             ("recovery time", f"{result.recovery_seconds} s"),
+            ("replay check", result.replay_check or "-"),
             ("ETTR", pct(result.ettr)),
             ("loss tokens/s", f"{result.loss_tokens_per_second or 0:,.0f}"),
             ("input-wait share", pct(result.input_wait_share)),

@@ -88,6 +88,10 @@ class RunSignals:
     """Its first and last step."""
     non_finite: tuple[int, int] | None = None
     """(rank, step) of the newest non-finite report not yet followed by a healthy step."""
+    replay_diverged: dict[str, int] | None = None
+    """The newest replay check's divergence (step, rank, generation); None when it verified."""
+    replay_judged: bool = False
+    """Whether any replay check has given a verdict (control/replay_check.py)."""
     productive_seconds: float = 0.0
     """Sum over distinct steps of the slowest rank's step time (ETTR's numerator)."""
     losses: list[float] = field(default_factory=list)

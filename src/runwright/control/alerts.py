@@ -2,7 +2,8 @@
 signals (control/alert_signals.py) by the controller, firing and clearing as events.
 
 A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop) or
-per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below, mixture_drift). It
+per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below, mixture_drift,
+recovery_diverged). It
 fires once its condition held for `window_steps` consecutive steps (the per-pass kinds at once),
 recorded as ALERT_FIRED with the owner, the figures and the action taken; it clears once the exit
 condition held for `clear_steps` steps, or when the run ends (ALERT_CLEARED). One open alert per
@@ -86,6 +87,21 @@ class AlertEngine:
             for alert_id, value, about in _per_pass(rule, state.signals, spec):
                 firings += self._judge(run, state, rule, alert_id, value, about, None, once=True)
         return firings
+
+    def note_divergence(self, run: RunRecord, spec: JobSpec, divergence: Any) -> None:
+        """The replay check's newest verdict (control/replay_check.py): a Divergence, or None
+        when the newest restarted generation reproduced the steps before it."""
+        signals = self._of(run, spec).signals
+        signals.replay_judged = True
+        signals.replay_diverged = (
+            None
+            if divergence is None
+            else {
+                "step": divergence.step,
+                "rank": divergence.rank,
+                "generation": divergence.generation,
+            }
+        )
 
     def close(self, run: RunRecord, reason: str) -> None:
         """Clear every open alert of a run that ended (or whose controller lets it go)."""
@@ -230,6 +246,9 @@ def _per_pass(rule: AlertRule, signals: RunSignals, spec: JobSpec):
         )
     elif rule.kind == "ettr_below" and now - signals.started_monotonic >= rule.after_seconds:
         yield rule.name, signals.ettr(), {}
+    elif rule.kind == "recovery_diverged" and signals.replay_judged:
+        found = signals.replay_diverged
+        yield rule.name, 2.0 * rule.threshold if found else 0.0, dict(found or {})
     elif rule.kind == "mixture_drift":
         window = signals.drift_window
         yield rule.name, signals.mixture_drift, ({"window_steps": list(window)} if window else {})
@@ -246,6 +265,11 @@ def _figure(rule: AlertRule, value: float) -> str:
         "throughput_drop": f"tokens/s {value:.0%} of the run's own baseline",
         "ettr_below": f"ETTR {value:.0%}",
         "mixture_drift": f"a source's share {value:.0%} off its target in the last window",
+        "recovery_diverged": (
+            "a replayed step differs from what the failed generation reported"
+            if value > 0
+            else "a later recovery reproduced its replayed steps"
+        ),
     }
     return words[rule.kind]
 

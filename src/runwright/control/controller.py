@@ -40,6 +40,7 @@ from runwright.control.outage import OutageRider
 from runwright.control.pause import PAUSE_REASON, PauseStep
 from runwright.control.pools import PoolExecutors, PoolsError
 from runwright.control.recovery import RecoverySequence
+from runwright.control.replay_check import ReplayVerifier
 from runwright.control.runlog import RunLogs
 from runwright.control.states import TERMINAL, RunState, TerminalReason
 from runwright.control.stopping import ENDINGS, GroupStops, note_loss
@@ -135,7 +136,9 @@ class Controller(LeasedDriving):
         """Admits QUEUED runs onto `inventory` (fixed, or a cluster read live) under `quotas`
         (control/admission.py); None admits at once."""
         self.alerts = AlertEngine(self.journal)
+        self.replays = ReplayVerifier(self.journal)
         self.journal.before_finished = lambda run: (
+            self.replays.close(run),
             self.alerts.close(run, f"the run ended {run.state}"),
             self.allocations.release(run, self.executor_of(run), f"the run is {run.state}"),
         )
@@ -333,11 +336,14 @@ class Controller(LeasedDriving):
         sup = self._sup.get(run.run_id)
         newest: list[ChannelMessage] = []
         losses = self.stops.history(run.run_id, spec)
+        bitwise = spec.reproducibility.level == "bitwise"
 
-        def observe(message: ChannelMessage, _outcome: Outcome | None) -> None:
+        def observe(message: ChannelMessage, outcome: Outcome | None) -> None:
             if losses is not None:
                 note_loss(losses, message)
             self.alerts.observe(run, spec, message)
+            if bitwise and outcome in (Outcome.APPLIED, Outcome.ALREADY_APPLIED):
+                self.replays.observe(run, spec.resources.world_size, message)
             if sup is None or message.generation < sup.group.generation:
                 return
             sup.watchdog.beat(message.rank)
@@ -359,6 +365,10 @@ class Controller(LeasedDriving):
                     sup.rank_pids[message.rank] = message.attributes["pid"]
 
         ingestor.poll(observe, until=until)
+        if self.replays.pending(run) and ingestor.reader.unread_bytes() == 0:
+            # A verdict needs every report of the earlier generations (control/replay_check.py).
+            self.replays.check(run)
+            self.alerts.note_divergence(run, spec, self.replays.diverged.get(run.run_id))
         if newest:
             m = newest[0]
             self.recovery.note_progress(run, spec, m.generation, m.step or 0, m.time_unix_s)
@@ -499,6 +509,7 @@ class Controller(LeasedDriving):
     def _forget(self, run_id: str) -> None:
         """Drop what this controller cached of a run that is done (a daemon drives many)."""
         self._specs.pop(run_id, None)
+        self.replays.forget(run_id)
         self.stops.forget(run_id)
         self.launcher.forget(run_id)
         self.logs.forget(run_id)

@@ -29,6 +29,9 @@ INCIDENT_TYPES = (
     EventType.FAILURE_CLASSIFIED,
     EventType.RECOVERY_STARTED,
     EventType.RECOVERY_SUCCEEDED,
+    EventType.RECOVERY_VERIFIED,
+    EventType.RECOVERY_DIVERGED,
+    EventType.RECOVERY_UNVERIFIED,
     EventType.STALE_WRITE_REJECTED,
     EventType.BUDGET_WARNING,
     EventType.BUDGET_EXCEEDED,
@@ -61,6 +64,12 @@ INCIDENT_KEYS = (
     "old_holder",
     "new_holder",
     "uncontrolled_seconds",
+    "verified_generation",
+    "replayed_steps",
+    "compared",
+    "nothing_replayed",
+    "loss",
+    "earlier_loss",
 )
 
 
@@ -330,6 +339,21 @@ def _incident_line(incident: dict[str, Any]) -> str:
             f"{incident.get('restored_step')}, lost {incident.get('lost_steps')} steps, "
             f"{incident.get('recovery_seconds')} s to recover"
         )
+    if kind == EventType.RECOVERY_VERIFIED:
+        if incident.get("nothing_replayed"):
+            return f"gen {incident['generation']}: recovery verified, nothing was replayed"
+        return (
+            f"gen {incident['generation']}: recovery verified, {incident.get('replayed_steps')} "
+            f"replayed steps reproduced bit for bit ({incident.get('compared')} rank reports)"
+        )
+    if kind == EventType.RECOVERY_DIVERGED:
+        return (
+            f"gen {incident['generation']}: recovery DIVERGED at step {incident.get('step')} "
+            f"rank {incident.get('rank')}: loss {incident.get('loss')!r}, earlier "
+            f"{incident.get('earlier_loss')!r}"
+        )
+    if kind == EventType.RECOVERY_UNVERIFIED:
+        return f"gen {incident['generation']}: recovery not verified - {incident.get('reason')}"
     if kind == EventType.STORE_UNAVAILABLE:
         return (
             f"gen {incident['generation']}: the store was unavailable for "

@@ -24,6 +24,7 @@ from runwright.control.controller import Controller
 from runwright.data import build_dataset, load_recipe
 from runwright.events import EventType
 from runwright.govern.compare import Comparison, compare_runs
+from runwright.govern.incidents import REPLAY_VERDICTS, replay_verdict
 from runwright.govern.report import build_report
 from runwright.layout import recipes_dir, run_paths
 from runwright.records import Record
@@ -42,6 +43,9 @@ class DemoResult(Record):
     fault_step: int | None
     lost_steps: int | None
     recovery_seconds: float | None
+    replay_check: str | None
+    """The controller's own check of the replayed steps (RECOVERY_VERIFIED/DIVERGED/UNVERIFIED),
+    which needs no reference run: verified, diverged or unverified, with what it compared."""
     ettr: float | None
     loss_tokens_per_second: float | None
     input_wait_share: float | None
@@ -224,6 +228,14 @@ def run_demo(
     return _result(store, run_id, reference_id, comparison, fault, built, paths)
 
 
+def _replay_check(events: list[EventRecord]) -> str | None:
+    verdicts = [e for e in events if e.type in REPLAY_VERDICTS]
+    if not verdicts:
+        return None
+    found = replay_verdict(events, min(e.generation for e in verdicts) - 1)
+    return f"{found['replay_check']}: {found['replay_detail']}" if found else None
+
+
 def _result(
     store: Store,
     run_id: str,
@@ -254,6 +266,7 @@ def _result(
         fault_step=fault.get("done"),
         lost_steps=recovered[0].attributes.get("lost_steps") if recovered else None,
         recovery_seconds=recovered[0].attributes.get("recovery_seconds") if recovered else None,
+        replay_check=_replay_check(events),
         ettr=metrics.get("ettr"),
         loss_tokens_per_second=metrics.get("loss_tokens_per_second"),
         input_wait_share=metrics.get("input_wait_share"),

@@ -55,6 +55,12 @@ class Incident(Record):
     """As the controller measured it (RECOVERY_SUCCEEDED)."""
     time_to_healthy_seconds: float | None = None
     """Detection to the first healthy step after the restore, from the timeline."""
+    replay_check: str | None = None
+    """verified, diverged or unverified (RECOVERY_VERIFIED/DIVERGED/UNVERIFIED of the
+    generation that recovered it); None when no verdict was recorded (a run not at
+    `reproducibility.level: bitwise`, or one that ended before its next generation reported)."""
+    replay_detail: str | None = None
+    """The verdict in words: what was compared, where it diverged, or why nothing was."""
 
 
 class Intervention(Record):
@@ -131,8 +137,48 @@ def incidents(
                 restored = _int(a.get("restored_step"))
                 if fields.get("restored_step") is None and restored is not None:
                     fields["restored_step"] = restored
+        fields.update(replay_verdict(events, failure.generation))
         found.append(Incident(**fields))
     return found
+
+
+REPLAY_VERDICTS = {
+    EventType.RECOVERY_VERIFIED: "verified",
+    EventType.RECOVERY_DIVERGED: "diverged",
+    EventType.RECOVERY_UNVERIFIED: "unverified",
+}
+
+
+def replay_verdict(events: Sequence[EventRecord], failed_generation: int) -> dict[str, Any]:
+    """The verdict on the first generation after `failed_generation` (control/replay_check.py)."""
+    verdicts = [
+        e
+        for e in events
+        if e.type in REPLAY_VERDICTS
+        and (_int(e.attributes.get("verified_generation")) or 0) > failed_generation
+    ]
+    if not verdicts:
+        return {}
+    event = min(verdicts, key=lambda e: _int(e.attributes.get("verified_generation")) or 0)
+    a = event.attributes
+    if event.type == EventType.RECOVERY_DIVERGED:
+        detail = (
+            f"step {a.get('step')} rank {a.get('rank')}: loss {a.get('loss')!r} where generation "
+            f"{a.get('earlier_generation')} reported {a.get('earlier_loss')!r}"
+        )
+    elif event.type == EventType.RECOVERY_UNVERIFIED:
+        detail = str(a.get("reason") or "")
+    elif a.get("nothing_replayed"):
+        detail = "nothing replayed: the failed generation had not passed the restored step"
+    else:
+        detail = (
+            f"{a.get('replayed_steps')} replayed step(s) reproduced bit for bit "
+            f"({a.get('compared')} rank reports compared"
+            + (f", {a['unchecked']} unchecked" if a.get("unchecked") else "")
+            + ("" if a.get("complete", True) else "; the generation ended mid-replay")
+            + ")"
+        )
+    return {"replay_check": REPLAY_VERDICTS[EventType(event.type)], "replay_detail": detail}
 
 
 def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Intervention]:

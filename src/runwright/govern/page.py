@@ -165,6 +165,7 @@ def render_page(
                 "replayed tokens",
                 "recovery s",
                 "to healthy s",
+                "replay check",
                 "message",
             ],
             [
@@ -181,6 +182,7 @@ def render_page(
                     i.replayed_tokens,
                     i.recovery_seconds,
                     i.time_to_healthy_seconds,
+                    f"{i.replay_check}: {i.replay_detail}" if i.replay_check else "",
                     " | ".join([i.message or "", *i.error_lines[-3:]]).strip(" |"),
                 )
                 for i in report.incidents

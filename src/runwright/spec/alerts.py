@@ -24,6 +24,7 @@ AlertKind = Literal[
     "throughput_drop",
     "ettr_below",
     "mixture_drift",
+    "recovery_diverged",
 ]
 AlertAction = Literal["none", "notify", "pause", "stop", "rollback"]
 
@@ -41,7 +42,9 @@ class AlertRule(Section):
     reported a non-finite loss or gradient), throughput_drop (tokens/s of the window / the run's
     own baseline), ettr_below (productive step time / wall time since the run started),
     mixture_drift (the largest distance of a source's share from its target in the loader's
-    last window of steps, MIXTURE_WINDOW)."""
+    last window of steps, MIXTURE_WINDOW), recovery_diverged (an invariant: a restarted
+    generation's replayed steps differ from what the generation before it reported,
+    RECOVERY_DIVERGED; clears when a later one reproduces its replay)."""
     threshold: float = Field(gt=0, allow_inf_nan=False)
     """Fires above it (below it for throughput_drop and ettr_below)."""
     clear_at: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -95,6 +98,8 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
     _rule("throughput_drop", "throughput_drop", 0.5, clear_at=0.8, window_steps=10, clear_steps=5),
     _rule("ettr_below", "ettr_below", 0.5, clear_at=0.6, after_seconds=600.0),
     _rule("mixture_drift", "mixture_drift", 0.1, clear_at=0.05),
+    # An invariant of a bitwise run (control/replay_check.py): 1 when the replay diverged.
+    _rule("recovery_diverged", "recovery_diverged", 0.5, severity="critical", window_steps=1),
 )
 """The default set (docs/observability.md): a warning each, recorded and shown, no action."""
 

@@ -10,6 +10,7 @@ group it knows is alive.
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -69,6 +70,9 @@ def main() -> int:
     parser.add_argument("--save-seconds", type=float, default=0.0)
     parser.add_argument("--hold-at-step", type=int)
     parser.add_argument("--hold-file")
+    # A non-deterministic op on purpose: each process perturbs its inputs by its own pid, so a
+    # replayed step differs from the failed generation's (control/replay_check.py).
+    parser.add_argument("--nondeterministic", action="store_true")
     args = parser.parse_args()
 
     ctx = runwright.runtime.init()
@@ -90,6 +94,8 @@ def main() -> int:
         g = torch.Generator().manual_seed(10_000 * step + ctx.rank)
         x = torch.randn(per_rank, 8, generator=g)
         y = x.sum(dim=1, keepdim=True)
+        if args.nondeterministic:
+            x = x + 1e-6 * (os.getpid() % 997)
         if ctx.should_skip(step):
             position.samples += per_rank * ctx.world_size
             loop.complete(step, skipped=True, samples=per_rank)

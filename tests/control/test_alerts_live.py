@@ -6,11 +6,13 @@ run that spent its first seconds starting up. Each rule fires (ALERT_FIRED, nami
 host where it is about one) and clears (ALERT_CLEARED); `runwright status` shows an open alert
 while it is open. Then the actions: `stop` ends a run CANCELLED with reason ALERT and a committed
 checkpoint; `rollback` restarts it from its newest committed checkpoint, skipping the steps
-since, and the run completes. A non-finite loss fires and clears across the rollback past it.
-(durability_lag and mixture_drift are driven through the real engine with staged messages in
-test_alerts.py: no knob makes a real save slow or a real mixture drift and recover yet.)"""
+since, and the run completes. A non-finite loss fires and clears across the rollback past it. A
+real mixture drifts when one source runs out mid-epoch and comes back with the next epoch.
+(durability_lag on a real run: slow checkpoint storage, tests/ckpt/.)"""
 
+import json
 import os
+import random
 import signal
 import socket
 import threading
@@ -18,9 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
+from runwright_tests_tiny import tiny_gpt
 
 from runwright.control.controller import Controller
 from runwright.control.summary import describe_run, run_summary
+from runwright.data import build_dataset
 from runwright.events import EventType
 from runwright.spec import spec_from_mapping
 from runwright.spec.alerts import DEFAULT_RULES
@@ -197,4 +201,69 @@ def test_a_non_finite_loss_fires_and_clears_across_the_rollback_past_it(tmp_path
     assert cleared.seq > fired.seq and "exit:" in cleared.attributes["reason"]
     (started,) = store.events(run.run_id, types=[EventType.RECOVERY_STARTED])
     assert started.attributes["skip_steps"] == [15, 15]
+    store.close()
+
+
+def test_a_source_that_runs_out_drifts_the_mixture_and_the_next_epoch_brings_it_back(tmp_path):
+    """The reference trainer on two sources weighted 1:1 that `renormalise` when they run out:
+    `small` (16 documents) is drawn up in the first ~8 steps of an epoch, then `big` alone fills
+    the batches until it is done too and the next epoch starts with both again. With a window of
+    2 steps the default mixture_drift rule (0.1 / 0.05) fires on the windows of `big` alone (a
+    share of 1.0 against 0.5) and clears on the first window of the next epoch."""
+    words = [f"w{i}" for i in range(200)]
+    pick = random.Random(0)
+    for name, documents in (("big", 48), ("small", 16)):
+        lines = [
+            json.dumps({"text": " ".join(pick.choice(words) for _ in range(pick.randint(10, 14)))})
+            for _ in range(documents)
+        ]
+        (tmp_path / f"{name}.jsonl").write_text("\n".join(lines) + "\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "name: two-sources\n"
+        "sources:\n"
+        + "".join(
+            f"  - {{name: {n}, kind: jsonl-v1, paths: [{n}.jsonl], text_field: text}}\n"
+            for n in ("big", "small")
+        )
+        + "tokenizer: {train: {vocab_size: 300, min_frequency: 1}}\nbuild: {workers: 1}\n"
+    )
+    dataset = build_dataset(recipe, tmp_path)
+    data = tiny_gpt(dataset, steps=24, name="drift", devices=1, every_steps=12)
+    data["data"]["mixture"] = {
+        "sources": [{"name": n, "weight": 1, "exhaustion": "renormalise"} for n in ("big", "small")]
+    }
+    # Slow steps so that the controller's passes (every 0.1 s) see each 2-step window.
+    data["code"]["args"] = ["--slow-rank", "0", "--slow-seconds", "0.15"]
+    data["observability"] = {
+        "drift_window_steps": 2,
+        "alerts": {
+            "defaults": False,
+            "rules": [r.model_dump() for r in DEFAULT_RULES if r.kind == "mixture_drift"],
+        },
+    }
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, poll_seconds=0.1)
+    run, _ = controller.submit(spec_from_mapping(data), tmp_path)
+    ended = controller.drive(run.run_id)
+    assert ended.state == "SUCCEEDED", ended.state_detail
+    windows = store.events(run.run_id, types=[EventType.MIXTURE_WINDOW])
+    deviation = {w.attributes["last_step"]: w.attributes["max_deviation"] for w in windows}
+    assert deviation[2] < 0.1 and max(deviation.values()) == 0.5
+    # Every window counts what it handed out, the one across the epoch boundary included.
+    assert all(min(w.attributes["draws"].values()) >= 0 for w in windows)
+    assert sum(sum(w.attributes["draws"].values()) for w in windows) > 64  # past one epoch
+    fired = store.events(run.run_id, types=[EventType.ALERT_FIRED])
+    cleared = store.events(run.run_id, types=[EventType.ALERT_CLEARED])
+    assert fired and fired[0].attributes["rule"] == "mixture_drift"
+    # It fires on the first window past the threshold: `small` running out inside it.
+    opened = fired[0].attributes
+    assert opened["value"] > 0.1 and opened["window_steps"][1] == min(
+        step for step, value in deviation.items() if value > 0.1
+    )
+    first_clear = next(c for c in cleared if c.seq > fired[0].seq)
+    assert "exit:" in first_clear.attributes["reason"]  # cleared by a window back on target
+    drifted = [step for step, value in deviation.items() if value > 0.1]
+    recovered = [s for s, v in deviation.items() if v <= 0.05 and s > min(drifted)]
+    assert recovered, deviation
     store.close()

@@ -85,3 +85,7 @@ class ObservabilitySpec(Section):
     parameters and the run's evidence as artifacts."""
     alerts: AlertsSpec = Field(default_factory=AlertsSpec)
     """Alert rules the controller evaluates while the run trains (spec/alerts.py)."""
+    drift_window_steps: int | None = Field(default=50, ge=1, le=limits.MAX_STEPS)
+    """Steps per MIXTURE_WINDOW the reference trainer's loader reports (what each source
+    contributed against the recipe's targets, which the `mixture_drift` rule reads); None: no
+    windows. Shorter windows see a drift sooner and are noisier."""

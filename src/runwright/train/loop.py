@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         # checkpoint.resume: exact continues the sample sequence; coverage/distribution accept
         # a changed dataset or algorithm and only keep what was already consumed.
         resume="exact" if spec.checkpoint.resume == "exact" else "coverage",
+        drift_window_steps=spec.observability.drift_window_steps,
     )
     # The loader opened the dataset (a URL such as s3://... through its verified local cache).
     manifest = loader.dataset.manifest

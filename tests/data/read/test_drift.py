@@ -83,3 +83,26 @@ def test_only_data_parallel_rank_0_reports_and_none_without_a_window(two_source_
     finally:
         events.detach(collector)
     assert collector.windows == []
+
+
+def test_windows_across_epoch_boundaries_count_what_each_epoch_handed_out(two_source_dataset):
+    """The cursor's counts restart with each epoch: a window across a boundary adds the rest of
+    the epoch it left to what the next one drew, so the windows add up to every draw."""
+    folder, _, _ = two_source_dataset
+    sources = [
+        {"name": "code", "weight": 1, "exhaustion": "renormalise"},
+        {"name": "prose", "weight": 1, "exhaustion": "renormalise"},
+    ]
+    data = DataSpec.model_validate(
+        {"sequence_length": 16, "seed": 3, "mixture": {"sources": sources}}
+    )
+    windows, _, cursor = read(folder, data, 3 * 60)
+    assert cursor["epoch"] >= 2  # the 180 documents drawn more than twice over
+    assert all(min(w["draws"].values()) >= 0 for w in windows)
+    drawn = sum(sum(w["draws"].values()) for w in windows)
+    epochs_before = cursor["epoch"] * 180
+    assert drawn <= epochs_before + sum(cursor["source_draws"].values())
+    # What the last window left out is at most its own few steps' worth.
+    assert drawn > epochs_before + sum(cursor["source_draws"].values()) - 3 * 8 * 4
+    # `prose` runs out first in each epoch: windows of `code` alone drift by a half.
+    assert max(w["max_deviation"] for w in windows) == 0.5

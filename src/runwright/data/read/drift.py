@@ -10,6 +10,7 @@ loss-token share of the device tokens, and the lengths of the document pieces pa
 """
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -22,6 +23,39 @@ LENGTH_BUCKETS = (64, 256, 1024, 4096)
 """Upper bounds (tokens) of the piece-length buckets; a last bucket holds the longer ones."""
 
 
+@dataclass(frozen=True)
+class Counts:
+    """A cursor's position in its epoch: draws and units per source so far in `epoch`."""
+
+    epoch: int
+    draws: dict[str, int]
+    units: dict[str, int]
+
+
+def _between(
+    before: Counts, now: Counts, epoch_end: Callable[[int], Counts | None]
+) -> tuple[dict[str, int], dict[str, int]]:
+    """Draws and units per source from `before` to `now`. The cursor's counts restart at 0 with
+    each epoch, so a window across an epoch boundary adds the rest of each epoch it left (to the
+    counts that epoch ended with) to what the new one drew."""
+    draws: dict[str, int] = {}
+    units: dict[str, int] = {}
+    start, epoch = before, before.epoch
+    while epoch < now.epoch:
+        end = epoch_end(epoch)
+        if end is not None:
+            for name, value in end.draws.items():
+                draws[name] = draws.get(name, 0) + value - start.draws.get(name, 0)
+            for name, value in end.units.items():
+                units[name] = units.get(name, 0) + value - start.units.get(name, 0)
+        start, epoch = Counts(epoch + 1, {}, {}), epoch + 1
+    for name, value in now.draws.items():
+        draws[name] = draws.get(name, 0) + value - start.draws.get(name, 0)
+    for name, value in now.units.items():
+        units[name] = units.get(name, 0) + value - start.units.get(name, 0)
+    return draws, units
+
+
 class DriftWindow:
     """Accumulates one window of batches; `add` returns the window's report when it closes."""
 
@@ -31,8 +65,7 @@ class DriftWindow:
         self.targets = {k: v / total for k, v in targets.items()} if total > 0 else {}
         self.unit = unit
         self._reset(None)
-        self._draws_before: dict[str, int] = {}
-        self._units_before: dict[str, int] = {}
+        self._before = Counts(0, {}, {})
 
     def _reset(self, first_step: int | None) -> None:
         self._first = first_step
@@ -41,15 +74,19 @@ class DriftWindow:
         self._loss = 0
         self._lengths = [0] * (len(LENGTH_BUCKETS) + 1)
 
-    def start_at(self, draws: dict[str, int], units: dict[str, int]) -> None:
+    def start_at(self, epoch: int, draws: dict[str, int], units: dict[str, int]) -> None:
         """Count from this cursor (a restore): windows measure what this process handed out."""
-        self._draws_before, self._units_before = dict(draws), dict(units)
+        self._before = Counts(epoch, dict(draws), dict(units))
 
     def add(
-        self, batch: Batch, draws: Callable[[], tuple[dict[str, int], dict[str, int]]]
+        self,
+        batch: Batch,
+        counts: Callable[[], "Counts"],
+        epoch_end: Callable[[int], "Counts | None"],
     ) -> dict[str, Any] | None:
-        """Count `batch`; at the window's last step, the report (`draws()` gives the cursor's
-        cumulative draws and units per source)."""
+        """Count `batch`; at the window's last step, the report. `counts()` gives the cursor's
+        epoch and draws and units per source so far in it; `epoch_end(e)` the counts epoch `e`
+        ended with (None when unknown)."""
         # Steps as the cursor counts them (after batch k, k + 1): the training step numbers.
         if self._first is None:
             self._first = batch.step + 1
@@ -59,9 +96,8 @@ class DriftWindow:
         self._count_lengths(batch.segment_ids)
         if self._steps < self.window_steps:
             return None
-        now_draws, now_units = draws()
-        window = {k: v - self._draws_before.get(k, 0) for k, v in now_draws.items()}
-        units = {k: v - self._units_before.get(k, 0) for k, v in now_units.items()}
+        now = counts()
+        window, units = _between(self._before, now, epoch_end)
         counted = window if self.unit == "documents" else units
         total = sum(counted.values())
         shares = {k: v / total for k, v in counted.items()} if total else {}
@@ -86,7 +122,7 @@ class DriftWindow:
                 f">{LENGTH_BUCKETS[-1]}": self._lengths[-1],
             },
         }
-        self._draws_before, self._units_before = dict(now_draws), dict(now_units)
+        self._before = now
         self._reset(None)
         return report
 

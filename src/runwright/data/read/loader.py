@@ -32,7 +32,7 @@ from runwright.data.format.dataset import OpenDataset, Verification, open_datase
 from runwright.data.format.manifest import DatasetManifest
 from runwright.data.read.batch import Batch, LoaderStats, materialise
 from runwright.data.read.cursor import DataCursor, reconcile
-from runwright.data.read.drift import DRIFT_WINDOW_STEPS, DriftWindow
+from runwright.data.read.drift import DRIFT_WINDOW_STEPS, Counts, DriftWindow
 from runwright.data.read.kernels import ShardTable
 from runwright.data.read.ledger import ConsumptionLedger, record_steps
 from runwright.data.read.mixture import MIXTURES
@@ -160,6 +160,7 @@ class DataLoader:
             )
             report_at_close(self.report_mixture)
         # Data drift per window of steps (data/read/drift.py), from data-parallel rank 0.
+        self._epoch_ends: dict[int, StreamState] = {}
         self._drift = (
             DriftWindow(
                 drift_window_steps,
@@ -267,7 +268,7 @@ class DataLoader:
         self._cursor = cursor
         self._finished = False
         if self._drift is not None:
-            self._drift.start_at(dict(cursor.source_draws), dict(cursor.source_units))
+            self._drift.start_at(cursor.epoch, dict(cursor.source_draws), dict(cursor.source_units))
 
     @property
     def ledger(self) -> ConsumptionLedger:
@@ -319,6 +320,7 @@ class DataLoader:
             seed=self.spec.seed,
             state=state,
             epochs=self.epochs,
+            epoch_ends=self._epoch_ends,
         )
         return Planner(
             stream,
@@ -391,7 +393,7 @@ class DataLoader:
         self._loss_tokens += batch.loss_tokens
         self._padded_tokens += batch.padded_tokens
         if self._drift is not None:
-            window = self._drift.add(batch, self._draws)
+            window = self._drift.add(batch, self._counts, self._epoch_end)
             if window is not None:
                 emit(
                     EventType.MIXTURE_WINDOW,
@@ -401,9 +403,22 @@ class DataLoader:
                 )
         return batch
 
-    def _draws(self) -> tuple[dict[str, int], dict[str, int]]:
+    def _counts(self) -> Counts:
         cursor = self.cursor
-        return dict(cursor.source_draws), dict(cursor.source_units)
+        return Counts(cursor.epoch, dict(cursor.source_draws), dict(cursor.source_units))
+
+    def _epoch_end(self, epoch: int) -> Counts | None:
+        """The counts `epoch` ended with, as the planner recorded them (it runs ahead of the
+        batches handed out, so an epoch the cursor has left is always recorded)."""
+        end = self._epoch_ends.get(epoch)
+        if end is None:
+            return None
+        names = [t.name for t in self.sources]
+        return Counts(
+            epoch,
+            dict(zip(names, end.draws, strict=True)),
+            dict(zip(names, end.units, strict=True)),
+        )
 
     def _shutdown(self) -> None:
         if self._pipeline is not None:

@@ -107,6 +107,8 @@ class DocStream:
     calls per block, so bigger blocks amortise them (4,096 -> 16,384 halved the stream's share
     of planning at S = 2048); the price is one ~5 ms planning burst per block, which the
     prefetch queue absorbs. The sequence does not depend on it."""
+    epoch_ends: dict[int, StreamState] = field(default_factory=dict)
+    """epoch -> the state it ended in (the loader's drift windows count across a boundary)."""
     _poisoned: str | None = field(default=None, init=False)
 
     def _key(self, *parts: object) -> int:
@@ -117,6 +119,7 @@ class DocStream:
         return src.exhaustion != "repeat" and self.state.draws[i] >= src.documents
 
     def _new_epoch(self) -> None:
+        self.epoch_ends[self.state.epoch] = self.state
         m = len(self.sources)
         self.state = StreamState(epoch=self.state.epoch + 1, draws=[0] * m, units=[0] * m)
 

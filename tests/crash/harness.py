@@ -196,6 +196,26 @@ class ForkServer:
             self.process.wait()
 
 
+class ForkedGroupLives(ForkServer):
+    """Lives that are 2-rank gloo groups forked by the fork server (workloads.forked_group_life),
+    killed as TorchrunLives kills: the whole group at once (a lost node) or, every other time,
+    one random rank, whose death the life's agent notices and tears the group down."""
+
+    killed_exits = None  # the agent reports a killed rank as its own failure
+
+    def __init__(self, log: Path, args_for: Callable[[int], dict]) -> None:
+        super().__init__(log, "forked_group_life", args_for)
+        self._kills = 0
+
+    def kill(self, pid: int, members: set[int], rng: random.Random) -> None:
+        self._kills += 1
+        ranks = sorted(p for p in members if is_alive(p) and _parent(p) == pid)
+        victims = [pid, *members] if self._kills % 2 or not ranks else [rng.choice(ranks)]
+        for victim in victims:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(victim, signal.SIGKILL)
+
+
 class TorchrunLives:
     """Lives that are real `torchrun --standalone` groups of a script (2 ranks, gloo). A kill is
     a lost node (torchrun and every rank at once) or, every other time, one random rank (whose

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from harness import HERE, ForkServer, TorchrunLives, sweep
+from harness import HERE, ForkedGroupLives, ForkServer, TorchrunLives, sweep
 from workloads import read_lines
 
 from runwright.ckpt import Checkpointer, LocalFence, scan
@@ -22,6 +22,8 @@ pytestmark = pytest.mark.integration
 DEFAULT_KILLS = 12
 # Each torchrun life costs an interpreter start per rank (about 3-5 s here): fewer by default.
 TORCHRUN_KILLS = 3
+GROUP_KILLS = 10
+"""Kills per mode of the forked 2-rank sweep in the default suite: 20 in all (issue 16)."""
 KNOWN = {"FENCE.lock", "GENERATION", "LATEST.json", STAGING}
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 
@@ -103,7 +105,56 @@ def torchrun_sweep(tmp_path: Path, kills: int, seed: int, mode: str = "sync"):
     return report
 
 
-def test_two_rank_checkpoint_writer_survives_random_kills(tmp_path):
+def forked_group_sweep(tmp_path: Path, kills: int, seed: int, mode: str):
+    """The crash-consistency sweep of issue 16: SIGKILL a 2-rank group (both ranks, or one and
+    its agent tears the other down) at random points of its saves; after each kill the next
+    life's rank 0 looks at the root before touching it: the latest pointer names a committed
+    checkpoint and every committed checkpoint verifies in full (nothing torn or mixed is
+    visible); then both ranks restore what was acknowledged, bit for bit."""
+    root = tmp_path / "ckpt"
+    lives = ForkedGroupLives(
+        tmp_path / "lives.log",
+        lambda life: {"root": str(root), "mode": mode, "saves": 3, "life": life},
+    )
+    try:
+        report = sweep(f"checkpoint-2-ranks-{mode}", lives, kills, seed=seed)
+    finally:
+        lives.close()
+    log = (tmp_path / "lives.log").read_text(errors="replace")
+    assert not report.wedged, f"groups failed on their own: {report.wedged}\n{log[-4000:]}"
+    assert not report.survivors, f"processes of killed groups still alive: {report.survivors}"
+    seen = read_lines(tmp_path / "visible.jsonl")
+    assert len(seen) == len(report.lives)
+    unsound = [v for v in seen if v["torn"] or not v["latest_committed"]]
+    assert not unsound, f"torn, mixed or unpublished checkpoints visible after a kill: {unsound}"
+    verdicts = read_lines(tmp_path / "verdicts.jsonl")
+    assert_restores_sound(verdicts)
+    by_life: dict[int, set] = {}
+    for v in verdicts:
+        by_life.setdefault(v["life"], set()).add(v["restored"])
+    assert all(len(steps) == 1 for steps in by_life.values()), by_life
+    return report, seen
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_rank_saves_killed_at_random_points_leave_only_sound_checkpoints(tmp_path, mode):
+    report, seen = forked_group_sweep(tmp_path, GROUP_KILLS, seed=2816, mode=mode)
+    assert report.kills == GROUP_KILLS, report.summary()
+    assert sum(v["committed"] > 0 for v in seen) >= GROUP_KILLS // 2  # kills found saves
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(14400)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_two_rank_saves_survive_a_thousand_random_kills(tmp_path, mode):
+    report, seen = forked_group_sweep(tmp_path, SLOW_KILLS // 2, seed=12816, mode=mode)
+    print(report.summary(), {"checked_after_kills": len(seen)})
+
+
+@pytest.mark.slow
+def test_two_rank_checkpoint_writer_under_torchrun_survives_random_kills(tmp_path):
+    """The same 2-rank writer under a real torchrun (its own teardown of a group that lost a
+    rank); the default suite's sweep forks its groups, at a fraction of the cost per kill."""
     report = torchrun_sweep(tmp_path, TORCHRUN_KILLS, seed=282)
     assert report.kills == TORCHRUN_KILLS, report.summary()
 

@@ -8,6 +8,8 @@ a restore must reach at least the newest acknowledged step and equal the state s
 
 import json
 import os
+import sys
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -137,6 +139,85 @@ def checkpoint_life(root: str, mode: str, saves: int, life: int) -> None:
     acked = [a["step"] for a in read_lines(Path(root).parent / "acks.jsonl")]
     LocalFence(root).advance_generation()
     saving_life(root, mode, saves, life, acked)
+
+
+def visible_checkpoints(root: str) -> dict[str, Any]:
+    """What a reader of the checkpoint root sees after a kill: the latest pointer must name a
+    committed checkpoint, and every committed checkpoint must verify in full (no torn or mixed
+    checkpoint is visible: a commit record is only ever next to every file its manifest
+    names, with the checksums it names)."""
+    from runwright.ckpt import scan, verify_checkpoint
+    from runwright.ckpt.storage import CheckpointStorage
+
+    if not os.path.isdir(root):
+        return {"latest": None, "latest_committed": True, "committed": 0, "torn": []}
+    storage = CheckpointStorage(root)
+    committed, _ = scan(storage)
+    latest = LocalFence(root).latest()
+    torn = [
+        c.folder for c in committed if not verify_checkpoint(storage, c.path, c.manifest, "full").ok
+    ]
+    return {
+        "latest": latest.step if latest is not None else None,
+        "latest_committed": latest is None or latest.folder in {c.folder for c in committed},
+        "committed": len(committed),
+        "torn": torn,
+    }
+
+
+def group_rank(root: str, mode: str, saves: int, life: int, rank: int, store: str) -> None:
+    """One rank of a forked 2-rank group (`forked_group_life`): what dist_life.py does under
+    torchrun, over a FileStore rendezvous."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+    folder = Path(root).parent
+    append_line(folder / "pids.jsonl", {"life": life, "rank": rank, "pid": os.getpid()})
+    acked = [a["step"] for a in read_lines(folder / "acks.jsonl")]
+    if rank == 0:
+        append_line(folder / "visible.jsonl", {"life": life, **visible_checkpoints(root)})
+        LocalFence(root).advance_generation()
+    dist.barrier()
+    saving_life(root, mode, saves, life, acked, rank=rank)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def forked_group_life(root: str, mode: str, saves: int, life: int) -> None:
+    """A 2-rank gloo group forked from the fork server, with this process as its agent: as
+    torchrun does, it waits for both ranks and, when one dies, kills the other (a group whose
+    rank is lost is torn down, never left blocked in a collective). A life costs two forks and a
+    rendezvous instead of a torchrun, two interpreters and two torch imports, so the sweep can
+    afford a thousand kills (docs/crash.md)."""
+    import signal
+
+    store = str(Path(root).parent / f"rendezvous-{life}")
+    ranks = []
+    for rank in range(2):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                group_rank(root, mode, saves, life, rank, store)
+                code = 0
+            except BaseException:  # a rank reports every failure by its exit code
+                traceback.print_exc()
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        ranks.append(pid)
+    failed = False
+    alive = set(ranks)
+    while alive:
+        pid, status = os.wait()
+        alive.discard(pid)
+        if os.waitstatus_to_exitcode(status) != 0 and not failed:
+            failed = True
+            for other in alive:
+                os.kill(other, signal.SIGKILL)
+    if failed:
+        raise SystemExit(1)
 
 
 def build_life(recipe: str, root: str, life: int) -> None:

@@ -98,7 +98,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "plan",
         "Capacity planning: memory and communication ledgers, checkpoint "
         "interval, parallel layout search, scaling efficiency, capacity (device-hours, "
-        "storage, failures, cost).",
+        "storage, failures, cost), fleet simulation (ETTR under failures).",
     ),
     # --- the shared server (issue 14) ---
     "queue": ("queue", "List the unfinished runs, oldest first, with what each is waiting for."),

@@ -1,6 +1,11 @@
 """Capacity planning: pure functions for memory, communication, checkpoint interval, parallel
 layout and scaling efficiency, each citing the paper its formula comes from.
 
+The fleet simulation (`fleet_model`, `fleet_engine`, `fleet_sim`, `fleet_sweep`,
+`fleet_presets`) is imported from its modules, not re-exported here: importing it costs 30-80 ms
+(its records and presets are built on import), and `ckpt/` imports this package in every
+training process.
+
 Nothing here performs I/O; `runwright.cli.plan` parses flags or a spec, calls one function and
 renders the record it returns.
 """

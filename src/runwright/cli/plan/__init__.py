@@ -4,11 +4,12 @@ per command, the options and unit formatting they share in `inputs`."""
 
 import typer
 
-from runwright.cli.plan import capacity, comm, interval, memory, parallel, scaling
+from runwright.cli.plan import capacity, comm, fleet, interval, memory, parallel, scaling
 
 app = typer.Typer(
     help="Capacity planning: memory and communication ledgers, checkpoint interval, parallel "
-    "layout search, scaling efficiency, capacity (device-hours, storage, failures, cost).",
+    "layout search, scaling efficiency, capacity (device-hours, storage, failures, cost), "
+    "fleet simulation (ETTR under failures).",
     no_args_is_help=True,
 )
 for command in (
@@ -18,6 +19,7 @@ for command in (
     parallel.parallel,
     scaling.scaling,
     capacity.capacity,
+    fleet.fleet,
 ):
     app.command()(command)
 

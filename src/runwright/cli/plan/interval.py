@@ -6,9 +6,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from runwright.cli.plan.fleet import best_line
 from runwright.cli.plan.inputs import JsonOpt, SpecOpt, format_seconds, optional_spec, pick
-from runwright.cli.render import console, guarded, print_json
+from runwright.cli.render import console, guarded, print_json, print_unclipped
 from runwright.plan import PlanError, plan_interval
+from runwright.plan.fleet_sim import DEFAULT_SEEDS
+from runwright.plan.fleet_sweep import SweepRow, simulate_interval_plan
 
 
 @guarded
@@ -37,6 +40,17 @@ def interval(
         list[float] | None,
         typer.Option("--interval", help="Interval to tabulate (s); repeat for several."),
     ] = None,
+    simulate: Annotated[
+        bool,
+        typer.Option(
+            "--simulate",
+            help="Also simulate each interval and a grid around Young's (plan fleet's engine, "
+            "same failures for every candidate) and report the highest simulated ETTR.",
+        ),
+    ] = False,
+    seeds: Annotated[
+        int, typer.Option("--seeds", min=1, max=1000, help="Runs simulated per candidate.")
+    ] = DEFAULT_SEEDS,
     spec_file: SpecOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
@@ -51,18 +65,26 @@ def interval(
     result = plan_interval(
         checkpoint_seconds, mtbf, restart_seconds, detect_seconds, step_seconds, intervals
     )
+    simulated = simulate_interval_plan(result, seeds) if simulate else None
     if as_json:
-        print_json(result.model_dump())
+        data = result.model_dump()
+        if simulated is not None:
+            data["simulation"] = simulated.model_dump()
+        print_json(data)
         return
     console.print(
         f"Young: T = sqrt(2 x {checkpoint_seconds:g} s x {mtbf:g} s) = "
         f"{format_seconds(result.young_seconds)};  Daly: {format_seconds(result.daly_seconds)}"
     )
     table = Table(title="expected waste W(T) = C/T + T/(2M) + (R+D)/M")
-    for column in ("interval", "T s", "T min", "steps", "W(T)", "pause C/(T+C)", "Daly waste"):
+    columns = ["interval", "T s", "T min", "steps", "W(T)", "pause C/(T+C)", "Daly waste"]
+    if simulated is not None:
+        columns += ["simulated waste", "vs young, pts"]
+        by_label = {r.label: r for r in simulated.rows}
+    for column in columns:
         table.add_column(column, justify="left" if column == "interval" else "right")
     for r in result.rows:
-        table.add_row(
+        cells = [
             r.label,
             f"{r.interval_seconds:,.0f}",
             f"{r.interval_seconds / 60:,.1f}",
@@ -70,7 +92,24 @@ def interval(
             f"{100 * r.expected_waste_fraction:.2f}%",
             f"{100 * r.pause_share:.2f}%",
             f"{100 * r.daly_waste_fraction:.2f}%",
-            style="bold" if r.label == "young" else None,
-        )
-    console.print(table)
+        ]
+        if simulated is not None:
+            cells += _simulated(by_label.pop(r.label), seeds)
+        table.add_row(*cells, style="bold" if r.label == "young" else None)
+    if simulated is not None:
+        for sim in by_label.values():  # policies without a fixed interval: adaptive
+            cells = [sim.label, f"{sim.interval_seconds:,.0f}", *["-"] * 5]
+            table.add_row(*cells, *_simulated(sim, seeds))
+    print_unclipped(table)
+    if simulated is not None:
+        console.print(best_line(simulated))
     console.print(f"[dim]assumes {result.assumptions}[/]")
+
+
+def _simulated(row: SweepRow, seeds: int) -> list[str]:
+    """Simulated waste (1 - ETTR) and the paired gain over Young with its standard error."""
+    gain = row.gain_vs_reference
+    return [
+        f"{100 * (1 - row.ettr.mean):.2f}%",
+        f"{100 * gain.mean:+.3f} ± {100 * gain.std / seeds**0.5:.3f}",
+    ]

@@ -162,3 +162,30 @@ def test_a_delete_storage_refuses_is_reported_and_the_commit_stands(drill):
     assert committed_steps(root) == [3]
     assert len(sink.of_type(EventType.CHECKPOINT_DELETED)) == 2
     ckpt.close()
+
+
+@pytest.mark.slow
+@pytest.mark.integration
+def test_the_drill_wraps_an_object_store_too(s3_bucket, tmp_path, monkeypatch):
+    """`faulty+s3://` on a real S3-compatible server (moto): the fence is the bucket's
+    FENCE.json, never faulted; a refused COMMITTED put leaves no checkpoint behind."""
+    control = tmp_path / "faults.json"
+    monkeypatch.setenv(faultfs.CONTROL_ENV, str(control))
+    root = f"faulty+{s3_bucket}/runs/drill"
+    sink = MemorySink()
+    ckpt = saver(root, sink, on_save_failure="skip")
+    ckpt.save(1, make_state(seed=1))
+    faultfs.arm(control, Fault(kind="read_only", path="*/COMMITTED"))
+    assert ckpt.save(2, make_state(seed=2)).status == SaveStatus.FAILED
+    assert failures(sink)[2]["errno"] == errno.EROFS
+    assert committed_steps(root) == [1] and open_fence(root).latest().step == 1
+    assert not CheckpointStorage(root).exists(f"{root}/{folder_of(sink, 2)}")
+    faultfs.disarm(control)
+    assert ckpt.save(3, make_state(seed=3)).status == SaveStatus.COMMITTED
+    ckpt.close()
+    assert committed_steps(f"{s3_bucket}/runs/drill") == [1, 3]
+
+
+def folder_of(sink: MemorySink, step: int) -> str:
+    (staged,) = [e for e in sink.of_type(EventType.CHECKPOINT_STAGED) if e.step == step]
+    return f"{step:010d}-{staged.checkpoint_id}"

@@ -25,6 +25,7 @@ from runwright.ckpt import (
 )
 from runwright.ckpt.faultfs import Fault
 from runwright.ckpt.fence import open_fence
+from runwright.ckpt.inventory import inventory
 from runwright.ckpt.manifest import COMMIT_FILE
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.events import EventType
@@ -88,6 +89,9 @@ def test_skip_trains_past_a_timeout_a_full_volume_and_a_read_only_commit(drill, 
     assert "0000000002" not in folders and "0000000003" not in folders  # removed at once
     (leftover,) = folder(root).glob("0000000004-*")
     assert not (leftover / COMMIT_FILE).exists() and list(leftover.glob("__0_*.distcp"))
+    listed = inventory(root)  # what `runwright ckpt list` shows of a drill's root
+    assert listed.latest.step == 1 and [c.step for c in listed.committed] == [1]
+    assert leftover.name in {u.folder for u in listed.uncommitted}
     faultfs.disarm(control)
     assert ckpt.save(5, make_state(seed=5)).status != SaveStatus.FAILED
     ckpt.close()

@@ -205,6 +205,9 @@ class EventType(StrEnum):
     """A save failed (error, mode; for storage: path, cause, errno, bytes_needed, bytes_free)."""
     CHECKPOINT_DELETED = "CHECKPOINT_DELETED"
     """Retention removed a checkpoint (folder, bytes, seconds)."""
+    RETENTION_FAILED = "RETENTION_FAILED"
+    """Storage refused a delete retention planned (folder, error, committed: whether it is still a
+    checkpoint or now residue for GC); the commit stands and the next one's retention retries."""
     RESIDUE_COLLECTED = "RESIDUE_COLLECTED"
     """Garbage collection removed staging or temporary residue."""
     RESTORE_FALLBACK = "RESTORE_FALLBACK"

@@ -181,3 +181,19 @@ def test_watchdog_hang_and_no_progress():
     assert stuck.failure_class is FailureClass.NO_PROGRESS
     dog.paused = True
     assert dog.check(now=60.0) is None
+
+
+def test_a_save_in_flight_defers_no_progress_until_its_own_timeout_has_passed():
+    """A hung save is the worker's to report as `storage` at checkpoint.save_timeout_seconds;
+    the no-progress clock starts no earlier than that after the last save event."""
+    rec = RecoverySpec(heartbeat_timeout_seconds=5, progress_timeout_seconds=20, warmup_steps=0)
+    dog = Watchdog(rec, world_size=1, save_timeout_seconds=100.0)
+    dog.beats, dog.last_step, dog.last_advance = {0: 0.0}, 3, 0.0
+    dog.saves_changed(True, now=10.0)  # staged at 10 s, never ends
+    dog.beats = {0: 115.0}
+    assert dog.check(now=115.0) is None  # 20 s after the last step, but within the save's 100 s
+    dog.beats = {0: 131.0}
+    stuck = dog.check(now=131.0)  # 10 + 100 + 20 s: the worker should have said why by now
+    assert stuck is not None and stuck.failure_class is FailureClass.NO_PROGRESS
+    dog.saves_changed(False)
+    assert dog.check(now=131.0).failure_class is FailureClass.NO_PROGRESS

@@ -6,7 +6,9 @@ while the worker thread runs the commit protocol. The backlog tracks what is in 
 written), keeps the first background failure until the caller's next call collects it (never
 swallowed), and hands each snapshot's buffers back to the pool once it is persisted or abandoned.
 One worker thread persists snapshots in the order they were staged, so commits never overtake
-each other and every rank runs the same collectives in the same order.
+each other and every rank runs the same collectives in the same order. The persist running now
+and when it started are kept too: one past `checkpoint.save_timeout_seconds` is overdue
+(deadline.py), and waiting for the backlog ends there instead of never.
 """
 
 import queue
@@ -34,6 +36,8 @@ class Backlog:
         self._cond = threading.Condition()
         self._error: BaseException | None = None
         self._worker: threading.Thread | None = None
+        self._running: tuple[Snapshot, float] | None = None
+        """The snapshot persisting now and the monotonic time its persist started."""
 
     def __len__(self) -> int:
         with self._cond:
@@ -48,11 +52,34 @@ class Backlog:
             self._worker.start()
         self._jobs.put(snap)
 
-    def wait_below(self, limit: int) -> None:
-        """Block until fewer than `limit` snapshots are in flight."""
+    def wait_below(
+        self, limit: int, timeout_seconds: float | None = None
+    ) -> tuple[Snapshot, float] | None:
+        """Block until fewer than `limit` snapshots are in flight (None), or until the persist
+        running has run longer than `timeout_seconds`: (that snapshot, its seconds so far)."""
         with self._cond:
             while len(self._inflight) >= limit:
-                self._cond.wait()
+                overdue = self._overdue(timeout_seconds)
+                if overdue is not None:
+                    return overdue
+                if timeout_seconds is None or self._running is None:
+                    self._cond.wait()  # notified when a persist starts or ends
+                else:
+                    left = self._running[1] + timeout_seconds - time.monotonic()
+                    self._cond.wait(max(left, 0.0) + 0.01)
+        return None
+
+    def overdue(self, timeout_seconds: float | None) -> tuple[Snapshot, float] | None:
+        """(the snapshot persisting, its seconds so far) if that is more than `timeout_seconds`."""
+        with self._cond:
+            return self._overdue(timeout_seconds)
+
+    def _overdue(self, timeout_seconds: float | None) -> tuple[Snapshot, float] | None:
+        if timeout_seconds is None or self._running is None:
+            return None
+        snap, started = self._running
+        seconds = time.monotonic() - started
+        return (snap, seconds) if seconds > timeout_seconds else None
 
     def in_flight(self) -> frozenset[str]:
         """Ids of the snapshots staged and not yet persisted."""
@@ -71,15 +98,20 @@ class Backlog:
             error, self._error = self._error, None
         return error
 
-    def close(self) -> None:
-        """Stop the worker after the queued snapshots (call `wait_below(1)` first to drain)."""
+    def close(self, *, join: bool = True) -> None:
+        """Stop the worker after the queued snapshots (call `wait_below(1)` first to drain).
+        `join=False` leaves a worker stuck in an overdue persist behind (a daemon thread)."""
         if self._worker is not None:
             self._jobs.put(None)
-            self._worker.join()
+            if join:
+                self._worker.join()
             self._worker = None
 
     def _work(self) -> None:
         while (snap := self._jobs.get()) is not None:
+            with self._cond:
+                self._running = (snap, time.monotonic())
+                self._cond.notify_all()
             try:
                 self._persist(snap)
             except BaseException as exc:
@@ -89,5 +121,6 @@ class Backlog:
             finally:
                 self._release(snap)
                 with self._cond:
+                    self._running = None
                     self._inflight.pop(snap.checkpoint_id, None)
                     self._cond.notify_all()

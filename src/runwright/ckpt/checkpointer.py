@@ -11,7 +11,9 @@ on every rank (commit.py), and `policy.on_save_failure` decides what follows: `s
 `skip` records CHECKPOINT_FAILED and returns a FAILED result. An async save's failure is applied
 at the next save call, after the ranks agree that one happened (a rank whose worker has not yet
 seen it waits for its own copy), or at `wait()`/`close()`, once every backlog is drained; a
-single process also applies it at every `maybe_save`.
+single process also applies it at every `maybe_save`. A persist that runs past
+`policy.save_timeout_seconds` is not skippable: it raises whatever the policy says, and so does
+every later call (deadline.py).
 """
 
 import hashlib
@@ -29,6 +31,7 @@ from runwright.ckpt.commit import (
     Snapshot,
     persist,
 )
+from runwright.ckpt.deadline import call_within, timed_out
 from runwright.ckpt.errors import BackgroundSaveError, CheckpointError, CheckpointStorageError
 from runwright.ckpt.events import CheckpointEvent, EventSink, LoggingSink
 from runwright.ckpt.fence import Fence, PublishOutcome, open_fence
@@ -37,7 +40,7 @@ from runwright.ckpt.interval import IntervalChoice, IntervalPolicy
 from runwright.ckpt.manifest import HealthVerdict, checkpoint_id_for
 from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.records import DurabilityLag, SaveResult, SaveStatus
-from runwright.ckpt.retention import apply_retention
+from runwright.ckpt.retention import NotDeleted, apply_retention
 from runwright.ckpt.snapshot import SnapshotPool
 from runwright.ckpt.state import TrainState, capture, data_cursor_of
 from runwright.ckpt.storage import CheckpointStorage
@@ -111,6 +114,8 @@ class Checkpointer:
             release=lambda snap: self._pool.give_back(snap.state_dict),
         )
         self._gc_min_age_seconds = gc_min_age_seconds
+        self._overdue: tuple[str, CheckpointStorageError] | None = None
+        """(checkpoint id, its error) of a save that ran past save_timeout_seconds."""
         self._emit(EventType.INTERVAL_CHOSEN, None, None, self.interval().model_dump())
         if self.rank == 0:
             self.collect_garbage()
@@ -236,8 +241,12 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Block until every queued async save is persisted; apply `on_save_failure` to a
-        background failure (other background failures raise `BackgroundSaveError`)."""
-        self._backlog.wait_below(1)
+        background failure (other background failures raise `BackgroundSaveError`), or raise
+        the timeout of a persist that runs past `save_timeout_seconds`."""
+        if self._overdue is None and (
+            late := self._backlog.wait_below(1, self.policy.save_timeout_seconds)
+        ):
+            raise self._overran(*late)
         self._settle_background(agree=False)
 
     def durability_lag(self) -> DurabilityLag:
@@ -277,7 +286,7 @@ class Checkpointer:
         try:
             self.wait()
         finally:
-            self._backlog.close()
+            self._backlog.close(join=self._overdue is None)
 
     def __enter__(self) -> "Checkpointer":
         return self
@@ -326,8 +335,14 @@ class Checkpointer:
         self._staged_step = step
         self._emit(EventType.CHECKPOINT_STAGED, step, snap.checkpoint_id, {})
         try:
-            return self._persist(snap, started_perf=started)
+            return call_within(
+                lambda: self._persist(snap, started_perf=started),
+                self.policy.save_timeout_seconds,
+                lambda seconds: self._overran(snap, seconds),
+            )
         except CheckpointStorageError as exc:
+            if self._overdue is not None and exc is self._overdue[1]:
+                raise
             # identical on every rank (commit.py), so every rank takes the same branch here
             self._report_failure(snap, exc)
             if self.policy.on_save_failure == "stop":
@@ -362,7 +377,11 @@ class Checkpointer:
             if self.policy.when_full == "sync":
                 self.wait()
                 return self._save_inline(step, state, loss, health, started)
-            self._backlog.wait_below(self.policy.max_inflight)
+            late = self._backlog.wait_below(
+                self.policy.max_inflight, self.policy.save_timeout_seconds
+            )
+            if late is not None:
+                raise self._overran(*late)
             # the oldest persist finished on every rank (persists are collective and in order),
             # so every rank sees the same outcome without agreeing
             self._settle_background(agree=False)
@@ -384,11 +403,14 @@ class Checkpointer:
 
     def _report_failure(self, snap: Snapshot, exc: BaseException) -> None:
         """CHECKPOINT_FAILED, the alert: the error, and for a storage failure its path, cause,
-        errno, bytes needed and free, and the policy that applies."""
+        errno, bytes needed and free, and the policy that applies (`stop` for a timeout)."""
+        overdue = self._overdue is not None and self._overdue[0] == snap.checkpoint_id
+        if overdue and exc is not self._overdue[1]:  # type: ignore[index]
+            return  # the overdue persist ended at last: its timeout was the report
         attributes: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
         if isinstance(exc, CheckpointStorageError):
             attributes |= exc.failure.model_dump(exclude={"remedy"})
-            attributes["on_save_failure"] = self.policy.on_save_failure
+            attributes["on_save_failure"] = "stop" if overdue else self.policy.on_save_failure
         attributes["mode"] = self.policy.mode
         self._emit(EventType.CHECKPOINT_FAILED, snap.step, snap.checkpoint_id, attributes)
 
@@ -445,31 +467,60 @@ class Checkpointer:
         )
 
     def _apply_retention(self) -> None:
-        for deleted in apply_retention(
+        for done in apply_retention(
             self.storage,
             self.fence,
             keep_last=self.policy.keep_last,
             keep_every_steps=self.policy.keep_every_steps,
         ):
-            self._emit(EventType.CHECKPOINT_DELETED, None, None, deleted.model_dump())
+            kind = EventType.CHECKPOINT_DELETED
+            if isinstance(done, NotDeleted):
+                kind = EventType.RETENTION_FAILED
+            self._emit(kind, None, None, done.model_dump())
 
     # helpers ---------------------------------------------------------------------------------
     def _reach(self, step: CommitStep) -> None:
         if self._probe is not None:
             self._probe.reached(step)
 
+    def _overran(self, snap: Snapshot, seconds: float) -> CheckpointStorageError:
+        """The error of a persist past save_timeout_seconds: reported once, raised from then on."""
+        if self._overdue is None:
+            path = self.storage.write_path(snap.step, snap.checkpoint_id)
+            limit = self.policy.save_timeout_seconds
+            error = timed_out(snap.step, snap.checkpoint_id, path, limit, seconds)
+            self._overdue = (snap.checkpoint_id, error)
+            self._report_failure(snap, error)
+        return self._overdue[1]
+
     def _settle_background(self, *, agree: bool) -> None:
         """Apply `on_save_failure` to a failed async save (its CHECKPOINT_FAILED is out already).
 
         `agree`: the ranks meet here but their workers may not all have finished the failed
         persist yet; if any rank has a failure, the others wait for their backlog (the persist
-        was collective, so each gets its own copy), then all raise if any must."""
+        was collective, so each gets its own copy), then all raise if any must. A persist past
+        save_timeout_seconds on any rank raises its timeout on every rank: the persist is
+        collective, so the others are in the same save (a few milliseconds less overdue)."""
+        if self._overdue is not None:
+            raise self._overdue[1]
+        limit = self.policy.save_timeout_seconds
         error = self._backlog.take_error()
+        late = self._backlog.overdue(limit)
         if agree and self.distributed:
-            if not self._ranks.any(error is not None):
+            if not self._ranks.any(error is not None or late is not None):
                 return  # one small all-reduce per save when nothing failed
+            if self._ranks.any(late is not None):
+                late = late or self._backlog.overdue(0.0)
+                if late is not None:
+                    raise self._overran(*late)
+                raise BackgroundSaveError(
+                    "an async checkpoint save ran past checkpoint.save_timeout_seconds on another "
+                    "rank; that rank's error names the save. The last committed checkpoint is "
+                    "unaffected."
+                )
             if error is None:
-                self._backlog.wait_below(1)
+                if late := self._backlog.wait_below(1, limit):
+                    raise self._overran(*late)
                 error = self._backlog.take_error()
             skip = (
                 isinstance(error, CheckpointStorageError) and self.policy.on_save_failure == "skip"
@@ -481,6 +532,8 @@ class Checkpointer:
                     "an async checkpoint save failed on another rank; that rank's error names "
                     "the cause. The last committed checkpoint is unaffected."
                 )
+        elif late is not None:
+            raise self._overran(*late)
         if error is None:
             return
         if isinstance(error, CheckpointStorageError):

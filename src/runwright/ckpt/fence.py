@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from runwright.ckpt.errors import CheckpointError, CheckpointRootError
 from runwright.ckpt.failures import storage_error
+from runwright.ckpt.faultfs import inner_url
 from runwright.ckpt.manifest import RECORD_MAX_BYTES, CommitRecord, LatestPointer
 from runwright.ckpt.storage import read_local_record, replace_file
 
@@ -106,9 +107,12 @@ class GenerationFence(Fence, Protocol):
 
 def open_fence(checkpoint_root: str | os.PathLike[str]) -> GenerationFence:
     """The fence of a checkpoint root: `LocalFence` for a folder, `ObjectFence` for `s3://`
-    (docs/ckpt.md, "Object stores"). Any other URL raises `CheckpointError`: the fence needs a
-    lock or conditional writes, which runwright uses on these two only."""
-    text = os.fspath(checkpoint_root)
+    (docs/ckpt.md, "Object stores"); a `faulty+` drill root's is that of the root it wraps. Any
+    other URL raises `CheckpointError`: the fence needs a lock or conditional writes, which
+    runwright uses on these two only."""
+    # A storage drill's root (`faulty+file://`, `faulty+s3://`) is fenced where it wraps: the
+    # faults are injected into the checkpoint's files, never into the fence (faultfs.py).
+    text = inner_url(os.fspath(checkpoint_root))
     if "://" not in text or text.startswith("file://"):
         return LocalFence(text)
     if text.split("://", 1)[0].lower() == "s3":

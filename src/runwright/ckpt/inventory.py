@@ -15,6 +15,7 @@ from pydantic import Field
 from runwright.ckpt.catalog import CommittedCheckpoint, Uncommitted, scan
 from runwright.ckpt.errors import CheckpointError, CheckpointRootError
 from runwright.ckpt.export import ReleaseManifest, export_model
+from runwright.ckpt.faultfs import inner_url
 from runwright.ckpt.fence import (
     FENCE_OBJECT,
     GENERATION_FILE,
@@ -149,10 +150,15 @@ class Inventory(Record):
 
 def _local_fence(storage: CheckpointStorage) -> GenerationFence | None:
     """The root's fence for commands that only look: a local folder's (when it exists, so
-    looking creates nothing) or an `s3://` root's; None on other URLs."""
+    looking creates nothing) or an `s3://` root's, also behind a drill's `faulty+`; None on
+    other URLs."""
     if storage.is_local:
         return LocalFence(storage.root) if os.path.isdir(storage.root) else None
-    return open_fence(storage.root) if scheme_of(storage.root) == "s3" else None
+    wrapped = inner_url(storage.root)
+    if wrapped.startswith("file://"):
+        folder = wrapped.removeprefix("file://")
+        return LocalFence(folder) if os.path.isdir(folder) else None
+    return open_fence(wrapped) if scheme_of(wrapped) == "s3" else None
 
 
 def _fence_names(fence: GenerationFence | None) -> tuple[str, str]:

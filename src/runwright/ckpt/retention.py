@@ -4,7 +4,9 @@ Rules: keep the newest `keep_last`; keep every checkpoint whose step is a multip
 `keep_every_steps`; always keep the newest checkpoint whose health verdict is not UNHEALTHY (the
 newest that passed validation) and the one the fence's latest pointer names, whatever the other
 rules say. Deleting removes the commit record first (fsynced), so a crash mid-delete leaves
-residue that restore ignores, never a committed checkpoint with missing shards.
+residue that restore ignores, never a committed checkpoint with missing shards. A delete storage
+refuses (a volume turned read-only) is reported and skipped: the commit that triggered retention
+stands, and the next commit's retention plans again.
 """
 
 import time
@@ -12,6 +14,8 @@ import time
 from pydantic import Field
 
 from runwright.ckpt.catalog import scan
+from runwright.ckpt.errors import CheckpointError
+from runwright.ckpt.failures import describe
 from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict
 from runwright.ckpt.storage import CheckpointStorage
@@ -83,13 +87,24 @@ class Deleted(Record):
     """Time the delete took (it is not part of the save that triggered it)."""
 
 
+class NotDeleted(Record):
+    """One checkpoint retention dropped but storage would not let it delete."""
+
+    folder: str
+    """Its folder under the checkpoint root."""
+    error: str
+    """What storage said."""
+    committed: bool
+    """Whether it is still a checkpoint (its commit record stayed) or now residue for GC."""
+
+
 def apply_retention(
     storage: CheckpointStorage,
     fence: Fence,
     *,
     keep_last: int,
     keep_every_steps: int | None = None,
-) -> list[Deleted]:
+) -> list[Deleted | NotDeleted]:
     """Plan retention over the committed checkpoints on storage and delete what it drops."""
     committed, _ = scan(storage)
     latest = fence.latest()
@@ -107,9 +122,14 @@ def apply_retention(
         keep_every_steps=keep_every_steps,
         latest_checkpoint_id=latest.checkpoint_id if latest is not None else None,
     )
-    deleted = []
+    done: list[Deleted | NotDeleted] = []
     for folder in plan.delete:
         started = time.perf_counter()
-        freed = delete_checkpoint(storage, folder)
-        deleted.append(Deleted(folder=folder, bytes=freed, seconds=time.perf_counter() - started))
-    return deleted
+        try:
+            freed = delete_checkpoint(storage, folder)
+        except (OSError, CheckpointError) as exc:
+            committed = storage.exists(storage.path(folder, COMMIT_FILE))
+            done.append(NotDeleted(folder=folder, error=describe(exc), committed=committed))
+            continue
+        done.append(Deleted(folder=folder, bytes=freed, seconds=time.perf_counter() - started))
+    return done

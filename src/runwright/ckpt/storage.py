@@ -11,6 +11,11 @@ the final folder and the commit record, written last, is what makes the checkpoi
 makes an object appear whole or not at all). Remote calls go through `runwright.remote`: timeouts
 and bounded retries on every request, and a failure after them is a `RemoteStorageError` (an
 OSError), so every `except OSError` below handles a failing store as it handles a failing disk.
+
+A `faulty+file://` or `faulty+s3://` root is a storage drill (faultfs.py): an fsspec root like
+`s3://`, with faults injected from a control file. Its protocols are registered with fsspec when
+this module is imported, because every process that opens a checkpoint root imports it first
+(torchrun's ranks included), before DCP's fsspec writer and reader open the same URL themselves.
 """
 
 import contextlib
@@ -26,6 +31,7 @@ from typing import IO, Literal
 
 import fsspec
 
+from runwright.ckpt import faultfs
 from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.failures import storage_error
 from runwright.remote import open_filesystem, storage_options, translated
@@ -33,6 +39,7 @@ from runwright.remote import open_filesystem, storage_options, translated
 STAGING = "staging"
 EntryKind = Literal["file", "folder", "symlink", "other"]
 """What a name in a folder is, without following links (`other`: FIFO, socket, device)."""
+faultfs.register()
 _FOLDER = re.compile(r"^(?P<step>\d+)-(?P<id>g\d{6,}-[0-9a-f]{12})$")
 
 

@@ -316,7 +316,12 @@ class Controller(LeasedDriving):
     ) -> Supervision:
         return Supervision(
             group=group,
-            watchdog=Watchdog(spec.recovery, spec.resources.world_size, start_step=start_step),
+            watchdog=Watchdog(
+                spec.recovery,
+                spec.resources.world_size,
+                start_step=start_step,
+                save_timeout_seconds=spec.checkpoint.save_timeout_seconds,
+            ),
             unread=functools.partial(self._unread, run.run_id, group.generation),
         )
 
@@ -354,8 +359,10 @@ class Controller(LeasedDriving):
                     newest[:] = [message]
             elif message.type == EventType.CHECKPOINT_STAGED and message.checkpoint_id:
                 sup.saves_in_flight.add(message.checkpoint_id)
+                sup.watchdog.saves_changed(True)
             elif message.type in SAVE_ENDS and message.checkpoint_id:
                 sup.saves_in_flight.discard(message.checkpoint_id)
+                sup.watchdog.saves_changed(bool(sup.saves_in_flight))
             elif message.type == EventType.WORKER_STARTED:
                 sup.started_ranks.add(message.rank)
                 # A pid names a process on the rank's own host only (a Slurm node elsewhere).
@@ -393,6 +400,7 @@ class Controller(LeasedDriving):
         self._ingest_and_watch(run, spec)  # whatever the ranks wrote before exiting
         self._ingest[run.run_id].settle_with_fence()
         sup.saves_in_flight.clear()  # the group is gone: no save of it is in flight any more
+        sup.watchdog.saves_changed(False)
         run = self._track_saves(self.store.get_run(run.run_id), sup)
         ack = self.logs.of(run.run_id).stop_acks.get(run.generation)
         reason = ack.attributes.get("reason") if ack else sup.stop_reason

@@ -30,6 +30,9 @@ from runwright.protocol import HEARTBEAT, ChannelMessage, RankEntry, node_hosts,
 from runwright.store import EventRow, NewEvent, Outcome, RunRecord, Store
 from runwright.store.fence import run_checkpoint_root
 
+GONE = frozenset({EventType.CHECKPOINT_DELETED, EventType.RETENTION_FAILED})
+"""Retention's reports of a checkpoint that is no longer one: deleted, or uncommitted before a
+delete storage refused (RETENTION_FAILED with committed false; residue for GC)."""
 BATCH_MESSAGES = 2000
 """Channel messages per store transaction. One commit (an fsync on SQLite) costs milliseconds
 whatever it holds, so a batch amortises it, while one transaction's lock hold should stay short
@@ -207,7 +210,9 @@ class Ingestor:
                         tokenizer if isinstance(tokenizer, str) else None,
                         message.generation,
                     )
-            elif message.type == EventType.CHECKPOINT_DELETED and message.attributes.get("folder"):
+            elif message.type in GONE and message.attributes.get("folder"):
+                if message.attributes.get("committed") is True:
+                    continue  # retention could not even uncommit it: still a checkpoint
                 folder = f"{self.checkpoint_root}/{message.attributes['folder']}"
                 self.store.checkpoints.mark_deleted(self.run_id, folder)
         for generation, step in sorted(highest.items()):

@@ -6,7 +6,10 @@ each rank's newest heartbeat and the time the step last advanced, and returns a 
 - HANG: a rank has been silent longer than recovery.heartbeat_timeout_seconds (before its first
   beat, the start-up allowance is progress_timeout_seconds: imports and rendezvous take time);
 - NO_PROGRESS: beats arrive but no step advanced for progress_timeout_seconds. During the first
-  recovery.warmup_steps steps (compilation, first reads) the allowance is three times that.
+  recovery.warmup_steps steps (compilation, first reads) the allowance is three times that. While
+  a save is in flight the clock starts no earlier than checkpoint.save_timeout_seconds after the
+  group's last save event: a save that hangs is the worker's to report (a `storage` failure with
+  ETIMEDOUT, ckpt/deadline.py), and it does so at that timeout, before this verdict could come.
 """
 
 import time
@@ -36,6 +39,15 @@ class Watchdog:
     last_advance: float = field(default_factory=time.monotonic)
     paused: bool = False
     """Set while the group is stopping on request; a save may legitimately take a while."""
+    save_timeout_seconds: float | None = None
+    """checkpoint.save_timeout_seconds: how long a save in flight may stall the steps."""
+    saving_since: float | None = None
+    """Monotonic time of the last save event (staged, committed, failed) while a save is in
+    flight; None when none is."""
+
+    def saves_changed(self, in_flight: bool, now: float | None = None) -> None:
+        """A save was staged or ended; `in_flight`: whether one of the group's is in flight now."""
+        self.saving_since = (time.monotonic() if now is None else now) if in_flight else None
 
     def beat(self, rank: int) -> None:
         self.beats[rank] = time.monotonic()
@@ -73,7 +85,10 @@ class Watchdog:
         allowance = rec.progress_timeout_seconds * (
             WARMUP_ALLOWANCE_FACTOR if steps_done < rec.warmup_steps else 1.0
         )
-        if len(self.beats) == self.world_size and now - self.last_advance > allowance:
+        since = self.last_advance
+        if self.saving_since is not None and self.save_timeout_seconds is not None:
+            since = max(since, self.saving_since + self.save_timeout_seconds)
+        if len(self.beats) == self.world_size and now - since > allowance:
             return Verdict(
                 FailureClass.NO_PROGRESS,
                 None,

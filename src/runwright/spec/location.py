@@ -3,7 +3,8 @@
 The spec is the user's contract, so a location is checked here, at validation, with a message
 that says what to write; whether the store is reachable is checked where it is used. Object
 stores runwright supports for checkpoints are those whose conditional writes its fence relies on
-(docs/ckpt.md, "Object stores"): `s3://` (AWS S3 and S3-compatible servers such as MinIO).
+(docs/ckpt.md, "Object stores"): `s3://` (AWS S3 and S3-compatible servers such as MinIO). A drill
+puts `faulty+` before a `file://` or `s3://` location to inject storage faults into it.
 """
 
 import re
@@ -36,12 +37,26 @@ def _check_s3(value: str) -> str:
     return value
 
 
+DRILL_PREFIX = "faulty+"
+"""A storage drill's location: `faulty+file:///folder` or `faulty+s3://bucket/prefix` is that
+location with faults injected from a control file (runwright/ckpt/faultfs.py, docs/ckpt.md)."""
+
+
 def checkpoint_location(value: str | None) -> str | None:
     """Check `checkpoint.location`: an absolute folder, `file:///folder`, or `s3://bucket/prefix`
-    (a trailing `/` is dropped, so one location has one spelling and one spec hash)."""
+    (a trailing `/` is dropped, so one location has one spelling and one spec hash), or either
+    URL behind `faulty+` for a storage drill."""
     if value is None:
         return None
     text = value.strip()
+    if text.lower().startswith(DRILL_PREFIX):
+        wrapped = text[len(DRILL_PREFIX) :]
+        if "://" not in wrapped or wrapped.lower().startswith(DRILL_PREFIX):
+            raise ValueError(
+                f"checkpoint.location {value!r}: a drill location wraps one URL, "
+                "faulty+file:///absolute/path or faulty+s3://bucket/prefix"
+            )
+        return DRILL_PREFIX + (checkpoint_location(wrapped) or "")
     scheme, sep, rest = text.partition("://")
     text = f"{scheme}{sep}{rest.rstrip('/')}" if sep else (text.rstrip("/") or text)
     if "\0" in text or not text:

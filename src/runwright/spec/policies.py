@@ -63,10 +63,16 @@ class CheckpointSpec(Section):
     on_save_failure: Literal["skip", "stop"] = "stop"
     """A save storage refuses (full volume): `stop` raises CheckpointStorageError, `skip` alerts
     (CHECKPOINT_FAILED) and trains on without that checkpoint."""
+    save_timeout_seconds: PositiveFloat = Field(default=600.0, le=limits.MAX_SECONDS)
+    """How long one save may persist (shard writes through the publish) before it counts as a
+    storage failure with errno ETIMEDOUT; the run then stops whatever on_save_failure says (a
+    blocked write cannot be abandoned in-process) and the storage retry policy restarts it.
+    600 s writes a 100 GB checkpoint at 170 MB/s."""
     location: str | None = None
     """Where the run's checkpoints go: an absolute folder or `s3://bucket/prefix`; the run's
     checkpoint root is `<location>/<run id>`. None: `<run folder>/checkpoints`. Credentials and
-    endpoint come from the AWS environment (docs/ckpt.md, "Object stores")."""
+    endpoint come from the AWS environment (docs/ckpt.md, "Object stores"). A storage drill puts
+    `faulty+` before a `file:///` or `s3://` location (docs/ckpt.md, "Storage fault drills")."""
     resume_from: str | None = Field(default=None, min_length=1, max_length=1000)
     """Start from another run's checkpoint when this run has none of its own: that run's id
     (under this run's root) or its checkpoint folder or URL; its newest committed checkpoint

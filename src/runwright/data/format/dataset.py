@@ -42,7 +42,7 @@ FileIdentity = tuple[int, int, int, int]
 truncated since it was last verified."""
 
 
-def file_identity(path: Path) -> FileIdentity | None:
+def file_identity(path: str | Path) -> FileIdentity | None:
     """The file's identity now, or None when it cannot be found."""
     try:
         st = os.stat(path)

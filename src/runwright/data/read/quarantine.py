@@ -40,12 +40,7 @@ from typing import Any, Literal
 import numpy as np
 
 from runwright.data.errors import ShardCorruptError
-from runwright.data.format.dataset import (
-    FileIdentity,
-    OpenDataset,
-    check_shard,
-    shard_identity,
-)
+from runwright.data.format.dataset import FileIdentity, OpenDataset, check_shard, file_identity
 from runwright.data.format.manifest import ShardRecord
 from runwright.data.read.agreement import ShardAgreement
 from runwright.data.read.cursor import DataCursor, QuarantinedShard
@@ -76,6 +71,10 @@ class ShardWatch:
         self.folder = folder
         self.records = records
         self._known = [identities.get(r.name) for r in records]
+        # Path strings made once: building a Path per check costs more than the stat itself.
+        self._paths = [
+            (str(folder / f"{r.name}.bin"), str(folder / f"{r.name}.idx")) for r in records
+        ]
         self._bad: dict[int, list[str]] = {}
 
     def check(self, indices: Iterable[int]) -> dict[int, list[str]]:
@@ -86,7 +85,7 @@ class ShardWatch:
             if i in self._bad:
                 found[i] = self._bad[i]
                 continue
-            now = shard_identity(self.folder, self.records[i].name)
+            now = (file_identity(self._paths[i][0]), file_identity(self._paths[i][1]))
             if now == self._known[i]:
                 continue
             # Taken before the re-hash: a write during it shows at the next check.

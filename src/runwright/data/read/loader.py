@@ -153,6 +153,9 @@ class DataLoader:
             data_spec.on_corrupt_shard, self.dataset, train, tables, dp_rank, group
         )
         self.sources = tables
+        # Shards the cursor has quarantined, kept here: reading them off the cursor point of
+        # every step would build its DataCursor (tens of us) at every step.
+        self._quarantined: set[int] = set()
         self._origin = identity_cursor(self.dataset, data_spec, tables)
         self._cursor: DataCursor | CursorPoint = self._origin
         self._ledger = ConsumptionLedger()
@@ -234,6 +237,7 @@ class DataLoader:
         self._shutdown()
         self._cursor = cursor
         self.sources = self._guard.stream_tables(cursor)
+        self._quarantined = self._guard.quarantined(cursor)
         self._finished = False
         if self._drift is not None:
             self._drift.start_at(dict(cursor.source_draws), dict(cursor.source_units))
@@ -306,11 +310,11 @@ class DataLoader:
         """Apply data.on_corrupt_shard to the shards a batch read (none: before planning); True
         when shards were quarantined (agreed by every rank) from the step after the last batch
         handed out: the pipeline, planned ahead with them, is dropped and must be planned again."""
-        cursor = self.cursor
-        decided = self._guard.decide(read, cursor)
+        decided = self._guard.decide(read, self._quarantined)
         if not decided:
             return False
         self._shutdown()
+        cursor = self.cursor
         residual = None
         if cursor.residual is not None:
             i = [t.name for t in self.sources].index(cursor.residual.source)
@@ -318,6 +322,7 @@ class DataLoader:
             residual = (i, int(self._stream(cursor).lookup(i, draw, cursor.epoch)[0]))
         self._cursor = self._guard.apply(cursor, decided, residual)
         self.sources = self._guard.stream_tables(self._cursor)
+        self._quarantined = self._guard.quarantined(self._cursor)
         return True
 
     def _start(self) -> None:

@@ -143,11 +143,11 @@ class ShardGuard:
         """Indices of `cursor`'s quarantined shards that are in this dataset."""
         return {self._index[q.shard] for q in cursor.quarantined if q.shard in self._index}
 
-    def decide(self, read: Iterable[int], cursor: DataCursor) -> dict[int, Reason]:
+    def decide(self, read: Iterable[int], done: set[int]) -> dict[int, Reason]:
         """Check the shards a batch `read` (none before planning) and decide: shard index ->
-        reason for each shard to quarantine now. Under `fail` a finding raises instead. Under
-        `skip` every rank must call this at the same points (it may all-reduce)."""
-        done = self.quarantined(cursor)
+        reason for each shard to quarantine now (`done`: those quarantined already). Under
+        `fail` a finding raises instead. Under `skip` every rank must call this at the same
+        points (it may all-reduce)."""
         self.findings.update(self.watch.check(i for i in read if i not in done))
         new = {i: p for i, p in self.findings.items() if i not in done}
         if self.policy == "fail":

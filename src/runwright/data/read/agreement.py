@@ -46,6 +46,11 @@ class ShardAgreement:
             self._group = group if group is not None else dist.new_group(backend="gloo")
             self._active = True
 
+    @property
+    def active(self) -> bool:
+        """True when there are other ranks to agree with."""
+        return self._active
+
     def agree(self, local: dict[int, str]) -> dict[int, str]:
         """Shard index -> reason, for every shard any rank holds in its `local` findings."""
         if not self._active:

@@ -69,8 +69,8 @@ class DataLoader:
 
     A train shard that is corrupt or missing, at open or while it is read, is handled as
     `data_spec.on_corrupt_shard` says (data/read/quarantine.py). Under `skip` the ranks agree on
-    it over `group` (default: every rank of the default process group; every rank must then
-    construct a loader and take the same steps).
+    it over `group` (a gloo-capable group; default: every rank of the default process group,
+    and every rank must then construct a loader and take the same steps).
     """
 
     def __init__(
@@ -150,7 +150,7 @@ class DataLoader:
         self._itemsize = tokens[0].dtype.itemsize if tokens else 2
         tables = source_tables(self.dataset, data_spec, train)
         self._guard = ShardGuard(
-            data_spec.on_corrupt_shard, self.dataset, train, tables, dp_rank, group
+            data_spec.on_corrupt_shard, self.dataset, train, tables, dp_rank, dp_size, group
         )
         self.sources = tables
         # Shards the cursor has quarantined, kept here: reading them off the cursor point of

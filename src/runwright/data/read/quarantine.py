@@ -113,6 +113,7 @@ class ShardGuard:
         records: list[ShardRecord],
         tables: list[SourceTable],
         dp_rank: int,
+        dp_size: int,
         group: Any = None,
     ) -> None:
         self.policy = policy
@@ -125,6 +126,13 @@ class ShardGuard:
         self.findings: dict[int, list[str]] = {self._index[n]: p for n, p in dataset.broken.items()}
         self._unread = set(self.findings)
         self._agreement = ShardAgreement(len(records), group) if policy == "skip" else None
+        if self._agreement is not None and dp_size > 1 and not self._agreement.active:
+            _log.warning(
+                "data.on_corrupt_shard is skip with %d data-parallel ranks but no process group "
+                "to agree over: each rank decides alone, and ranks that see a shard differently "
+                "will read different data. Initialise torch.distributed before the loader",
+                dp_size,
+            )
 
     def restored(self, cursor: DataCursor) -> DataCursor:
         """A restored cursor, its records marked estimated where this rank cannot read the

@@ -2,8 +2,8 @@
 
 Two parts, both paid at every batch the loader hands out:
 1. the check (both policies): `BatchPlan.shards_read` (which shards the rank's rows touched) and
-   `ShardWatch.check` (a stat of each one's .bin and .idx, compared with the identity it was
-   verified with), on a dataset of 32 shards at S = 2048, against the loader's own time per
+   `ShardWatch.check` (a stat of each one's .bin, compared with the identity it was verified
+   with), on a dataset of 32 shards at S = 2048, against the loader's own time per
    batch with the check in it;
 2. the agreement (`skip` with more than one rank): one int64 MAX all-reduce on the loader's gloo
    side group when nothing was found, measured between two local processes, next to a bare

@@ -3,11 +3,12 @@
 Found where:
 - at open: `open_dataset` verifies every shard (by digest, or sizes and index structure);
 - while the run reads: the loader holds the shards memory-mapped, so a file rewritten in place
-  would hand the model whatever bytes are there now. `ShardWatch` therefore compares the files of
-  every shard a batch read with their identity when they were verified (device, inode, size,
+  would hand the model whatever bytes are there now. `ShardWatch` therefore compares the token
+  file of every shard a batch read with its identity when it was verified (device, inode, size,
   mtime in ns) as the batch is handed out, after its bytes were copied: a removed, replaced,
-  truncated or rewritten file shows, and one that changed is re-hashed against the manifest
-  before it is judged (a `touch` is no corruption). The check is on the caller's thread, at the
+  truncated or rewritten file shows, and a shard whose file changed is re-hashed against the
+  manifest before it is judged (a `touch` is no corruption). The index was read into memory at
+  open; a damaged one shows at the next open. The check is on the caller's thread, at the
   hand-out, so a batch read before a change and handed out after it is still caught, and where
   the change shows does not depend on how far the read workers ran ahead. A change that keeps
   size and mtime (bit rot under the file system) is not seen until the next open; a file
@@ -70,11 +71,11 @@ class ShardWatch:
     ) -> None:
         self.folder = folder
         self.records = records
-        self._known = [identities.get(r.name) for r in records]
+        # The .bin only: the index was read into memory at open and is not read again (a
+        # damaged one shows at the next open), and a stat per file per step is the cost here.
+        self._known = [(identities.get(r.name) or (None, None))[0] for r in records]
         # Path strings made once: building a Path per check costs more than the stat itself.
-        self._paths = [
-            (str(folder / f"{r.name}.bin"), str(folder / f"{r.name}.idx")) for r in records
-        ]
+        self._paths = [str(folder / f"{r.name}.bin") for r in records]
         self._bad: dict[int, list[str]] = {}
 
     def check(self, indices: Iterable[int]) -> dict[int, list[str]]:
@@ -85,7 +86,7 @@ class ShardWatch:
             if i in self._bad:
                 found[i] = self._bad[i]
                 continue
-            now = (file_identity(self._paths[i][0]), file_identity(self._paths[i][1]))
+            now = file_identity(self._paths[i])
             if now == self._known[i]:
                 continue
             # Taken before the re-hash: a write during it shows at the next check.

@@ -192,6 +192,13 @@ class EventType(StrEnum):
     MIXTURE_ACTUAL = "MIXTURE_ACTUAL"
     """What the loader drew per source against the recipe's targets (actual, actual_units,
     targets, unit); sent when the loader or the context closes."""
+    DATA_SHARD_QUARANTINED = "DATA_SHARD_QUARANTINED"
+    """Every rank agreed to leave a corrupt or missing train shard out (data.on_corrupt_shard:
+    skip; data/read/quarantine.py): dataset_id, shard, source, reason (corrupt, missing),
+    problems (what rank 0 found wrong), from_step (steps consumed before it; `step` is the
+    first step trained without it), shard_documents and shard_tokens (the manifest's), and
+    tokens_lost at the decision (the rest of a document cut by the step boundary). What it
+    loses after that is in each STEP_HEALTHY's data_lost. Rank 0, once per generation."""
 
     # -- a worker: the checkpointer ---------------------------------------------------------------
     CHECKPOINT_STAGED = "CHECKPOINT_STAGED"

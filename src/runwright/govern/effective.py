@@ -8,8 +8,9 @@ PREFLIGHT_CHECKED event; `runwright preflight SPEC --against RUN` compares a spe
 before it is launched.
 
 A difference breaks reproducibility unless the field is one that cannot change what is computed:
-its name and governance, observability, budgets, recovery policy, checkpoint cadence and
-retention, and where and at which priority it is scheduled (COSMETIC). Everything else (the
+its name and governance, observability, budgets, recovery policy (and its data counterpart,
+what happens to a shard that goes bad), checkpoint cadence and retention, and where and at which
+priority it is scheduled (COSMETIC). Everything else (the
 model, data, seeds, batch arithmetic, layout, precision, code, packages) can change the numbers,
 so a run that differs there is not comparable bit for bit.
 """
@@ -28,6 +29,7 @@ COSMETIC = (
     "observability.",
     "budget.",
     "recovery.",
+    "data.on_corrupt_shard",
     "checkpoint.interval.",
     "checkpoint.keep_",
     "checkpoint.max_inflight",

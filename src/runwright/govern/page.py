@@ -149,7 +149,7 @@ def render_page(
         ),
         f'<p class="sub">device-hour price {split.device_hour_price:g}</p>',
         "<h2>Final metrics</h2>",
-        table(["figure", "value"], _metric_rows(fm)),
+        table(["figure", "value"], _metric_rows(fm, report.data_quarantine)),
         "<h2>Incidents</h2>",
         table(
             [
@@ -260,6 +260,8 @@ def render_page(
                 for m in report.mixture
             ],
         ),
+        "<h3>Data quarantine: shards left out as corrupt or missing</h3>",
+        table(QUARANTINE_HEADERS, _quarantine_rows(report)),
         "<h3>Resolved plan</h3>",
         table(["value", "resolved", "reason"], _plan_rows(report.plan)),
         "<h3>Attempts</h3>",
@@ -307,7 +309,7 @@ def render_page(
     )
 
 
-def _metric_rows(fm: Any) -> list[tuple[str, Any]]:
+def _metric_rows(fm: Any, quarantine: Sequence[Any] = ()) -> list[tuple[str, Any]]:
     straggler = ", ".join(f"rank {r}: {s:.3f}" for r, s in fm.straggler_scores.items()) or "-"
     return [
         ("last loss", fm.last_loss),
@@ -318,6 +320,7 @@ def _metric_rows(fm: Any) -> list[tuple[str, Any]]:
             f"{fm.device_tokens} / {fm.loss_tokens} / {fm.padded_tokens}",
         ),
         ("replayed device tokens", fm.replayed_tokens),
+        ("tokens lost to quarantined shards", sum(q.tokens_lost for q in quarantine)),
         ("wall seconds", fm.wall_seconds),
         ("productive seconds", fm.productive_seconds),
         ("ETTR (productive / wall)", pct(fm.ettr)),
@@ -330,6 +333,20 @@ def _metric_rows(fm: Any) -> list[tuple[str, Any]]:
         ("straggler scores", straggler),
         ("total cost", fm.total_cost),
     ]
+
+
+QUARANTINE_HEADERS = ("shard", "source", "reason", "from step", "gen", "documents lost",
+                      "tokens lost", "what was wrong")  # fmt: skip
+
+
+def _quarantine_rows(report: "RunReport") -> list[tuple[Any, ...]]:
+    again = " (the last generation read it again)"
+    return [
+        (q.shard, q.source, q.reason, q.step, ", ".join(map(str, q.generations)),
+         q.documents_lost, q.tokens_lost, "; ".join(q.problems) + ("" if q.in_final_lineage
+         else again))
+        for q in report.data_quarantine
+    ]  # fmt: skip
 
 
 def _plan_rows(plan: dict[str, Any]) -> list[tuple[str, Any, str]]:

@@ -16,6 +16,7 @@ from pydantic import Field
 
 from runwright.errors import RunwrightError
 from runwright.events import EventType
+from runwright.govern.data_loss import QuarantineRow, quarantine_rows
 from runwright.govern.evidence import (
     CodeVersion,
     DatasetIdentity,
@@ -238,7 +239,9 @@ class RunReport(Record):
     dataset: DatasetIdentity
     """Dataset id and tokenizer hash."""
     mixture: list[MixtureRow] = Field(default_factory=list)
-    """Mixture targets vs actual counts."""
+    """Mixture targets vs actual counts (draws: a quarantined shard's skipped ones included)."""
+    data_quarantine: list[QuarantineRow] = Field(default_factory=list)
+    """Shards quarantined as corrupt or missing, and the documents and tokens lost to each."""
     checkpoint_lineage: list[LineageEntry] = Field(default_factory=list)
     """Checkpoints with parents."""
     incidents: list[Incident] = Field(default_factory=list)
@@ -366,6 +369,7 @@ def collect_report(
         plan=run.plan,
         dataset=dataset_identity(store, spec, events),
         mixture=mixture_rows(spec, events),
+        data_quarantine=quarantine_rows(events),
         checkpoint_lineage=checkpoint_lineage(store.checkpoints.list(run.run_id), events),
         incidents=incidents(events, timeline.steps, split.recoveries),
         interventions=interventions(run, events),

@@ -125,8 +125,8 @@ class RunContext:
     ) -> None:
         """Report that optimizer step `step` completed on this rank, with its metrics. With
         `loader_facts`, what the run's loaders know of the step's batch (sample range, tokens,
-        input wait) is added where `metrics` does not say it (the step loop, which accounts for
-        itself, turns it off).
+        input wait, what quarantined shards cost) is added where `metrics` does not say it (the
+        step loop turns it off for a step it skipped).
 
         This is also the two-line integration's step boundary: once a stop was asked for
         (`runwright cancel`, SIGTERM, Ctrl-C, a budget), every rank stops after the same step,

@@ -170,9 +170,11 @@ class StepLoop:
             **phase_seconds,
             **{k: self._plain(v) for k, v in metrics.items()},
         }
+        # The loader's facts fill in what the script did not say (what quarantined shards cost,
+        # data_lost); a skipped step trained nothing, so it takes none.
         self.ctx.step_healthy(
             step,
-            loader_facts=False,
+            loader_facts=not metrics.get("skipped"),
             stop_check=False,
             **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")},
         )

@@ -154,6 +154,13 @@ class DataSpec(Section):
     read_workers: PositiveInt = Field(default=2, le=limits.MAX_BACKLOG)
     """Parallel shard readers feeding the reorder buffer, besides the caller's thread; the
     loader starts at most one fewer than the cores the process may use."""
+    on_corrupt_shard: Literal["fail", "skip"] = "fail"
+    """What the loader does when a train shard fails verification or goes missing, at open or
+    while the run reads it: `fail` raises ShardCorruptError naming the shard (failure class
+    `data`); `skip` quarantines it (recorded in the data cursor, never by touching the dataset)
+    and leaves its documents out from the next step on, the same on every rank and after every
+    restart, and reports the documents and tokens lost (docs/data.md, "Corrupt or missing
+    shards")."""
 
     @field_validator("dataset")
     @classmethod

@@ -25,6 +25,7 @@ from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
 from runwright.data import DataLoader
 from runwright.events import EventType
 from runwright.train.evaluate import eval_rows, evaluate
+from runwright.train.faults import ShardDamage
 from runwright.train.model import GPT
 from runwright.train.schedule import lr_multiplier
 
@@ -67,6 +68,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--slow-seconds", type=float, default=0.0, help="the slow rank's extra seconds per step"
+    )
+    parser.add_argument(
+        "--damage-shard",
+        type=ShardDamage.parse,
+        metavar="SHARD:HOW@STEP",
+        help="fault injection: before step STEP takes its batch, every rank damages train shard "
+        "SHARD (HOW: overwrite its first bytes in place, or remove its files); "
+        "data.on_corrupt_shard decides what follows (train/faults.py)",
     )
     args = parser.parse_args(argv)
 
@@ -157,6 +166,12 @@ def main(argv: list[str] | None = None) -> int:
     saved_step = step
     loop = ctx.step_loop(step, total_steps)
     for step in loop:
+        damage = args.damage_shard
+        if damage is not None and step == damage.step:
+            damage.apply(loader.dataset.folder)
+            if ctx.rank == 0:
+                ctx.report(EventType.FAULT_INJECTED, step=step, kind=f"shard_{damage.how}",
+                           shard=damage.shard, rank=ctx.rank)  # fmt: skip
         before = loader.stats.input_wait_seconds_total
         batch = next(batches)
         loop.add_phase_seconds("data_wait", loader.stats.input_wait_seconds_total - before)

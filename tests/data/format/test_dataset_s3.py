@@ -87,6 +87,30 @@ def test_a_corrupt_remote_copy_is_the_datas_fault(built, s3_bucket, tmp_path):
     assert not list((tmp_path / "cache").rglob("*.partial*"))
 
 
+def test_a_missing_data_object_is_kept_out_for_a_loader_that_quarantines(
+    built, s3_bucket, tmp_path
+):
+    """`broken="keep"` (data.on_corrupt_shard: skip): a shard object gone from the remote copy,
+    and one whose bytes differ, stay out of the cache and are reported, not raised; the
+    tokenizer and the manifest still raise."""
+    url = upload(built.folder, f"{s3_bucket}/datasets/missing")
+    fs, path = open_filesystem(url)
+    gone, bent = (s.name for s in built.manifest.shards if s.split == "train")
+    fs.rm_file(f"{path}/{gone}.bin")
+    fs.pipe_file(f"{path}/{bent}.idx", b"not an index")
+    opened = open_dataset(url, cache_dir=tmp_path / "cache", split="train", broken="keep")
+    assert opened.broken == {
+        gone: [f"{gone}.bin: missing"],
+        bent: [f"{bent}.idx: missing"],
+    }
+    assert not opened.shards
+    with pytest.raises(ShardCorruptError, match=f"{gone}.bin is missing from the remote copy"):
+        open_dataset(url, cache_dir=tmp_path / "cache")
+    fs.rm_file(f"{path}/{built.manifest.tokenizer.file}")
+    with pytest.raises(ShardCorruptError, match="missing from the remote copy"):
+        open_dataset(url, cache_dir=tmp_path / "other", broken="keep")
+
+
 def test_an_unreachable_store_is_a_storage_error(built, own_s3_server, monkeypatch, tmp_path):
     from runwright_tests_s3_server import forget_clients, new_bucket
 

@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -37,6 +37,23 @@ from runwright.data.format.untrusted import MAX_MANIFEST_BYTES, member
 from runwright.remote import is_url, open_filesystem, translated
 
 Verification = Literal["digest", "size"]
+FileIdentity = tuple[int, int, int, int]
+"""(device, inode, bytes, mtime in ns) of a file: a change means it was rewritten, replaced or
+truncated since it was last verified."""
+
+
+def file_identity(path: str | Path) -> FileIdentity | None:
+    """The file's identity now, or None when it cannot be found."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def shard_identity(folder: Path, name: str) -> tuple[FileIdentity | None, FileIdentity | None]:
+    """The identities of a shard's `.bin` and `.idx` files."""
+    return file_identity(folder / f"{name}.bin"), file_identity(folder / f"{name}.idx")
 
 
 def file_sha256(path: str | Path, chunk_bytes: int = 1 << 22) -> str:
@@ -121,8 +138,16 @@ def _partial(final: Path) -> Path:
     return final.with_name(f".{final.name}.partial-{os.getpid()}")
 
 
-def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> Path:
-    """A local folder holding the dataset: the path itself, or a verified cache of a URL."""
+def localise(
+    dataset_path: str | Path,
+    cache_dir: str | Path | None = None,
+    broken: Literal["raise", "keep"] = "raise",
+) -> Path:
+    """A local folder holding the dataset: the path itself, or a verified cache of a URL.
+
+    A shard file missing from the remote copy or not matching its digest raises
+    ShardCorruptError, or with `broken="keep"` stays out of the cache (opening then finds the
+    shard missing); the manifest and the tokenizer always raise."""
     text = str(dataset_path)
     if not is_url(text):
         return Path(text.removeprefix("file://"))
@@ -148,10 +173,10 @@ def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> P
     cache = Path(cache_dir) if cache_dir else _default_cache()
     local = cache / manifest.dataset_id
     local.mkdir(parents=True, exist_ok=True)
-    wanted = [(f"{s.name}.bin", s.bin_sha256) for s in manifest.shards]
-    wanted += [(f"{s.name}.idx", s.idx_sha256) for s in manifest.shards]
-    wanted.append((manifest.tokenizer.file, manifest.tokenizer.sha256))
-    for name, digest in wanted:
+    wanted = [(f"{s.name}.bin", s.bin_sha256, True) for s in manifest.shards]
+    wanted += [(f"{s.name}.idx", s.idx_sha256, True) for s in manifest.shards]
+    wanted.append((manifest.tokenizer.file, manifest.tokenizer.sha256, False))
+    for name, digest, shard_file in wanted:
         final = member(local, name)
         if final.exists():
             continue
@@ -161,12 +186,16 @@ def localise(dataset_path: str | Path, cache_dir: str | Path | None = None) -> P
                 fs.get_file(f"{base}/{name}", str(tmp))
         except FileNotFoundError:
             tmp.unlink(missing_ok=True)
+            if shard_file and broken == "keep":
+                continue
             raise ShardCorruptError(f"{text}/{name} is missing from the remote copy") from None
         except DataStorageError:
             tmp.unlink(missing_ok=True)
             raise
         if file_sha256(tmp) != digest:
             tmp.unlink()
+            if shard_file and broken == "keep":
+                continue
             raise ShardCorruptError(
                 f"{text}/{name} does not match its manifest digest; the remote copy is corrupt"
             )
@@ -185,6 +214,12 @@ class OpenDataset:
     folder: Path
     manifest: DatasetManifest
     shards: dict[str, IndexedShard]
+    identities: dict[str, tuple[FileIdentity | None, FileIdentity | None]] = field(
+        default_factory=dict
+    )
+    """Each opened shard's (.bin, .idx) identities, taken before it was verified."""
+    broken: dict[str, list[str]] = field(default_factory=dict)
+    """Shards that failed verification and what is wrong with each (only with broken="keep")."""
 
     def source_documents(self, source: str, split: str = "train") -> tuple[list[str], np.ndarray]:
         names = [s.name for s in self.manifest.shards if s.source == source and s.split == split]
@@ -198,20 +233,29 @@ def open_dataset(
     verification: Verification = "digest",
     cache_dir: str | Path | None = None,
     split: str | None = None,
+    broken: Literal["raise", "keep"] = "raise",
 ) -> OpenDataset:
     """Open a dataset, checking each shard against the manifest.
 
     `digest` re-hashes every shard (reads each byte once, which also warms the page cache);
     `size` checks sizes and index structure only. A mismatch raises ShardCorruptError naming the
-    shard.
+    shard, or with `broken="keep"` is listed in `OpenDataset.broken` and the shard left unopened
+    (a loader that quarantines bad shards).
     """
-    folder = localise(dataset_path, cache_dir)
+    folder = localise(dataset_path, cache_dir, broken)
     manifest = read_manifest(folder)
     shards: dict[str, IndexedShard] = {}
+    identities = {}
+    bad: dict[str, list[str]] = {}
     for record in manifest.shards:
         if split is not None and record.split != split:
             continue
+        # Before the check: a file changed while it is hashed then differs from its identity.
+        identity = shard_identity(folder, record.name)
         problems, opened = check_shard(folder, record, verification)
+        if opened is None and broken == "keep":
+            bad[record.name] = problems
+            continue
         if opened is None:
             raise ShardCorruptError(
                 f"shard {record.name} of dataset {manifest.dataset_id[:12]} is corrupt: "
@@ -219,4 +263,7 @@ def open_dataset(
                 + ". Run `runwright data verify` on the dataset and rebuild or restore it."
             )
         shards[record.name] = opened
-    return OpenDataset(folder=folder, manifest=manifest, shards=shards)
+        identities[record.name] = identity
+    return OpenDataset(
+        folder=folder, manifest=manifest, shards=shards, identities=identities, broken=bad
+    )

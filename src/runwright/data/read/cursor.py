@@ -5,6 +5,11 @@ position) (ARCHITECTURE.md, "Data order"), so the cursor holds those, the per-so
 mixture reads, and the packer residual: the document a packed sequence boundary fell inside and
 how many of its tokens were already used. It says nothing about ranks, workers or prefetch, so it
 restores under any data-parallel size.
+
+It also records every shard the run quarantined (`data.on_corrupt_shard: skip`): the stream
+leaves a quarantined shard's documents out from the step it was quarantined at, so the shard is
+part of the position. A restart that restores the cursor skips it again whatever state the file
+is in now, and every rank, restoring the same cursor, skips the same documents.
 """
 
 from typing import Annotated, Literal
@@ -34,6 +39,29 @@ class PackerResidual(Record):
     """Its 0-based draw number within that source in this epoch."""
     token_offset: int = Field(ge=1, le=(1 << 63) - 1)
     """Tokens of it (counting the EOD slot) already placed in earlier sequences."""
+
+
+class QuarantinedShard(Record):
+    """A shard the run stopped reading because it failed verification or went missing."""
+
+    shard: PlainName
+    """Shard name (the files `<shard>.bin` and `<shard>.idx` of the dataset)."""
+    source: PlainName
+    """Mixture source the shard belongs to."""
+    reason: Literal["corrupt", "missing"]
+    """`missing`: a file of it could not be found; `corrupt`: its bytes differ from the manifest."""
+    from_step: int = Field(ge=0, le=(1 << 63) - 1)
+    """Global steps consumed when it was quarantined: steps from this one on (0-based) never
+    read it."""
+    documents_lost: int = Field(default=0, ge=0, le=(1 << 63) - 1)
+    """Its documents the stream drew since and skipped (each pass of a repeating source counts
+    again)."""
+    tokens_lost: int = Field(default=0, ge=0, le=(1 << 63) - 1)
+    """Their tokens, plus the untrained rest of a document cut by the step boundary it was
+    quarantined at."""
+    tokens_estimated: bool = False
+    """True when its index could not be read on this rank, so each skipped document counted the
+    shard's mean length (its manifest tokens / documents) instead of its own."""
 
 
 class DataCursor(Record):
@@ -69,6 +97,8 @@ class DataCursor(Record):
     """Mixture units consumed per source in this epoch (equal to draws for `documents`)."""
     residual: PackerResidual | None = None
     """Partly packed document at the boundary, or None at a document boundary."""
+    quarantined: tuple[QuarantinedShard, ...] = ()
+    """Shards left out of the stream, in the order they were quarantined."""
 
 
 IDENTITY_FIELDS = (
@@ -96,9 +126,9 @@ def reconcile(saved: DataCursor, expected: DataCursor, coverage_only: bool) -> D
     """The cursor to continue from, or CursorMismatchError.
 
     Exact resume requires every identity field to match. Coverage-only resume keeps the step,
-    position, epoch and per-source draw counts of sources that still exist, drops the packer
-    residual, and adopts the loader's identity: each source continues after the documents it
-    already gave, but the exact sequence is not reproduced.
+    position, epoch and per-source draw counts of sources that still exist and the quarantined
+    shards, drops the packer residual, and adopts the loader's identity: each source continues
+    after the documents it already gave, but the exact sequence is not reproduced.
     """
     diffs = cursor_differences(saved, expected)
     if not diffs:
@@ -119,5 +149,6 @@ def reconcile(saved: DataCursor, expected: DataCursor, coverage_only: bool) -> D
             "source_draws": {n: saved.source_draws.get(n, 0) for n in sorted(names)},
             "source_units": {n: saved.source_units.get(n, 0) for n in sorted(names)},
             "residual": None,
+            "quarantined": saved.quarantined,
         }
     )

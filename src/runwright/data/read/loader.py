@@ -38,11 +38,13 @@ from runwright.data.read.ledger import ConsumptionLedger, record_steps
 from runwright.data.read.mixture import MIXTURES
 from runwright.data.read.packing import PACKERS
 from runwright.data.read.prefetch import END, ReadPipeline
+from runwright.data.read.quarantine import ShardGuard
 from runwright.data.read.shuffle import SHUFFLES
 from runwright.data.read.step_plan import BatchPlan, CursorPoint, Planner
-from runwright.data.read.stream import DocStream, SourceTable, StreamState
+from runwright.data.read.stream import DocStream, StreamState
+from runwright.data.read.tables import identity_cursor, source_tables
 from runwright.events import EventType, emit, report_at_close, report_with_each_step
-from runwright.spec import DataSpec, canonical_json, sha256_hex
+from runwright.spec import DataSpec
 
 
 def _useful_workers(requested: int) -> int:
@@ -64,6 +66,11 @@ class DataLoader:
     accepts: `exact` refuses a cursor of another dataset, tokenizer, algorithm version, mixture,
     seed or sequence length; `coverage` keeps only per-source progress. `read_workers` defaults
     to the spec's, capped at the process's cores minus one; 0 reads on the caller's thread.
+
+    A train shard that is corrupt or missing, at open or while it is read, is handled as
+    `data_spec.on_corrupt_shard` says (data/read/quarantine.py). Under `skip` the ranks agree on
+    it over `group` (a gloo-capable group; default: every rank of the default process group,
+    and every rank must then construct a loader and take the same steps).
     """
 
     def __init__(
@@ -83,6 +90,7 @@ class DataLoader:
         prefetch_batches: int | None = None,
         reorder_capacity: int | None = None,
         drift_window_steps: int | None = DRIFT_WINDOW_STEPS,
+        group: Any = None,
     ) -> None:
         if dp_size < 1 or not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank={dp_rank} must lie in [0, dp_size={dp_size})")
@@ -106,8 +114,13 @@ class DataLoader:
             raise DataError(f"read_workers={self.read_workers} must be 0 or more")
         self.prefetch_batches = prefetch_batches or data_spec.prefetch_batches
         self.reorder_capacity = reorder_capacity or max(2, 2 * self.read_workers)
+        skip = data_spec.on_corrupt_shard == "skip"
         self.dataset: OpenDataset = open_dataset(
-            path, verification=verification, cache_dir=cache_dir, split="train"
+            path,
+            verification=verification,
+            cache_dir=cache_dir,
+            split="train",
+            broken="keep" if skip else "raise",
         )
         manifest = self.dataset.manifest
         if data_spec.manifest_id and data_spec.manifest_id != manifest.dataset_id:
@@ -125,12 +138,25 @@ class DataLoader:
         self._mixture = MIXTURES.get(data_spec.mixture.algorithm)
         self._packer = PACKERS.get(data_spec.packing)
         train = [s for s in manifest.shards if s.split == "train"]
-        tokens = [self.dataset.shards[s.name].tokens for s in train]
+        # A shard that could not be opened has no tokens to read: the planner never reads it.
+        tokens = [
+            self.dataset.shards[s.name].tokens
+            if s.name in self.dataset.shards
+            else np.zeros(0, dtype=np.dtype(s.dtype))
+            for s in train
+        ]
         # The shards' buffers, held once for the fill kernels (no per-step look-up).
         self._storage = ShardTable(tokens)
         self._itemsize = tokens[0].dtype.itemsize if tokens else 2
-        self.sources = self._source_tables()
-        self._origin = self._identity_cursor()
+        tables = source_tables(self.dataset, data_spec, train)
+        self._guard = ShardGuard(
+            data_spec.on_corrupt_shard, self.dataset, train, tables, dp_rank, dp_size, group
+        )
+        self.sources = tables
+        # Shards the cursor has quarantined, kept here: reading them off the cursor point of
+        # every step would build its DataCursor (tens of us) at every step.
+        self._quarantined: set[int] = set()
+        self._origin = identity_cursor(self.dataset, data_spec, tables)
         self._cursor: DataCursor | CursorPoint = self._origin
         self._ledger = ConsumptionLedger()
         # Steps consumed since the ledger was last built: [first_step, end_step, first_sample,
@@ -189,61 +215,6 @@ class DataLoader:
     def vocab_size(self) -> int:
         return self.manifest.tokenizer.vocab_size
 
-    def _source_tables(self) -> list[SourceTable]:
-        manifest = self.manifest
-        train = [s for s in manifest.shards if s.split == "train"]
-        shard_index = {s.name: i for i, s in enumerate(train)}
-        available = manifest.sources("train")
-        mix = self.spec.mixture
-        if mix.sources:
-            wanted = [(s.name, float(s.weight), s.exhaustion) for s in mix.sources]
-        else:
-            # No weights: every source in proportion to its size, each read once per epoch.
-            wanted = []
-            for name in available:
-                mine = [s for s in train if s.source == name]
-                size = sum(s.documents if mix.unit == "documents" else s.tokens for s in mine)
-                wanted.append((name, float(size), "renormalise"))
-        tables = []
-        for name, weight, exhaustion in wanted:
-            if name not in available:
-                raise DataError(
-                    f"mixture source {name!r} is not in dataset {manifest.dataset_id[:12]}; its "
-                    f"train sources are {available}"
-                )
-            names, lengths = self.dataset.source_documents(name)
-            if lengths.shape[0] == 0:
-                raise DataError(f"mixture source {name!r} has no train documents; remove it")
-            shard = np.concatenate(
-                [
-                    np.full(self.dataset.shards[n].documents, shard_index[n], dtype=np.int64)
-                    for n in names
-                ]
-            )
-            offset = np.concatenate([self.dataset.shards[n].token_offsets for n in names])
-            tables.append(SourceTable(name, lengths, shard, offset, weight, exhaustion))
-        return tables
-
-    def _identity_cursor(self) -> DataCursor:
-        mix = self.spec.mixture
-        mixture_key = {
-            "unit": mix.unit,
-            "sources": [[t.name, t.weight, t.exhaustion] for t in self.sources],
-        }
-        names = [t.name for t in self.sources]
-        return DataCursor(
-            dataset_id=self.manifest.dataset_id,
-            tokenizer_sha256=self.manifest.tokenizer.sha256,
-            shuffle=self.spec.shuffle,
-            mixture=mix.algorithm,
-            packing=self.spec.packing,
-            mixture_sha256=sha256_hex(canonical_json(mixture_key)),
-            seed=self.spec.seed,
-            sequence_length=self.spec.sequence_length,
-            source_draws=dict.fromkeys(names, 0),
-            source_units=dict.fromkeys(names, 0),
-        )
-
     # ---- cursor and ledger -------------------------------------------------------------------
 
     @property
@@ -263,9 +234,11 @@ class DataLoader:
         except ValidationError as exc:
             raise CursorMismatchError(f"not a runwright data cursor: {exc}") from None
         coverage = self.resume == "coverage" if coverage_only is None else coverage_only
-        cursor = reconcile(saved, self._origin, coverage)
+        cursor = self._guard.restored(reconcile(saved, self._origin, coverage))
         self._shutdown()
         self._cursor = cursor
+        self.sources = self._guard.stream_tables(cursor)
+        self._quarantined = self._guard.quarantined(cursor)
         self._finished = False
         if self._drift is not None:
             self._drift.start_at(cursor.epoch, dict(cursor.source_draws), dict(cursor.source_units))
@@ -295,8 +268,7 @@ class DataLoader:
 
     # ---- pipeline ----------------------------------------------------------------------------
 
-    def _make_planner(self) -> Planner:
-        c = self.cursor
+    def _stream(self, c: DataCursor) -> DocStream:
         names = [t.name for t in self.sources]
         state = StreamState(
             epoch=c.epoch,
@@ -311,7 +283,7 @@ class DataLoader:
             def doc_units(lengths: np.ndarray) -> np.ndarray:
                 return packer.units(lengths, unit, seq)
 
-        stream = DocStream(
+        return DocStream(
             sources=self.sources,
             shuffle=self._shuffle,
             mixture=self._mixture,
@@ -322,17 +294,41 @@ class DataLoader:
             epochs=self.epochs,
             epoch_ends=self._epoch_ends,
         )
+
+    def _make_planner(self) -> Planner:
+        c = self.cursor
         return Planner(
-            stream,
+            self._stream(c),
             self._packer,
             self.sources,
             c,
             global_batch_samples=self.global_batch_samples,
             dp_rank=self.dp_rank,
             dp_size=self.dp_size,
+            exclusion=self._guard.exclusion(c),
         )
 
+    def _decide(self, read: list[int]) -> bool:
+        """Apply data.on_corrupt_shard to the shards a batch read (none: before planning); True
+        when shards were quarantined (agreed by every rank) from the step after the last batch
+        handed out: the pipeline, planned ahead with them, is dropped and must be planned again."""
+        decided = self._guard.decide(read, self._quarantined)
+        if not decided:
+            return False
+        self._shutdown()
+        cursor = self.cursor
+        residual = None
+        if cursor.residual is not None:
+            i = [t.name for t in self.sources].index(cursor.residual.source)
+            draw = np.array([cursor.residual.draw], dtype=np.int64)
+            residual = (i, int(self._stream(cursor).lookup(i, draw, cursor.epoch)[0]))
+        self._cursor = self._guard.apply(cursor, decided, residual)
+        self.sources = self._guard.stream_tables(self._cursor)
+        self._quarantined = self._guard.quarantined(self._cursor)
+        return True
+
     def _start(self) -> None:
+        self._decide([])
         planner = self._make_planner()
         self._pipeline = ReadPipeline(
             planner.next_batch,
@@ -342,13 +338,13 @@ class DataLoader:
             prefetch_batches=self.prefetch_batches,
         )
 
-    def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint]:
+    def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint, list[int]]:
         batch, stored_tokens = materialise(
             plan, self._packer, self._storage, self.spec.sequence_length, self.eod_token_id
         )
         with self._bytes_lock:
             self._bytes += stored_tokens * self._itemsize
-        return batch, plan.cursor
+        return batch, plan.cursor, plan.shards_read()
 
     def __iter__(self) -> Iterator[Batch]:
         return self
@@ -356,13 +352,8 @@ class DataLoader:
     def __next__(self) -> Batch:
         if self._finished:
             raise StopIteration
-        if self._pipeline is None:
-            self._start()
         began = time.perf_counter()
-        try:
-            item = self._pipeline.get()
-        except RuntimeError:
-            raise DataError("the loader's reader threads stopped; recreate the loader") from None
+        item = self._take()
         waited = time.perf_counter() - began
         self._wait_total += waited
         self._wait_last = waited
@@ -389,6 +380,12 @@ class DataLoader:
             "loss_tokens": batch.loss_tokens,
             "data_wait_seconds": waited,
         }
+        if cursor.lost:
+            # Lost to quarantine so far in this lineage, per shard: the report's figure.
+            self._step_facts["data_lost"] = {
+                q.shard: {"documents": docs, "tokens": tokens}
+                for q, (docs, tokens) in zip(cursor.template.quarantined, cursor.lost, strict=True)
+            }
         self._batches += 1
         self._loss_tokens += batch.loss_tokens
         self._padded_tokens += batch.padded_tokens
@@ -402,6 +399,24 @@ class DataLoader:
                     **window,
                 )
         return batch
+
+    def _take(self) -> Any:
+        """The next item in order: (batch, cursor point), END or an exception. A batch that
+        read a shard found bad is dropped and the step planned again without the shard."""
+        while True:
+            if self._pipeline is None:
+                self._start()
+            try:
+                item = self._pipeline.get()
+            except RuntimeError:
+                raise DataError(
+                    "the loader's reader threads stopped; recreate the loader"
+                ) from None
+            if item is END or isinstance(item, Exception):
+                return item
+            batch, cursor, read = item
+            if not self._decide(read):
+                return batch, cursor
 
     def _counts(self) -> Counts:
         cursor = self.cursor

@@ -23,6 +23,12 @@ from runwright.data.errors import SourceExhaustedError
 from runwright.data.read.mixture import Mixture
 from runwright.data.read.shuffle import Shuffle, context_key
 
+BLOCK_DOCS = 16384
+"""Draws per block. The shuffle's cycle walk and the mixture cost a fixed number of numpy calls
+per block, so bigger blocks amortise them (4,096 -> 16,384 halved the stream's share of planning
+at S = 2048); the price is one ~5 ms planning burst per block, which the prefetch queue absorbs.
+The sequence does not depend on it."""
+
 
 @dataclass(frozen=True)
 class SourceTable:
@@ -102,11 +108,8 @@ class DocStream:
     state: StreamState
     epochs: int | None = None
     """Epochs to produce; None for an endless stream."""
-    block_docs: int = 16384
-    """Draws per block. The shuffle's cycle walk and the mixture cost a fixed number of numpy
-    calls per block, so bigger blocks amortise them (4,096 -> 16,384 halved the stream's share
-    of planning at S = 2048); the price is one ~5 ms planning burst per block, which the
-    prefetch queue absorbs. The sequence does not depend on it."""
+    block_docs: int = BLOCK_DOCS
+    """Draws per block (BLOCK_DOCS)."""
     epoch_ends: dict[int, StreamState] = field(default_factory=dict)
     """epoch -> the state it ended in (the loader's drift windows count across a boundary)."""
     _poisoned: str | None = field(default=None, init=False)

@@ -197,3 +197,21 @@ def test_a_save_in_flight_defers_no_progress_until_its_own_timeout_has_passed():
     assert stuck is not None and stuck.failure_class is FailureClass.NO_PROGRESS
     dog.saves_changed(False)
     assert dog.check(now=131.0).failure_class is FailureClass.NO_PROGRESS
+
+
+def test_a_rank_past_its_last_step_is_judged_by_the_progress_timeout():
+    """A rank that reported the plan's last step exits and stops beating while its peer saves
+    and the launcher collects them: on a busy machine that outlasts a heartbeat timeout, and it
+    is not a hang (it was, on an oversubscribed run: FAILURE_CLASSIFIED hang at the last step)."""
+    rec = RecoverySpec(heartbeat_timeout_seconds=4, progress_timeout_seconds=60)
+    dog = Watchdog(rec, world_size=2, total_steps=8)
+    dog.step(0, 8)
+    dog.step(1, 7)
+    dog.beats = {0: 0.0, 1: 0.0}
+    dog.last_advance = 0.0
+    hung = dog.check(now=10.0)
+    assert hung is not None and hung.rank == 1  # rank 1 is still training: a hang at 4 s
+    dog.beats[1] = 10.0
+    assert dog.check(now=10.0) is None  # rank 0 finished: 10 s of silence is within 60 s
+    late = dog.check(now=61.0)
+    assert late is not None and late.rank == 0 and "after its last step" in late.detail

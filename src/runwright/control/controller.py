@@ -321,6 +321,7 @@ class Controller(LeasedDriving):
                 spec.resources.world_size,
                 start_step=start_step,
                 save_timeout_seconds=spec.checkpoint.save_timeout_seconds,
+                total_steps=int(spec.plan.total_steps.value),
             ),
             unread=functools.partial(self._unread, run.run_id, group.generation),
         )

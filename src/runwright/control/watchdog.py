@@ -5,6 +5,9 @@ deadlock or a stuck storage call all leave the processes alive. Per generation t
 each rank's newest heartbeat and the time the step last advanced, and returns a verdict:
 - HANG: a rank has been silent longer than recovery.heartbeat_timeout_seconds (before its first
   beat, the start-up allowance is progress_timeout_seconds: imports and rendezvous take time);
+  A rank that reported the plan's last step has finished its work: it exits and stops beating
+  while its peers save and the launcher collects them, which on a busy machine can take longer
+  than a heartbeat timeout, so its silence is only judged against the progress timeout;
 - NO_PROGRESS: beats arrive but no step advanced for progress_timeout_seconds. During the first
   recovery.warmup_steps steps (compilation, first reads) the allowance is three times that. While
   a save is in flight the clock starts no earlier than checkpoint.save_timeout_seconds after the
@@ -41,6 +44,10 @@ class Watchdog:
     """Set while the group is stopping on request; a save may legitimately take a while."""
     save_timeout_seconds: float | None = None
     """checkpoint.save_timeout_seconds: how long a save in flight may stall the steps."""
+    total_steps: int | None = None
+    """The plan's last step: a rank that reported it is finishing, not hanging."""
+    finished: set[int] = field(default_factory=set)
+    """Ranks that reported `total_steps`."""
     saving_since: float | None = None
     """Monotonic time of the last save event (staged, committed, failed) while a save is in
     flight; None when none is."""
@@ -54,6 +61,8 @@ class Watchdog:
 
     def step(self, rank: int, step: int) -> None:
         self.beat(rank)
+        if self.total_steps is not None and step >= self.total_steps:
+            self.finished.add(rank)
         if self.last_step is None or step > self.last_step:
             self.last_step = step
             self.last_advance = time.monotonic()
@@ -73,13 +82,21 @@ class Watchdog:
                         rank,
                         f"rank {rank} never sent a heartbeat in {silent:.0f} s after launch",
                     )
-            elif now - seen > rec.heartbeat_timeout_seconds:
+            elif now - seen > (
+                rec.progress_timeout_seconds
+                if rank in self.finished
+                else rec.heartbeat_timeout_seconds
+            ):
                 return Verdict(
                     FailureClass.HANG,
                     rank,
                     f"rank {rank} silent for "
-                    f"{now - seen:.1f} s (heartbeat timeout "
-                    f"{rec.heartbeat_timeout_seconds:g} s)",
+                    f"{now - seen:.1f} s ("
+                    + (
+                        f"after its last step; progress timeout {rec.progress_timeout_seconds:g} s)"
+                        if rank in self.finished
+                        else f"heartbeat timeout {rec.heartbeat_timeout_seconds:g} s)"
+                    ),
                 )
         steps_done = (self.last_step or self.start_step) - self.start_step
         allowance = rec.progress_timeout_seconds * (

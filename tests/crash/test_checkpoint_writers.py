@@ -124,11 +124,12 @@ def forked_group_sweep(tmp_path: Path, kills: int, seed: int, mode: str):
     assert not report.wedged, f"groups failed on their own: {report.wedged}\n{log[-4000:]}"
     assert not report.survivors, f"processes of killed groups still alive: {report.survivors}"
     seen = read_lines(tmp_path / "visible.jsonl")
-    assert len(seen) == len(report.lives)
     unsound = [v for v in seen if v["torn"] or not v["latest_committed"]]
     assert not unsound, f"torn, mixed or unpublished checkpoints visible after a kill: {unsound}"
     verdicts = read_lines(tmp_path / "verdicts.jsonl")
     assert_restores_sound(verdicts)
+    # A kill can land before rank 0 looked (in the rendezvous); every life that restored had.
+    assert {v["life"] for v in verdicts} <= {v["life"] for v in seen}
     by_life: dict[int, set] = {}
     for v in verdicts:
         by_life.setdefault(v["life"], set()).add(v["restored"])

@@ -23,7 +23,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest -m "not slow" -q --durations=25
+	$(PY) -m pytest -m "not slow" -q -n 2 --dist loadgroup --durations=25
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

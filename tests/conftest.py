@@ -23,6 +23,16 @@ import pytest
 import sqlalchemy as sa
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Under `-n 2 --dist loadgroup` (make test), a test file is one unit of work for one worker:
+    its module-scoped servers and runs are set up once, as in a serial run. A module that shares
+    a session-scoped service with another names a group of its own (the Slurm cluster)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 def find_bindir() -> Path | None:
     initdb = shutil.which("initdb")
     if initdb:

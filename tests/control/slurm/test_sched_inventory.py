@@ -16,7 +16,7 @@ from runwright.sched.slurm_inventory import parse_fields, read_cluster
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("slurm")]
 
 
 def test_the_live_cluster_reads_as_an_inventory_and_a_drained_node_is_not_offered(slurm_cluster):

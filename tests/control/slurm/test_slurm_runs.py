@@ -34,7 +34,11 @@ from runwright.layout import run_paths
 from runwright.spec import load_spec
 from runwright.store import Store
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(600),
+    pytest.mark.xdist_group("slurm"),  # one Slurm cluster per session (conftest.py)
+]
 
 REPO = Path(__file__).resolve().parents[3]
 TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"

@@ -22,15 +22,37 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
+SLOWEST_FILES = (
+    "tests/control/test_recovery.py",
+    "tests/control/test_admission.py",
+    "tests/test_newcomer.py",
+    "tests/control/test_multinode.py",
+    "tests/crash/test_run_writers.py",
+    "tests/demo/test_demo.py",
+    "tests/control/test_pause.py",
+    "tests/server/test_full_run.py",
+    "tests/server/test_dashboard.py",
+    "tests/crash/test_checkpoint_writers.py",
+)
+"""The files that take longest (`make test`'s --durations, summed per file), handed out first:
+a long file left for last keeps one worker busy while the other has nothing to do."""
+
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under `-n 2 --dist loadgroup` (make test), a test file is one unit of work for one worker:
     its module-scoped servers and runs are set up once, as in a serial run. A module that shares
-    a session-scoped service with another names a group of its own (the Slurm cluster)."""
+    a session-scoped service with another names a group of its own (the Slurm cluster). The
+    slowest files come first (SLOWEST_FILES)."""
+    rank = {name: index for index, name in enumerate(SLOWEST_FILES)}
+
+    def file_of(item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    items.sort(key=lambda item: rank.get(file_of(item), len(rank)))  # stable: order kept within
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+            item.add_marker(pytest.mark.xdist_group(file_of(item)))
 
 
 def find_bindir() -> Path | None:

@@ -183,6 +183,10 @@ def test_a_lost_node_is_classified_restarted_and_the_run_is_bitwise_the_same(
     ]
     (recovered,) = of_type(store, run.run_id, "RECOVERY_SUCCEEDED")
     assert recovered.attributes["restored_step"] == max(committed) >= 4, (context, committed)
+    # Generation 2 reproduced what generation 1 reported for the steps it replayed (or there
+    # were none to replay, when the kill came right after a commit).
+    (verified,) = of_type(store, run.run_id, "RECOVERY_VERIFIED")
+    assert verified.attributes["complete"], (context, verified.attributes)
     assert [a.generation for a in store.attempts(run.run_id)] == [1, 2]
     ended = read_group_exit(run_paths(tmp_path, run.run_id).attempt(1).node_exits_file)
     assert (ended.agents[0].node, ended.agents[0].exit_code) == (0, -signal.SIGKILL)

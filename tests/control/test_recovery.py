@@ -162,6 +162,8 @@ def test_sigstop_one_rank_is_detected_as_a_hang_and_recovered(tmp_path):
     # heartbeat timeout 4 s; detection within the timeout plus a few polls and a heartbeat.
     assert detected - of_type(store, run.run_id, "WORKER_STARTED")[0].time_unix_s > 4
     assert of_type(store, run.run_id, "RECOVERY_SUCCEEDED")
+    (verified,) = of_type(store, run.run_id, "RECOVERY_VERIFIED")
+    assert verified.attributes["complete"]
 
 
 def test_nan_rolls_back_and_skips_the_batch(tmp_path):
@@ -259,6 +261,9 @@ def test_preemption_requeues_and_finishes(tmp_path):
     assert "QUEUED" in states[states.index("RECOVERING") :]
     resumed = healthy_steps(store, run.run_id, 2)
     assert resumed[0] == of_type(store, run.run_id, "STOP_ACKNOWLEDGED")[0].step + 1
+    # Saved at the stop step: nothing to replay, and the verdict says so.
+    (verified,) = of_type(store, run.run_id, "RECOVERY_VERIFIED")
+    assert verified.attributes["nothing_replayed"] is True
 
 
 def test_controller_killed_and_restarted_adopts_the_group(tmp_path):

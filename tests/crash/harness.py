@@ -273,10 +273,12 @@ def sweep(
     *,
     seed: int = 0,
     survivor_bound_seconds: float = 5.0,
+    after_kill: Callable[[Life], None] | None = None,
 ) -> SweepReport:
     """Calibrate on uninterrupted lives, then lives each SIGKILLed at a uniformly random time
     until `kills` kills landed, then one final uninterrupted life (the state must be usable).
-    `survivor_bound_seconds` is how long the processes of a killed life may take to follow it."""
+    `survivor_bound_seconds` is how long the processes of a killed life may take to follow it.
+    `after_kill(life)` looks at what a killed life left, before the next one starts."""
     rng = random.Random(seed)
     lives: list[Life] = []
 
@@ -303,6 +305,8 @@ def sweep(
         lives.append(
             Life(index, pid, int(code), killed, kill_after, seconds, len(members) + 1, survivors)
         )
+        if killed and after_kill is not None:
+            after_kill(lives[-1])
         return lives[-1]
 
     # Two uninterrupted lives: the first also pays lazy imports and cold caches, the second is

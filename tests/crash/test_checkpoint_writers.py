@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from harness import HERE, ForkedGroupLives, ForkServer, TorchrunLives, sweep
-from workloads import read_lines
+from workloads import read_lines, visible_checkpoints
 
 from runwright.ckpt import Checkpointer, LocalFence, scan
 from runwright.ckpt.storage import STAGING, CheckpointStorage, parse_folder
@@ -107,39 +107,48 @@ def torchrun_sweep(tmp_path: Path, kills: int, seed: int, mode: str = "sync"):
 
 def forked_group_sweep(tmp_path: Path, kills: int, seed: int, mode: str):
     """The crash-consistency sweep of issue 16: SIGKILL a 2-rank group (both ranks, or one and
-    its agent tears the other down) at random points of its saves; after each kill the next
-    life's rank 0 looks at the root before touching it: the latest pointer names a committed
-    checkpoint and every committed checkpoint verifies in full (nothing torn or mixed is
-    visible); then both ranks restore what was acknowledged, bit for bit."""
+    its agent tears the other down) at random points of its saves; after each kill, before the
+    next life starts, the test looks at the root as a reader would: the latest pointer names a
+    committed checkpoint and every committed checkpoint verifies in full (nothing torn or mixed
+    is visible); then both ranks of the next life restore what was acknowledged, bit for bit."""
     root = tmp_path / "ckpt"
     lives = ForkedGroupLives(
         tmp_path / "lives.log",
         lambda life: {"root": str(root), "mode": mode, "saves": 3, "life": life},
     )
+    seen: list[dict] = []
     try:
-        report = sweep(f"checkpoint-2-ranks-{mode}", lives, kills, seed=seed)
+        # A SIGKILLed rank can sit in an fsync for a while on a busy machine: as for torchrun.
+        report = sweep(
+            f"checkpoint-2-ranks-{mode}",
+            lives,
+            kills,
+            seed=seed,
+            survivor_bound_seconds=60,
+            after_kill=lambda life: seen.append(
+                {"life": life.index, **visible_checkpoints(str(root))}
+            ),
+        )
     finally:
         lives.close()
     log = (tmp_path / "lives.log").read_text(errors="replace")
     assert not report.wedged, f"groups failed on their own: {report.wedged}\n{log[-4000:]}"
-    assert not report.survivors, f"processes of killed groups still alive: {report.survivors}"
-    seen = read_lines(tmp_path / "visible.jsonl")
     unsound = [v for v in seen if v["torn"] or not v["latest_committed"]]
     assert not unsound, f"torn, mixed or unpublished checkpoints visible after a kill: {unsound}"
+    assert len(seen) == report.kills  # a look after every kill
     verdicts = read_lines(tmp_path / "verdicts.jsonl")
     assert_restores_sound(verdicts)
-    # A kill can land before rank 0 looked (in the rendezvous); every life that restored had.
-    assert {v["life"] for v in verdicts} <= {v["life"] for v in seen}
     by_life: dict[int, set] = {}
     for v in verdicts:
         by_life.setdefault(v["life"], set()).add(v["restored"])
     assert all(len(steps) == 1 for steps in by_life.values()), by_life
-    return report, seen
+    assert not report.survivors, f"processes of killed groups still alive: {report.survivors}"
+    return report, seen, verdicts
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_two_rank_saves_killed_at_random_points_leave_only_sound_checkpoints(tmp_path, mode):
-    report, seen = forked_group_sweep(tmp_path, GROUP_KILLS, seed=2816, mode=mode)
+    report, seen, _ = forked_group_sweep(tmp_path, GROUP_KILLS, seed=2816, mode=mode)
     assert report.kills == GROUP_KILLS, report.summary()
     assert sum(v["committed"] > 0 for v in seen) >= GROUP_KILLS // 2  # kills found saves
 
@@ -148,8 +157,15 @@ def test_two_rank_saves_killed_at_random_points_leave_only_sound_checkpoints(tmp
 @pytest.mark.timeout(14400)
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_two_rank_saves_survive_a_thousand_random_kills(tmp_path, mode):
-    report, seen = forked_group_sweep(tmp_path, SLOW_KILLS // 2, seed=12816, mode=mode)
-    print(report.summary(), {"checked_after_kills": len(seen)})
+    report, seen, verdicts = forked_group_sweep(tmp_path, SLOW_KILLS // 2, seed=12816, mode=mode)
+    print(
+        report.summary(),
+        {
+            "looked_after_kills": len(seen),
+            "with_a_committed_checkpoint": sum(v["committed"] > 0 for v in seen),
+            "restores_checked": len(verdicts),
+        },
+    )
 
 
 @pytest.mark.slow

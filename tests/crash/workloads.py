@@ -6,8 +6,10 @@ process would. It appends what it observed to `verdicts.jsonl` and what it ackno
 a restore must reach at least the newest acknowledged step and equal the state saved there.
 """
 
+import ctypes
 import json
 import os
+import signal
 import sys
 import traceback
 from pathlib import Path
@@ -20,6 +22,7 @@ from runwright.ckpt.events import CheckpointEvent
 from runwright.events import EventType
 from runwright.spec.policies import CheckpointSpec
 
+PR_SET_PDEATHSIG = 1  # prctl(2)
 WIDTH = 192  # 192x192 + 192x4 float32 parameters, x3 with AdamW moments: about 450 kB a save
 
 
@@ -142,10 +145,10 @@ def checkpoint_life(root: str, mode: str, saves: int, life: int) -> None:
 
 
 def visible_checkpoints(root: str) -> dict[str, Any]:
-    """What a reader of the checkpoint root sees after a kill: the latest pointer must name a
-    committed checkpoint, and every committed checkpoint must verify in full (no torn or mixed
-    checkpoint is visible: a commit record is only ever next to every file its manifest
-    names, with the checksums it names)."""
+    """What a reader of the checkpoint root sees after a kill (the sweep looks between lives):
+    the latest pointer must name a committed checkpoint, and every committed checkpoint must
+    verify in full (no torn or mixed checkpoint is visible: a commit record is only ever next
+    to every file its manifest names, with the checksums it names)."""
     from runwright.ckpt import scan, verify_checkpoint
     from runwright.ckpt.storage import CheckpointStorage
 
@@ -175,7 +178,6 @@ def group_rank(root: str, mode: str, saves: int, life: int, rank: int, store: st
     append_line(folder / "pids.jsonl", {"life": life, "rank": rank, "pid": os.getpid()})
     acked = [a["step"] for a in read_lines(folder / "acks.jsonl")]
     if rank == 0:
-        append_line(folder / "visible.jsonl", {"life": life, **visible_checkpoints(root)})
         LocalFence(root).advance_generation()
     dist.barrier()
     saving_life(root, mode, saves, life, acked, rank=rank)
@@ -189,8 +191,6 @@ def forked_group_life(root: str, mode: str, saves: int, life: int) -> None:
     rank is lost is torn down, never left blocked in a collective). A life costs two forks and a
     rendezvous instead of a torchrun, two interpreters and two torch imports, so the sweep can
     afford a thousand kills (docs/crash.md)."""
-    import signal
-
     store = str(Path(root).parent / f"rendezvous-{life}")
     ranks = []
     for rank in range(2):
@@ -198,6 +198,11 @@ def forked_group_life(root: str, mode: str, saves: int, life: int) -> None:
         if pid == 0:
             code = 1
             try:
+                # As a launcher's ranks do: die with the agent, even if it is killed before the
+                # harness ever saw this process.
+                ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                if os.getppid() == 1:
+                    raise SystemExit("the agent died before its rank started")
                 group_rank(root, mode, saves, life, rank, store)
                 code = 0
             except BaseException:  # a rank reports every failure by its exit code

@@ -5,9 +5,9 @@ A run at `reproducibility.level: bitwise` is deterministic: the steps a restarte
 executes again after its restore (the replay: from the restored step to the highest step an
 earlier generation reported) must reproduce, bit for bit, what the earlier generation reported
 for them. Each rank's STEP_HEALTHY carries its loss and the sample range of its batch; the
-controller keeps an 8-byte fingerprint of (loss, samples) per rank and step as it ingests them,
-compares every report of a step with the reports of the same rank and step by other
-generations, and records one verdict per restarted generation:
+controller keeps an 8-byte fingerprint of (the loss's bits, samples) per rank and step as it
+ingests them, compares every report of a step with the reports of the same rank and step by
+other generations, and records one verdict per restarted generation:
 
 - RECOVERY_VERIFIED: every replayed (rank, step) matched; `replayed_steps` says how many steps
   that was (0: the failed generation had not passed the restored step - nothing was replayed,
@@ -29,7 +29,6 @@ one before it are never replayed); a restore further back finds no reports to co
 verdict counts as `unchecked`.
 """
 
-import hashlib
 import struct
 from array import array
 from dataclasses import dataclass, field
@@ -42,16 +41,23 @@ from runwright.store import RunRecord
 
 MISSING = 0
 """A fingerprint slot no report has filled (a real fingerprint is never 0)."""
+_DOUBLE = struct.Struct("<d")
+_BITS = struct.Struct("<q")
 
 
 def fingerprint(loss: Any, samples: Any) -> int:
-    """8 bytes of BLAKE2b over the exact float (its IEEE bits, not a printed form) and the
-    sample range, as a nonzero signed integer."""
-    parts = [struct.pack("<d", float(loss)) if isinstance(loss, (int, float)) else b"-"]
-    parts.append(repr(samples).encode())
-    value = int.from_bytes(
-        hashlib.blake2b(b"|".join(parts), digest_size=8).digest(), "little", signed=True
-    )
+    """A nonzero 64-bit fingerprint of the loss's exact IEEE bits (not a printed form: -0.0 and
+    0.0 differ, every NaN payload is itself) and the sample range. Python's tuple hash of ints:
+    fingerprints are only ever compared inside one controller process (a restarted one re-reads
+    the channel and fingerprints again), and it costs a fraction of a cryptographic digest at
+    one report per rank per step."""
+    bits = _BITS.unpack(_DOUBLE.pack(float(loss)))[0] if isinstance(loss, (int, float)) else -1
+    if isinstance(samples, list):
+        samples = tuple(samples)
+    try:
+        value = hash((bits, samples))
+    except TypeError:  # a script's own unhashable value: its printed form
+        value = hash((bits, repr(samples)))
     return value or 1
 
 

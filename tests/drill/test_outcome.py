@@ -195,6 +195,14 @@ def test_the_policy_decides_what_is_expected():
     )
     stop = FAULTS["sigterm_preemption"].expect(no_requeue)
     assert (stop.state, stop.terminal_reason, stop.action) == ("CANCELLED", "PREEMPTED", "stop")
+    no_budget = spec_from_mapping({**SMALL, "recovery": {"max_total_restarts": 0}})
+    hang = FAULTS["sigstop_rank"].expect(no_budget)
+    assert (hang.state, hang.terminal_reason, hang.action) == (
+        "FAILED",
+        "FAILED_RECOVERABLE",
+        "fail",
+    )
+    assert FAULTS["sigterm_preemption"].expect(no_budget).state == "SUCCEEDED"  # spends none
     assert FAULTS["corrupt_checkpoint_shard"].expect(spec_from_mapping(SMALL)).fallback
 
 

@@ -45,8 +45,10 @@ class Expected(Record):
 
 
 def after_failure(cls: FailureClass, spec: JobSpec, action: str = "restart") -> Expected:
-    """A classified failure handled per the spec's policy for its class: recovered with `action`
-    and bitwise-equal, or stopped where the policy allows no retry."""
+    """A classified failure handled per the spec's recovery policy (docs/control.md, "Failure
+    -> recovery"), read from the spec, not from the controller's code: recovered with `action`
+    and bitwise-equal, or stopped where the policy allows no retry (on_nan: fail, the class's
+    max_retries: 0, or max_total_restarts: 0 for a class that spends the error budget)."""
     if cls is FailureClass.NAN_INF and spec.recovery.on_nan == "fail":
         return Expected(
             state="FAILED",
@@ -55,7 +57,8 @@ def after_failure(cls: FailureClass, spec: JobSpec, action: str = "restart") -> 
             action="fail",
             bitwise=False,
         )
-    if spec.recovery.policy_for(cls).max_retries == 0:
+    policy = spec.recovery.policy_for(cls)
+    if policy.max_retries == 0:
         if cls is FailureClass.PREEMPTION:
             return Expected(
                 state="CANCELLED",
@@ -68,6 +71,14 @@ def after_failure(cls: FailureClass, spec: JobSpec, action: str = "restart") -> 
         return Expected(
             state="FAILED",
             terminal_reason=terminal,
+            failure_class=cls,
+            action="fail",
+            bitwise=False,
+        )
+    if policy.consumes_error_budget and spec.recovery.max_total_restarts == 0:
+        return Expected(
+            state="FAILED",
+            terminal_reason="FAILED_RECOVERABLE",
             failure_class=cls,
             action="fail",
             bitwise=False,

@@ -21,6 +21,11 @@ FAULT_NAMES = (
     "stale_worker",
     "nan_at_step",
     "sigterm_preemption",
+    "storage_timeout",
+    "storage_full",
+    "storage_read_only",
+    "data_shard_corrupt",
+    "data_shard_removed",
 )
 """drill/faults.py's FAULTS, spelled here so `--help` starts without loading the control plane
 (tests/drill checks the two agree)."""
@@ -57,8 +62,9 @@ def drill(
     action, lost steps and seconds, time to the first step past the restore, and bitwise
     equality with one fault-free reference run. Each fault is a fresh run under its own id,
     injected from outside (signals, a trainer fault knob, a corrupted checkpoint file, a stale
-    worker, a killed controller) and judged against what the spec's recovery policy calls for.
-    Writes drill.json and drill.html; exits 1 if any fault did not end as expected."""
+    worker, a killed controller, a refused or hung checkpoint save, a damaged train shard)
+    and judged against what the spec's recovery policy calls for. Writes drill.json and
+    drill.html; exits 1 if any fault did not end as expected."""
     from runwright.drill.runner import default_spec, run_drill
     from runwright.spec import load_spec
 
@@ -100,6 +106,8 @@ def drill(
             )
         console.print(table)
         for r in report.faults:
+            if r.data_lost:
+                console.print(f"{r.fault}: data lost: {r.data_lost}", highlight=False)
             if not r.ok:
                 console.print(f"[red]{r.fault}[/]: " + "; ".join(r.mismatches), highlight=False)
         console.print(f"reference run {report.reference_run_id}; {report.wall_seconds:.0f} s")

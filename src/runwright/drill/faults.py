@@ -13,10 +13,11 @@ it passes when it does. Adding a fault is one `Fault` in `FAULTS` plus its injec
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from runwright.control.failures import DETERMINISTIC
-from runwright.drill import injectors
+from runwright.drill import injectors, shard_damage, storage
 from runwright.events import EventType
 from runwright.records import Record
 from runwright.spec import FailureClass, JobSpec, spec_from_mapping
@@ -96,10 +97,42 @@ def handled_live(action: str) -> Callable[[JobSpec], Expected]:
     )
 
 
-def with_args(*args: str) -> Callable[[JobSpec, int], JobSpec]:
+def after_save_failure(spec: JobSpec) -> Expected:
+    """A save storage refused: `checkpoint.on_save_failure: skip` trains on (the save recorded
+    as CHECKPOINT_FAILED, nothing lost, bitwise-equal); `stop` fails the group as `storage`."""
+    if spec.checkpoint.on_save_failure == "skip":
+        return Expected(state="SUCCEEDED", failure_class=None, action="skip", bitwise=True)
+    return after_failure(FailureClass.STORAGE, spec)
+
+
+def after_shard_damage(spec: JobSpec) -> Expected:
+    """A train shard damaged for good: `data.on_corrupt_shard: skip` quarantines it and trains
+    on without its documents (so the run must differ from the reference); `fail` fails the run
+    as `data`, and since a restart finds the same damage, the policy's retries end it
+    FAILED_PERMANENT (control/policy.py: a deterministic class out of retries, or failing the
+    same way twice) unless it allows no retry at all (after_failure)."""
+    if spec.data.on_corrupt_shard == "skip":
+        return Expected(state="SUCCEEDED", failure_class=None, action="quarantine", bitwise=False)
+    first = after_failure(FailureClass.DATA, spec)
+    if first.state != "SUCCEEDED":
+        return first
+    return Expected(
+        state="FAILED",
+        terminal_reason="FAILED_PERMANENT",
+        failure_class=FailureClass.DATA,
+        action="restart",
+        bitwise=False,
+    )
+
+
+Adapt = Callable[[JobSpec, int, Path], JobSpec]
+"""The spec a fault's run uses, given the drill's spec, the fault's step and its folder."""
+
+
+def with_args(*args: str) -> Adapt:
     """The spec with trainer arguments appended to `code.args` (`{step}` is the fault's step)."""
 
-    def adapt(spec: JobSpec, step: int) -> JobSpec:
+    def adapt(spec: JobSpec, step: int, _folder: Path) -> JobSpec:
         data = spec.model_dump(mode="json")
         data["code"]["args"] = [*data["code"]["args"], *(a.format(step=step) for a in args)]
         return spec_from_mapping(data, f"{spec.name} with {' '.join(args)}")
@@ -107,7 +140,7 @@ def with_args(*args: str) -> Callable[[JobSpec, int], JobSpec]:
     return adapt
 
 
-def on_two_nodes(spec: JobSpec, _step: int) -> JobSpec:
+def on_two_nodes(spec: JobSpec, _step: int, _folder: Path) -> JobSpec:
     """The same world size split over two nodes (two torchrun agents on this host meeting through
     a c10d rendezvous: docs/control.md, "Many nodes without Slurm"), so one can be lost."""
     if spec.resources.nodes >= 2:
@@ -117,7 +150,7 @@ def on_two_nodes(spec: JobSpec, _step: int) -> JobSpec:
     return spec_from_mapping(data, f"{spec.name} on two nodes")
 
 
-def unchanged(spec: JobSpec, _step: int) -> JobSpec:
+def unchanged(spec: JobSpec, _step: int, _folder: Path) -> JobSpec:
     return spec
 
 
@@ -154,6 +187,12 @@ def needs_local_checkpoints(spec: JobSpec) -> str | None:
     )
 
 
+SAVE_FAILED = (EventType.CHECKPOINT_FAILED, EventType.FAILURE_CLASSIFIED)
+"""A refused or hung save shows as the save's failure, and under `stop` as the group's."""
+SHARD_FOUND = (EventType.DATA_SHARD_QUARANTINED, EventType.FAILURE_CLASSIFIED)
+"""A damaged shard shows as its quarantine (skip) or as the run's `data` failure (fail)."""
+
+
 @dataclass(frozen=True)
 class Fault:
     """One fault of the matrix."""
@@ -165,8 +204,8 @@ class Fault:
     """Makes the injector of one run (drill/injectors.py)."""
     expect: Callable[[JobSpec], Expected]
     """The outcome the spec's policy calls for."""
-    adapt: Callable[[JobSpec, int], JobSpec] = unchanged
-    """The spec this fault's run uses, given the drill's spec and the fault's step."""
+    adapt: Adapt = unchanged
+    """The spec this fault's run uses, given the drill's spec, the fault's step and folder."""
     refusal: Callable[[JobSpec], str | None] = lambda _spec: None
     """Why the fault cannot be injected into a spec (the field and the fix), or None."""
     checkpoints_before: int = 1
@@ -268,6 +307,59 @@ FAULTS: dict[str, Fault] = {
             "ranks stop at a step boundary with a save",
             injector=injectors.signal_all_ranks("SIGTERM"),
             expect=lambda spec: after_failure(FailureClass.PREEMPTION, spec, action="requeue"),
+        ),
+        Fault(
+            name="storage_timeout",
+            mechanism="checkpoints through the fault-injecting file system; at the fault's "
+            "step a write of generation 1's next save is made to block for 60 s, past "
+            "checkpoint.save_timeout_seconds (3 s in this run): a timeout stops the run "
+            "whatever on_save_failure says",
+            injector=storage.arm_at_step("timeout", "a hung write"),
+            expect=lambda spec: after_failure(FailureClass.STORAGE, spec),
+            adapt=storage.on_faulty_storage(save_timeout_seconds=3.0),
+            detected_by=SAVE_FAILED,
+        ),
+        Fault(
+            name="storage_full",
+            mechanism="checkpoints through the fault-injecting file system; at the fault's "
+            "step a write of generation 1's next save fails with ENOSPC (a full volume), once: "
+            "checkpoint.on_save_failure decides",
+            injector=storage.arm_at_step("full", "a full volume"),
+            expect=after_save_failure,
+            adapt=storage.on_faulty_storage(),
+            detected_by=SAVE_FAILED,
+        ),
+        Fault(
+            name="storage_read_only",
+            mechanism="checkpoints through the fault-injecting file system; at the fault's "
+            "step generation 1's next save meets EROFS (a volume remounted read-only), once: "
+            "checkpoint.on_save_failure decides",
+            injector=storage.arm_at_step("read_only", "a read-only volume"),
+            expect=after_save_failure,
+            adapt=storage.on_faulty_storage(),
+            detected_by=SAVE_FAILED,
+        ),
+        Fault(
+            name="data_shard_corrupt",
+            mechanism="the run reads a copy of its dataset; at the fault's step the first "
+            "bytes of the heaviest source's largest train shard are overwritten in place "
+            "(fsync): data.on_corrupt_shard decides",
+            injector=shard_damage.damage_at_step("overwrite"),
+            expect=after_shard_damage,
+            adapt=shard_damage.on_copied_dataset,
+            refusal=shard_damage.needs_dataset("data_shard_corrupt"),
+            detected_by=SHARD_FOUND,
+        ),
+        Fault(
+            name="data_shard_removed",
+            mechanism="the run reads a copy of its dataset; at the fault's step the heaviest "
+            "source's largest train shard is deleted (.bin and .idx): data.on_corrupt_shard "
+            "decides",
+            injector=shard_damage.damage_at_step("remove"),
+            expect=after_shard_damage,
+            adapt=shard_damage.on_copied_dataset,
+            refusal=shard_damage.needs_dataset("data_shard_removed"),
+            detected_by=SHARD_FOUND,
         ),
     )
 }

@@ -29,6 +29,7 @@ from runwright.control.processes import (
 from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.protocol import ENV_GENERATION, ENV_RUN_DIR, ENV_RUN_ID, ENV_SPEC_FILE
+from runwright.spec import JobSpec
 from runwright.store import EventRecord, Store
 
 CORRUPT_BYTES = 64
@@ -54,6 +55,8 @@ class Target:
     restart_controller: Callable[[], str] | None = None
     """Kill the run's controller process and start another (the process driver's); what it did,
     in words."""
+    spec: JobSpec | None = None
+    """The fault's run's spec (its dataset copy, its checkpoint location)."""
 
 
 @dataclass

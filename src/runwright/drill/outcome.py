@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from runwright.drill.faults import Expected
 from runwright.events import EventType
 from runwright.govern.compare import Comparison
+from runwright.govern.data_loss import quarantine_rows
 from runwright.govern.incidents import replay_verdict
 from runwright.records import Record
 from runwright.store import EventRecord, RunRecord
@@ -32,6 +33,8 @@ MARKED = {
     EventType.WORKER_GROUP_ADOPTED: "adopted",
     EventType.CONTROLLER_TAKEOVER: "takeover",
     EventType.STALE_WRITE_REJECTED: "rejected",
+    EventType.CHECKPOINT_FAILED: "save_failed",
+    EventType.DATA_SHARD_QUARANTINED: "quarantined",
     EventType.NAN_DETECTED: "nan",
     EventType.RECOVERY_VERIFIED: "replay",
     EventType.RECOVERY_DIVERGED: "replay",
@@ -91,6 +94,11 @@ class FaultResult(Record):
     """RPO in steps: trained after the restored step and lost."""
     lost_seconds: float | None
     """RPO in seconds: the training time those steps took."""
+    tokens_lost: int | None = None
+    """Tokens of data the final lineage skipped in quarantined shards (govern/data_loss.py);
+    None when no shard was quarantined."""
+    data_lost: str | None = None
+    """Each quarantined shard and what it cost: documents and tokens skipped."""
     rto_seconds: float | None
     """The injection to the first healthy step past the restored one."""
     final_state: str
@@ -146,6 +154,10 @@ def _label(event: EventRecord) -> str:
         return f"refused checkpoint {event.checkpoint_id} (step {event.step}): {a.get('reason')}"
     if event.type == EventType.FAULT_INJECTED:
         return str(a.get("detail") or a.get("fault"))
+    if event.type == EventType.CHECKPOINT_FAILED:
+        return f"save of step {event.step} failed: {a.get('error') or a.get('errno')}"
+    if event.type == EventType.DATA_SHARD_QUARANTINED:
+        return f"shard {a.get('shard')} quarantined ({a.get('reason')}) from step {event.step}"
     if event.type == EventType.STALE_WRITE_REJECTED:
         return f"{a.get('rejected_type')} of generation {a.get('writer_generation')} rejected"
     suffix = f" step {event.step}" if event.step is not None else ""
@@ -167,6 +179,11 @@ def _action(
         return "fail"
     if failed and run.state == "CANCELLED":
         return "stop"
+    # Handled inside the group, which trained on: a refused save skipped, a shard quarantined.
+    if _after(events, since, EventType.CHECKPOINT_FAILED):
+        return "skip"
+    if _after(events, since, EventType.DATA_SHARD_QUARANTINED):
+        return "quarantine"
     if _after(events, since, EventType.WORKER_GROUP_ADOPTED):
         return "adopt"
     if _after(events, since, EventType.STALE_WRITE_REJECTED):
@@ -222,6 +239,7 @@ def measure(
     elif injected is not None and run.state == "SUCCEEDED":
         lost_steps, lost_seconds = 0, 0.0  # handled while the group trained on: nothing lost
 
+    lost = [r for r in quarantine_rows(list(events)) if r.in_final_lineage]
     fallbacks = _after(events, since, EventType.RESTORE_FALLBACK)
     fallback = _label(fallbacks[0]) if fallbacks else None
     verdict = replay_verdict(list(events), failed_generation) if failed_generation else {}
@@ -269,6 +287,13 @@ def measure(
         fallback=fallback,
         lost_steps=lost_steps,
         lost_seconds=lost_seconds,
+        tokens_lost=sum(r.tokens_lost for r in lost) if lost else None,
+        data_lost="; ".join(
+            f"{r.shard} ({r.reason}, from step {r.step}): {r.documents_lost:,} documents, "
+            f"{r.tokens_lost:,} tokens"
+            for r in lost
+        )
+        or None,
         rto_seconds=rto,
         final_state=run.state,
         terminal_reason=run.terminal_reason,

@@ -66,6 +66,7 @@ def _summary_rows(results: list[FaultResult]) -> list[tuple[object, ...]]:
             fmt(r.restored_step),
             fmt(r.lost_steps),
             _seconds(r.lost_seconds),
+            "-" if r.tokens_lost is None else f"{r.tokens_lost:,}",
             _seconds(r.rto_seconds),
             r.final_state + (f" ({r.terminal_reason})" if r.terminal_reason else ""),
             r.bitwise,
@@ -95,6 +96,7 @@ def _fault_section(index: int, result: FaultResult) -> str:
         ("injection", result.injection or "-"),
         ("classified", result.failure_message or "-"),
         ("restore fallback", result.fallback or "-"),
+        ("data lost", result.data_lost or "-"),
         ("replay check", _replay(result)),
         ("bitwise", _bitwise(result)),
         ("afterwards", result.cleanup or "-"),
@@ -131,6 +133,7 @@ def render_page(report: "DrillReport") -> str:
         "restored step",
         "lost steps",
         "lost s",
+        "data lost tokens",
         "RTO s",
         "final state",
         "bitwise",
@@ -159,7 +162,9 @@ def render_page(report: "DrillReport") -> str:
         table(headers, _summary_rows(report.faults)),
         '<p class="sub">detected: the injection to the first event that shows the platform '
         "noticed; lost steps and lost s: the recovery point (steps trained after the restored "
-        "checkpoint, and their training time); RTO: the injection to the first healthy step "
+        "checkpoint, and their training time); data lost tokens: the tokens of the documents a "
+        "quarantined shard made the run skip (data.on_corrupt_shard: skip); RTO: the "
+        "injection to the first healthy step "
         "past the restored one; bitwise: the run's final parameters, sample ledger and losses "
         "against the reference's.</p>",
         "<h2>Timelines</h2>",

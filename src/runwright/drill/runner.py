@@ -284,8 +284,8 @@ class _Drill:
 
     def fault(self, fault: Fault) -> FaultResult:
         step = fault_step(self.spec, fault)
-        faulted = fault.adapt(self.spec, step)
         folder = self.folder / fault.name
+        faulted = fault.adapt(self.spec, step, folder)
         driver = (
             ProcessDriver(self.store, self.root, folder)
             if fault.controller == "process"
@@ -302,6 +302,7 @@ class _Drill:
             checkpoints_before=fault.checkpoints_before,
             folder=folder,
             restart_controller=driver.restart_controller,
+            spec=faulted,
         )
         hook.injector = fault.injector(target)
         try:
@@ -335,6 +336,14 @@ def _difference(spec: JobSpec, faulted: JobSpec) -> str | None:
     added = faulted.code.args[len(spec.code.args) :]
     if added:
         changes.append(f"code.args + {' '.join(added)}")
+    if faulted.checkpoint.location != spec.checkpoint.location:
+        changes.append(f"checkpoint.location {faulted.checkpoint.location}")
+    if faulted.checkpoint.save_timeout_seconds != spec.checkpoint.save_timeout_seconds:
+        changes.append(
+            f"checkpoint.save_timeout_seconds {faulted.checkpoint.save_timeout_seconds:g}"
+        )
+    if faulted.data.dataset != spec.data.dataset:
+        changes.append(f"data.dataset {faulted.data.dataset} (a copy)")
     if faulted.resources.nodes != spec.resources.nodes:
         changes.append(
             f"resources.nodes {faulted.resources.nodes} x devices_per_node "

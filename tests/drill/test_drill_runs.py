@@ -126,15 +126,26 @@ def test_a_killed_rank_and_a_stale_worker_are_drilled_measured_and_shown(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3000)  # ten runs, seven restarts and a 60 s progress timeout
+@pytest.mark.timeout(4200)  # fifteen runs, twelve restarts and a 60 s progress timeout
 def test_the_whole_matrix_ends_as_the_policy_says(tmp_path, tiny_spec):
-    code, report, html = drill(tmp_path, tiny_spec, ",".join(FAULTS), 2900)
+    code, report, html = drill(tmp_path, tiny_spec, ",".join(FAULTS), 4100)
     results = {f["fault"]: f for f in report["faults"]}
     assert list(results) == list(FAULTS)
     assert code == 0 and report["ok"], {n: f["mismatches"] for n, f in results.items()}
+    damaged = {"data_shard_corrupt", "data_shard_removed"}
     for name, result in results.items():
         assert result["detected_seconds"] is not None, name
-        assert result["final_state"] == "SUCCEEDED", name
+        # a damaged shard under the default data.on_corrupt_shard: fail ends the run for good
+        assert result["final_state"] == ("FAILED" if name in damaged else "SUCCEEDED"), name
+    for name in damaged:
+        assert (results[name]["failure_class"], results[name]["terminal_reason"]) == (
+            "data",
+            "FAILED_PERMANENT",
+        )
+    # each refused or hung save of step 8 restarts from the checkpoint of step 4, bitwise
+    for name in ("storage_timeout", "storage_full", "storage_read_only"):
+        assert results[name]["failure_class"] == "storage", name
+        assert (results[name]["restored_step"], results[name]["bitwise"]) == (4, "yes"), name
     assert results["corrupt_checkpoint_shard"]["restored_step"] == 4  # fell back past step 8
     assert "checksum" in results["corrupt_checkpoint_shard"]["fallback"]
     assert results["sigterm_preemption"]["lost_steps"] == 0

@@ -42,6 +42,7 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         layout.dataset_dir(tmp_path, "abc"): "<root>/datasets/<dataset_id>/",
         layout.recipes_dir(tmp_path): "<root>/datasets/recipes/",
         layout.dataset_work_dir(tmp_path, "k"): "<root>/datasets/.work/<recipe_key>/",
+        layout.drills_dir(tmp_path) / "d1": "<root>/drills/<drill_id>/",
         layout.local_run_paths(tmp_path, "r1").folder: "<root>/local/<run_id>/",
         run.folder: "<root>/runs/<run_id>/",
         run.spec_file: "spec.json",
@@ -79,6 +80,7 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         assert re.search(rf"^\s*{re.escape(entry)}\s", tree, re.M), entry
         spelled = entry.replace("<root>", str(tmp_path)).replace("<run_id>", "r1")
         spelled = spelled.replace("<dataset_id>", "abc").replace("<recipe_key>", "k")
+        spelled = spelled.replace("<drill_id>", "d1")
         spelled = spelled.replace("<G>", "00003").replace("<R>", "00001").rstrip("/")
         spelled = spelled.replace("node<N>", "node00001").replace("<N>", "00002")
         spelled = spelled.replace("<host>", "n7")

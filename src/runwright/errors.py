@@ -54,3 +54,9 @@ class LaunchError(RunwrightError):
 class PlacementError(RunwrightError):
     """No executor can ever place the spec (more nodes than the pool has, a device kind it
     lacks); the message names the field and the fix. Raised at submit, before a run exists."""
+
+
+class DrillError(RunwrightError):
+    """A fault drill cannot run as asked (`runwright drill`): an unknown fault, a spec a fault
+    cannot be injected into, or a fault-free reference run that did not succeed; the message
+    names the fault or the field and the fix."""

@@ -137,7 +137,9 @@ class EventType(StrEnum):
     STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
     """A write from a fenced-off generation was refused (by the store or the checkpoint fence)."""
     FAULT_INJECTED = "FAULT_INJECTED"
-    """A drill or the demo injected a fault on purpose (kind, rank, step)."""
+    """A drill or the demo injected a fault on purpose, at `step` (rank 0's newest healthy one):
+    `runwright drill` records fault, detail (what it did, in words), rank and pids; the demo
+    signal, rank and pid."""
     CHANNEL_UNREADABLE = "CHANNEL_UNREADABLE"
     """A worker wrote a message of a newer protocol than the controller's; the controller stops
     reading that channel file there and says so (path, error)."""

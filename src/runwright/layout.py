@@ -10,6 +10,7 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 <root>/datasets/<dataset_id>/            a built dataset: manifest.json, shards, stats, quarantine/
 <root>/datasets/recipes/                 recipes kept beside the datasets they built (the demo's)
 <root>/datasets/.work/<recipe_key>/      a build in progress: finished partitions, markers
+<root>/drills/<drill_id>/                a fault drill: drill.json, drill.html (runwright drill)
 <root>/local/<run_id>/                   a run started without the control plane (plain torchrun)
 <root>/releases/<project>/<model>/v<N>/ a release's export, gated (govern/release.py)
 <root>/runs/<run_id>/                    one run, laid out as follows (RunPaths)
@@ -134,6 +135,11 @@ def recipes_dir(root: Path) -> Path:
 
 def runs_dir(root: Path) -> Path:
     return root / "runs"
+
+
+def drills_dir(root: Path) -> Path:
+    """Fault drills' reports (`runwright drill`), one folder per drill."""
+    return root / "drills"
 
 
 def release_dir(root: Path, project: str, name: str, version: int | str) -> Path:

@@ -66,6 +66,12 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "recover, run a fault-free reference, prove the two are bitwise the same run, and "
         "write the report.",
     ),
+    "drill": (
+        "drill",
+        "Run a matrix of faults against real runs of one spec and measure each: detection, "
+        "class, action, lost steps and seconds, time to the first step past the restore, and "
+        "bitwise equality with one fault-free reference run.",
+    ),
     "report": (
         "report",
         "Write a run's report: code, environment, spec, plan, data, "

@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from runwright.control.controller import Controller
-from runwright.data import build_dataset, load_recipe
+from runwright.data import BuildResult, build_dataset, load_recipe
 from runwright.events import EventType
 from runwright.govern.compare import Comparison, compare_runs
 from runwright.govern.incidents import REPLAY_VERDICTS, replay_verdict
@@ -70,7 +70,7 @@ def demo_spec(dataset_folder: Path, dataset_id: str) -> JobSpec:
     return spec_from_mapping(data, "tiny_gpt.yaml")
 
 
-class _RunProgress:
+class RunProgress:
     """A progress bar of healthy steps plus one line per event a person cares about."""
 
     QUIET = frozenset(
@@ -86,8 +86,16 @@ class _RunProgress:
         }
     )
 
-    def __init__(self, progress: Progress | None, console: Console, label: str, steps: int):
-        self.progress, self.console = progress, console
+    def __init__(
+        self,
+        progress: Progress | None,
+        console: Console,
+        label: str,
+        steps: int,
+        only: frozenset[str] | None = None,
+    ):
+        """`only`: the event types given a line (default: all but QUIET)."""
+        self.progress, self.console, self.only = progress, console, only
         self.task = progress.add_task(label, total=steps) if progress else None
 
     def __call__(self, event: EventRecord) -> None:
@@ -95,11 +103,11 @@ class _RunProgress:
             return
         if event.type == EventType.STEP_HEALTHY and event.attributes.get("rank") == 0:
             self.progress.update(self.task, completed=event.step)
-        elif event.type not in self.QUIET:
-            self.progress.console.print(f"  {_describe(event)}", highlight=False)
+        elif event.type in self.only if self.only is not None else event.type not in self.QUIET:
+            self.progress.console.print(f"  {describe_event(event)}", highlight=False)
 
 
-def _describe(event: EventRecord) -> str:
+def describe_event(event: EventRecord) -> str:
     a = event.attributes
     text = {
         EventType.STATE_CHANGED: lambda: (
@@ -110,7 +118,9 @@ def _describe(event: EventRecord) -> str:
             f"checkpoint {event.checkpoint_id} at step {event.step}"
         ),
         EventType.FAULT_INJECTED: lambda: (
-            f"SIGKILL rank {a.get('rank')} (pid {a.get('pid')}) after step {event.step}"
+            f"{a['detail']}" + (f" at step {event.step}" if event.step is not None else "")
+            if a.get("detail")
+            else f"SIGKILL rank {a.get('rank')} (pid {a.get('pid')}) after step {event.step}"
         ),
         EventType.FAILURE_CLASSIFIED: lambda: (
             f"{a.get('failure_class')} on rank {a.get('rank')}: {a.get('message')}"
@@ -170,12 +180,11 @@ def _fault_injector(
     return hook, plan
 
 
-def run_demo(
-    root: Path, store: Store, *, console: Console, show: bool = True, seed: int | None = None
-) -> DemoResult:
-    rng = random.Random(seed)
+def build_demo_dataset(root: Path, store: Store, *, console: Console, show: bool) -> BuildResult:
+    """The demo's dataset, the Python standard library tokenized (reused when it exists: the
+    same dataset id), registered in the store."""
     stdlib = sysconfig.get_paths()["stdlib"]
-    console.print(f"[bold]1/5[/] dataset: Python standard library at {stdlib}")
+    console.print(f"dataset: Python standard library at {stdlib}")
     # The recipe is kept beside the datasets it built, as part of their record.
     recipe_file = recipes_dir(root) / "demo-stdlib.yaml"
     recipe_file.parent.mkdir(parents=True, exist_ok=True)
@@ -192,6 +201,15 @@ def run_demo(
         f"    dataset {built.dataset_id[:16]} in {built.folder} "
         f"({built.partitions_reused} partitions reused, {built.seconds:.1f} s)"
     )
+    return built
+
+
+def run_demo(
+    root: Path, store: Store, *, console: Console, show: bool = True, seed: int | None = None
+) -> DemoResult:
+    rng = random.Random(seed)
+    console.print("[bold]1/5[/] ", end="")
+    built = build_demo_dataset(root, store, console=console, show=show)
     spec = demo_spec(built.folder, built.dataset_id)
     steps = int(spec.plan.total_steps.value)
     every = int(spec.checkpoint.interval.every_steps or steps)
@@ -204,7 +222,7 @@ def run_demo(
             TimeElapsedColumn(),
         )
         with Progress(*columns, console=console, disable=not show) as progress:
-            printer = _RunProgress(progress if show else None, console, label, steps)
+            printer = RunProgress(progress if show else None, console, label, steps)
             # A short poll keeps the injected fault close to the step it was aimed at.
             controller = Controller(
                 store, root, on_event=printer, poll_seconds=0.05 if inject else 0.2

@@ -77,6 +77,30 @@ def main(argv: list[str] | None = None) -> int:
         "SHARD (HOW: overwrite its first bytes in place, or remove its files); "
         "data.on_corrupt_shard decides what follows (train/faults.py)",
     )
+    # Fault injection for drills (docs/drill.md), off by default: each fires once, in generation
+    # --fault-generation only, so the restarted generation replays the step as a run that never
+    # failed would have trained it.
+    parser.add_argument(
+        "--nan-at-step",
+        type=int,
+        default=None,
+        help="fault injection: --nan-rank's loss is NaN at this step (the step guard refuses it)",
+    )
+    parser.add_argument("--nan-rank", type=int, default=0, help="the rank whose loss is NaN")
+    parser.add_argument(
+        "--block-at-step",
+        type=int,
+        default=None,
+        help="fault injection: at this step --block-rank enters an all-reduce its peers never "
+        "join, and blocks there with its process and heartbeat alive (a hung collective)",
+    )
+    parser.add_argument("--block-rank", type=int, default=1, help="the rank that blocks")
+    parser.add_argument(
+        "--fault-generation",
+        type=int,
+        default=1,
+        help="the generation in which --nan-at-step and --block-at-step fire",
+    )
     args = parser.parse_args(argv)
 
     # -- who am I ----------------------------------------------------------------------------
@@ -92,6 +116,9 @@ def main(argv: list[str] | None = None) -> int:
     # Before any data or model work: every rank reaches every other, or the ranks that cannot
     # are named (a preflight check, issue 17).
     ctx.check_collectives()
+    faulty = ctx.generation == args.fault_generation
+    # Every rank creates the side group (new_group is collective); only --block-rank uses it.
+    side = dist.new_group(backend="gloo") if args.block_at_step is not None else None
     if spec.reproducibility.level == "bitwise":
         torch.use_deterministic_algorithms(True)
     dp, micro = int(plan.dp.value), int(plan.micro_batch_size.value)
@@ -180,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             scheduler.step()
             loop.complete(step, skipped=True, samples=sample_range)
             continue
+        blocked = faulty and step == args.block_at_step and ctx.rank == args.block_rank
+        if side is not None and blocked:
+            dist.all_reduce(torch.zeros(1), group=side)  # never joined: blocks for good
         with loop.phase("h2d"):
             rows = {
                 k: getattr(batch, k).to(device)
@@ -211,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                     loss.backward()
             loss_sum += loss.detach() / dp
         loop.add_phase_seconds("grad_sync", sync.seconds)
+        if faulty and step == args.nan_at_step and ctx.rank == args.nan_rank:
+            loss_sum = loss_sum * float("nan")  # the all-reduce spreads it: every rank refuses
         dist.all_reduce(loss_sum)
         grad_norm = torch.nn.utils.clip_grad_norm_(
             model.parameters(), opt.grad_clip_norm or float("inf")

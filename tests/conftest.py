@@ -27,6 +27,8 @@ SLOWEST_FILES = (
     "tests/control/test_admission.py",
     "tests/test_newcomer.py",
     "tests/control/test_multinode.py",
+    "tests/drill/test_drill_runs.py",
+    "tests/train/test_corrupt_shard.py",
     "tests/crash/test_run_writers.py",
     "tests/demo/test_demo.py",
     "tests/control/test_pause.py",

@@ -209,11 +209,7 @@ class ForkedGroupLives(ForkServer):
 
     def kill(self, pid: int, members: set[int], rng: random.Random) -> None:
         self._kills += 1
-        ranks = sorted(p for p in members if is_alive(p) and _parent(p) == pid)
-        victims = [pid, *members] if self._kills % 2 or not ranks else [rng.choice(ranks)]
-        for victim in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGKILL)
+        kill_node_or_rank(self._kills, pid, members, rng)
 
 
 class TorchrunLives:
@@ -252,11 +248,18 @@ class TorchrunLives:
 
     def kill(self, pid: int, members: set[int], rng: random.Random) -> None:
         self._kills += 1
-        ranks = sorted(p for p in members if is_alive(p) and _parent(p) == pid)
-        victims = [pid, *members] if self._kills % 2 or not ranks else [rng.choice(ranks)]
-        for victim in victims:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(victim, signal.SIGKILL)
+        kill_node_or_rank(self._kills, pid, members, rng)
+
+
+def kill_node_or_rank(count: int, pid: int, members: set[int], rng: random.Random) -> None:
+    """The `count`-th kill of a group whose launcher is `pid`: odd ones take the launcher and
+    every member at once (a lost node), even ones one random rank (which the launcher must
+    notice and tear the group down)."""
+    ranks = sorted(p for p in members if is_alive(p) and _parent(p) == pid)
+    victims = [pid, *members] if count % 2 or not ranks else [rng.choice(ranks)]
+    for victim in victims:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim, signal.SIGKILL)
 
 
 def _parent(pid: int) -> int | None:

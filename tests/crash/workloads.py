@@ -169,11 +169,20 @@ def visible_checkpoints(root: str) -> dict[str, Any]:
 
 
 def group_rank(root: str, mode: str, saves: int, life: int, rank: int, store: str) -> None:
-    """One rank of a forked 2-rank group (`forked_group_life`): what dist_life.py does under
-    torchrun, over a FileStore rendezvous."""
+    """One rank of a forked 2-rank group (`forked_group_life`), over a FileStore rendezvous."""
     import torch.distributed as dist
 
     dist.init_process_group("gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2)
+    rank_life(root, mode, saves, life)
+
+
+def rank_life(root: str, mode: str, saves: int, life: int) -> None:
+    """One rank's life in an initialised gloo group (a forked group's, or dist_life.py's under
+    torchrun): rank 0 advances the fence while the others wait at a barrier, every rank
+    restores and checks its own state, then all save `saves` more steps."""
+    import torch.distributed as dist
+
+    rank = dist.get_rank()
     folder = Path(root).parent
     append_line(folder / "pids.jsonl", {"life": life, "rank": rank, "pid": os.getpid()})
     acked = [a["step"] for a in read_lines(folder / "acks.jsonl")]

@@ -405,13 +405,13 @@ def test_the_storage_fault_is_armed_for_one_operation_of_generation_one_saves_on
     store = Store.open(tmp_path)
     faulted = FAULTS["storage_timeout"].adapt(spec(), 13, tmp_path / "fault")
     control = tmp_path / "fault" / "faultfs.json"
-    assert faulted.checkpoint.location == f"faulty+file://{tmp_path}/fault/checkpoints"
+    assert faulted.checkpoint.location == f"faulty+file://{tmp_path}/fault/faulty-checkpoints"
     assert faulted.environment.env == {"RUNWRIGHT_FAULTFS_CONTROL": str(control)}
     assert faulted.checkpoint.save_timeout_seconds == 3.0
     injector = FAULTS["storage_timeout"].injector(target(tmp_path, store, faulted))
     injection = injector(step_event(13))
     assert injection is not None and "timeout armed" in injection.detail
-    ckpt = f"{tmp_path}/fault/checkpoints/r"
+    ckpt = f"{tmp_path}/fault/faulty-checkpoints/r"
     assert faultfs.take("write", f"{ckpt}/0000000020-g000002-ab/0.distcp", control) is None
     hung = faultfs.take("write", f"{ckpt}/0000000020-g000001-ab/0.distcp", control)
     assert hung is not None and hung.seconds == 60.0

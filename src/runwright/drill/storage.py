@@ -1,7 +1,7 @@
 """Checkpoint storage faults of the drill: a save refused or hung by the fault-injecting file
 system (ckpt/faultfs.py).
 
-The fault's run keeps its checkpoints under `faulty+file://<the fault's folder>/checkpoints`,
+The fault's run keeps its checkpoints under `faulty+file://<the fault's folder>/faulty-checkpoints`,
 its ranks told the control file through `environment.env` (RUNWRIGHT_FAULTFS_CONTROL). Nothing
 is armed at the launch, so the checkpoints the fault needs commit as usual; at the fault's step
 the drill arms one fault, limited to generation 1's saves and to a few operations (`times`), so
@@ -38,7 +38,8 @@ def on_faulty_storage(
 
     def adapt(spec: JobSpec, _step: int, folder: Path) -> JobSpec:
         data = spec.model_dump(mode="json")
-        checkpoints = folder.resolve() / "checkpoints"
+        # The fault folder is the drill's, not a run folder: its own name for the wrapped root.
+        checkpoints = folder.resolve() / "faulty-checkpoints"
         data["checkpoint"]["location"] = f"{faultfs.PREFIX}file://{checkpoints}"
         if save_timeout_seconds is not None:
             data["checkpoint"]["save_timeout_seconds"] = save_timeout_seconds

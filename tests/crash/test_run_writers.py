@@ -37,9 +37,9 @@ pytestmark = pytest.mark.integration
 SCRIPT = Path(__file__).resolve().parents[1] / "control" / "scripts" / "small_train.py"
 # Each controller life costs an interpreter start and the run must outlast them all: the run of
 # the default sample takes about half a minute here.
-DEFAULT_KILLS = 5
+DEFAULT_KILLS = 3
 # Each supervisor kill costs a new generation (a torchrun start-up and a restore).
-SUPERVISOR_KILLS = 3
+SUPERVISOR_KILLS = 2
 SLOW_KILLS = int(os.environ.get("RUNWRIGHT_CRASH_KILLS", "1000"))
 
 

@@ -117,7 +117,9 @@ def test_a_nondeterministic_replay_is_caught_naming_the_step_and_alerted(tmp_pat
     trigger = step_trigger(
         6, 1, lambda e: os.kill(rank_pid(holder["store"], e.run_id, 1, 1), signal.SIGKILL)
     )
-    spec = spec_for(steps=8, args=["--step-sleep", "0.2", "--nondeterministic"])
+    # 12 steps: the group trains on for 6 steps after the first replayed one, so the alert (judged
+    # while the group lives) has passes to fire in however late the verdict's ingest is.
+    spec = spec_for(steps=12, args=["--step-sleep", "0.2", "--nondeterministic"])
     store, controller, run = start(tmp_path, spec, trigger)
     holder["store"] = store
     final = controller.drive(run.run_id)

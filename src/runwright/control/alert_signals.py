@@ -82,10 +82,10 @@ class RunSignals:
     generation: int = 0
     staged_step: int | None = None
     committed_step: int | None = None
-    mixture_drift: float | None = None
-    """max_deviation of the loader's newest window (MIXTURE_WINDOW)."""
-    drift_window: tuple[int, int] | None = None
-    """Its first and last step."""
+    drift_windows: list[tuple[float | None, tuple[int, int] | None]] = field(default_factory=list)
+    """(max_deviation, (first step, last step)) of each MIXTURE_WINDOW not yet judged, oldest
+    first: every window is judged, not only the newest at a pass (a busy controller reads
+    several windows in one pass)."""
     non_finite: tuple[int, int] | None = None
     """(rank, step) of the newest non-finite report not yet followed by a healthy step."""
     replay_diverged: dict[str, int] | None = None
@@ -132,11 +132,9 @@ class RunSignals:
         elif kind == EventType.CHECKPOINT_COMMITTED and message.step is not None:
             self.committed_step = max(self.committed_step or 0, message.step)
         elif kind == EventType.MIXTURE_WINDOW:
-            self.mixture_drift = _number(attrs.get("max_deviation"))
             first, last = attrs.get("first_step"), attrs.get("last_step")
-            self.drift_window = (
-                (first, last) if isinstance(first, int) and isinstance(last, int) else None
-            )
+            window = (first, last) if isinstance(first, int) and isinstance(last, int) else None
+            self.drift_windows.append((_number(attrs.get("max_deviation")), window))
         elif kind == EventType.NAN_DETECTED:
             self.non_finite = (message.rank, int(message.step or 0))
         elif kind == EventType.STEP_HEALTHY and message.step is not None:

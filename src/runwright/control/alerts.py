@@ -2,8 +2,8 @@
 signals (control/alert_signals.py) by the controller, firing and clearing as events.
 
 A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop) or
-per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below, mixture_drift,
-recovery_diverged). It
+per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below, recovery_diverged),
+or per loader window (mixture_drift: every MIXTURE_WINDOW read since the last pass). It
 fires once its condition held for `window_steps` consecutive steps (the per-pass kinds at once),
 recorded as ALERT_FIRED with the owner, the figures and the action taken; it clears once the exit
 condition held for `clear_steps` steps, or when the run ends (ALERT_CLEARED). One open alert per
@@ -86,6 +86,7 @@ class AlertEngine:
         for rule in state.rules:
             for alert_id, value, about in _per_pass(rule, state.signals, spec):
                 firings += self._judge(run, state, rule, alert_id, value, about, None, once=True)
+        state.signals.drift_windows.clear()  # each judged once, by every mixture_drift rule
         return firings
 
     def note_divergence(self, run: RunRecord, spec: JobSpec, divergence: Any) -> None:
@@ -250,8 +251,8 @@ def _per_pass(rule: AlertRule, signals: RunSignals, spec: JobSpec):
         found = signals.replay_diverged
         yield rule.name, 2.0 * rule.threshold if found else 0.0, dict(found or {})
     elif rule.kind == "mixture_drift":
-        window = signals.drift_window
-        yield rule.name, signals.mixture_drift, ({"window_steps": list(window)} if window else {})
+        for value, window in signals.drift_windows:
+            yield rule.name, value, ({"window_steps": list(window)} if window else {})
 
 
 def _figure(rule: AlertRule, value: float) -> str:

@@ -26,13 +26,11 @@ from runwright.ckpt.backlog import Backlog
 from runwright.ckpt.commit import (
     CommitProbe,
     CommitStep,
-    PersistResult,
     RunFacts,
     Snapshot,
-    persist,
 )
-from runwright.ckpt.deadline import call_within, timed_out
-from runwright.ckpt.errors import BackgroundSaveError, CheckpointError, CheckpointStorageError
+from runwright.ckpt.deadline import call_within
+from runwright.ckpt.errors import CheckpointError, CheckpointStorageError
 from runwright.ckpt.events import CheckpointEvent, EventSink, LoggingSink
 from runwright.ckpt.fence import Fence, PublishOutcome, open_fence
 from runwright.ckpt.gc import GcReport, collect_residue
@@ -40,7 +38,8 @@ from runwright.ckpt.interval import IntervalChoice, IntervalPolicy
 from runwright.ckpt.manifest import HealthVerdict, checkpoint_id_for
 from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.records import DurabilityLag, SaveResult, SaveStatus
-from runwright.ckpt.retention import NotDeleted, apply_retention
+from runwright.ckpt.save_failures import SaveFailures
+from runwright.ckpt.save_steps import persist_reported, retain
 from runwright.ckpt.snapshot import SnapshotPool
 from runwright.ckpt.state import TrainState, capture, data_cursor_of
 from runwright.ckpt.storage import CheckpointStorage
@@ -108,14 +107,13 @@ class Checkpointer:
             policy.interval, assumed_stall_seconds=assumed_stall_seconds
         )
         self._pool = SnapshotPool(policy.max_inflight)
+        self._failures = SaveFailures(policy, self.storage, self._ranks, self._emit)
         self._backlog = Backlog(
             persist=lambda snap: self._persist(snap, started_perf=None),
-            on_failure=self._report_failure,
+            on_failure=self._failures.report,
             release=lambda snap: self._pool.give_back(snap.state_dict),
         )
         self._gc_min_age_seconds = gc_min_age_seconds
-        self._overdue: tuple[str, CheckpointStorageError] | None = None
-        """(checkpoint id, its error) of a save that ran past save_timeout_seconds."""
         self._emit(EventType.INTERVAL_CHOSEN, None, None, self.interval().model_dump())
         if self.rank == 0:
             self.collect_garbage()
@@ -134,7 +132,7 @@ class Checkpointer:
         if not self.distributed:
             # one process needs no agreement, so a background failure surfaces at once; ranks
             # settle it in save(), where they all meet
-            self._settle_background(agree=False)
+            self._failures.settle(self._backlog, agree=False)
         if not self.policy.enabled:
             return None
         due = self.interval_policy.due(step) or (stopping and self.policy.save_on_stop)
@@ -153,7 +151,7 @@ class Checkpointer:
         """Save now. Sync mode returns once published; async mode once staged in host memory.
         A save storage refuses raises `CheckpointStorageError` (`on_save_failure: stop`) or
         returns a FAILED result (`skip`); so does an earlier async save's failure."""
-        self._settle_background(agree=True)
+        self._failures.settle(self._backlog, agree=True)
         self.last_state = state
         started = time.perf_counter()
         if self.policy.mode == "sync":
@@ -186,33 +184,29 @@ class Checkpointer:
             self.facts.data_manifest_id,
         )
         self.last_state = state
-        result = restoring.restore_newest(
-            state,
-            self.storage,
-            self.fence,
-            current,
-            self._ranks,
-            verify=verify or self.policy.verify_on_restore,
-            smoke_check=smoke_check,
-            smoke_relative_tolerance=smoke_relative_tolerance,
-            on_fallback=self._emit_fallback,
-            at_most_step=self.restore_at_most_step,
-        )
-        resumed_from = None
-        if result is None and self.resume_from is not None:
-            # Nothing of our own yet: start where the other run got to. Its root is only read
-            # (its fence's pointer, its manifests and shards); our saves go to our own root.
-            result = restoring.restore_newest(
+
+        def newest(
+            root: CheckpointStorage, fence: Fence, **at_most: Any
+        ) -> restoring.RestoreResult | None:
+            return restoring.restore_newest(
                 state,
-                CheckpointStorage(self.resume_from),
-                open_fence(self.resume_from),
+                root,
+                fence,
                 current,
                 self._ranks,
                 verify=verify or self.policy.verify_on_restore,
                 smoke_check=smoke_check,
                 smoke_relative_tolerance=smoke_relative_tolerance,
                 on_fallback=self._emit_fallback,
+                **at_most,
             )
+
+        result = newest(self.storage, self.fence, at_most_step=self.restore_at_most_step)
+        resumed_from = None
+        if result is None and self.resume_from is not None:
+            # Nothing of our own yet: start where the other run got to. Its root is only read
+            # (its fence's pointer, its manifests and shards); our saves go to our own root.
+            result = newest(CheckpointStorage(self.resume_from), open_fence(self.resume_from))
             if result is None:
                 raise CheckpointError(
                     f"checkpoint.resume_from: {self.resume_from} holds no committed checkpoint; "
@@ -243,11 +237,11 @@ class Checkpointer:
         """Block until every queued async save is persisted; apply `on_save_failure` to a
         background failure (other background failures raise `BackgroundSaveError`), or raise
         the timeout of a persist that runs past `save_timeout_seconds`."""
-        if self._overdue is None and (
+        if self._failures.overdue is None and (
             late := self._backlog.wait_below(1, self.policy.save_timeout_seconds)
         ):
-            raise self._overran(*late)
-        self._settle_background(agree=False)
+            raise self._failures.overran(*late)
+        self._failures.settle(self._backlog, agree=False)
 
     def durability_lag(self) -> DurabilityLag:
         """How far the newest durable checkpoint trails the newest staged one."""
@@ -286,7 +280,7 @@ class Checkpointer:
         try:
             self.wait()
         finally:
-            self._backlog.close(join=self._overdue is None)
+            self._backlog.close(join=self._failures.overdue is None)
 
     def __enter__(self) -> "Checkpointer":
         return self
@@ -338,13 +332,13 @@ class Checkpointer:
             return call_within(
                 lambda: self._persist(snap, started_perf=started),
                 self.policy.save_timeout_seconds,
-                lambda seconds: self._overran(snap, seconds),
+                lambda seconds: self._failures.overran(snap, seconds),
             )
         except CheckpointStorageError as exc:
-            if self._overdue is not None and exc is self._overdue[1]:
+            if self._failures.is_overdue_error(exc):
                 raise
             # identical on every rank (commit.py), so every rank takes the same branch here
-            self._report_failure(snap, exc)
+            self._failures.report(snap, exc)
             if self.policy.on_save_failure == "stop":
                 raise
             return SaveResult(
@@ -381,10 +375,10 @@ class Checkpointer:
                 self.policy.max_inflight, self.policy.save_timeout_seconds
             )
             if late is not None:
-                raise self._overran(*late)
+                raise self._failures.overran(*late)
             # the oldest persist finished on every rank (persists are collective and in order),
             # so every rank sees the same outcome without agreeing
-            self._settle_background(agree=False)
+            self._failures.settle(self._backlog, agree=False)
         self._reach(CommitStep.ALLOCATE)
         self._reach(CommitStep.STAGE)
         staged = self._pool.take(capture(state, step, self.rank))
@@ -401,19 +395,6 @@ class Checkpointer:
             timings_seconds={"stage": stall},
         )
 
-    def _report_failure(self, snap: Snapshot, exc: BaseException) -> None:
-        """CHECKPOINT_FAILED, the alert: the error, and for a storage failure its path, cause,
-        errno, bytes needed and free, and the policy that applies (`stop` for a timeout)."""
-        overdue = self._overdue is not None and self._overdue[0] == snap.checkpoint_id
-        if overdue and exc is not self._overdue[1]:  # type: ignore[index]
-            return  # the overdue persist ended at last: its timeout was the report
-        attributes: dict[str, Any] = {"error": f"{type(exc).__name__}: {exc}"}
-        if isinstance(exc, CheckpointStorageError):
-            attributes |= exc.failure.model_dump(exclude={"remedy"})
-            attributes["on_save_failure"] = "stop" if overdue else self.policy.on_save_failure
-        attributes["mode"] = self.policy.mode
-        self._emit(EventType.CHECKPOINT_FAILED, snap.step, snap.checkpoint_id, attributes)
-
     def _persist(self, snap: Snapshot, started_perf: float | None) -> SaveResult:
         """Run the commit protocol; `started_perf` is when an inline save's call began (None on
         the backlog's worker, where the step was blocked only while staging)."""
@@ -422,29 +403,16 @@ class Checkpointer:
         def stall_now() -> float:
             return time.perf_counter() - started_perf if started_perf is not None else stage_seconds
 
-        def report(decided: PersistResult) -> None:
-            """Rank 0, the moment the publish is decided (before any rank could be lost)."""
-            attributes = {
-                **decided.timings_seconds,
-                "folder": decided.folder,
-                "bytes": decided.total_bytes,
-                "manifest_sha256": decided.manifest_sha256,
-                "stall_seconds": stall_now(),
-                "persist_seconds": decided.timings_seconds["persist"],
-            }
-            stale = decided.outcome == PublishOutcome.STALE_GENERATION
-            kind = EventType.STALE_WRITE_REJECTED if stale else EventType.CHECKPOINT_COMMITTED
-            self._emit(kind, snap.step, snap.checkpoint_id, attributes)
-
-        done = persist(
+        done = persist_reported(
             snap,
             self.storage,
             self.fence,
             self.facts,
-            process_group=self._ranks.persist_group,
+            self._ranks,
             probe=self._probe,
             thread_count=self._thread_count,
-            on_outcome=report,
+            stall_now=stall_now,
+            emit=self._emit,
         )
         if done.outcome == PublishOutcome.STALE_GENERATION:
             status = SaveStatus.REJECTED_STALE
@@ -453,7 +421,7 @@ class Checkpointer:
             self._parent = snap.checkpoint_id
             self._committed_step = max(self._committed_step or 0, snap.step)
             if self.rank == 0:
-                self._apply_retention()
+                retain(self.storage, self.fence, self.policy, self._emit)
         # an inline save also blocked the step while retention deleted older checkpoints
         stall = stall_now()
         return SaveResult(
@@ -466,87 +434,10 @@ class Checkpointer:
             timings_seconds=done.timings_seconds,
         )
 
-    def _apply_retention(self) -> None:
-        for done in apply_retention(
-            self.storage,
-            self.fence,
-            keep_last=self.policy.keep_last,
-            keep_every_steps=self.policy.keep_every_steps,
-        ):
-            kind = EventType.CHECKPOINT_DELETED
-            if isinstance(done, NotDeleted):
-                kind = EventType.RETENTION_FAILED
-            self._emit(kind, None, None, done.model_dump())
-
     # helpers ---------------------------------------------------------------------------------
     def _reach(self, step: CommitStep) -> None:
         if self._probe is not None:
             self._probe.reached(step)
-
-    def _overran(self, snap: Snapshot, seconds: float) -> CheckpointStorageError:
-        """The error of a persist past save_timeout_seconds: reported once, raised from then on."""
-        if self._overdue is None:
-            path = self.storage.write_path(snap.step, snap.checkpoint_id)
-            limit = self.policy.save_timeout_seconds
-            error = timed_out(snap.step, snap.checkpoint_id, path, limit, seconds)
-            self._overdue = (snap.checkpoint_id, error)
-            self._report_failure(snap, error)
-        return self._overdue[1]
-
-    def _settle_background(self, *, agree: bool) -> None:
-        """Apply `on_save_failure` to a failed async save (its CHECKPOINT_FAILED is out already).
-
-        `agree`: the ranks meet here but their workers may not all have finished the failed
-        persist yet; if any rank has a failure, the others wait for their backlog (the persist
-        was collective, so each gets its own copy), then all raise if any must. A persist past
-        save_timeout_seconds on any rank raises its timeout on every rank: the persist is
-        collective, so the others are in the same save (a few milliseconds less overdue)."""
-        if self._overdue is not None:
-            raise self._overdue[1]
-        limit = self.policy.save_timeout_seconds
-        error = self._backlog.take_error()
-        late = self._backlog.overdue(limit)
-        if agree and self.distributed:
-            if not self._ranks.any(error is not None or late is not None):
-                return  # one small all-reduce per save when nothing failed
-            if self._ranks.any(late is not None):
-                late = late or self._backlog.overdue(0.0)
-                if late is not None:
-                    raise self._overran(*late)
-                raise BackgroundSaveError(
-                    "an async checkpoint save ran past checkpoint.save_timeout_seconds on another "
-                    "rank; that rank's error names the save. The last committed checkpoint is "
-                    "unaffected."
-                )
-            if error is None:
-                if late := self._backlog.wait_below(1, limit):
-                    raise self._overran(*late)
-                error = self._backlog.take_error()
-            skip = (
-                isinstance(error, CheckpointStorageError) and self.policy.on_save_failure == "skip"
-            )
-            if not self._ranks.any(error is not None and not skip):
-                return
-            if error is None or skip:
-                raise BackgroundSaveError(
-                    "an async checkpoint save failed on another rank; that rank's error names "
-                    "the cause. The last committed checkpoint is unaffected."
-                )
-        elif late is not None:
-            raise self._overran(*late)
-        if error is None:
-            return
-        if isinstance(error, CheckpointStorageError):
-            if self.policy.on_save_failure == "skip":
-                return
-            failure = error.failure
-            raise CheckpointStorageError(
-                failure.model_copy(update={"action": f"async {failure.action}"})
-            ) from error
-        raise BackgroundSaveError(
-            f"an async checkpoint save failed in the background: {type(error).__name__}: "
-            f"{error}. Fix the cause; the last committed checkpoint is unaffected."
-        ) from error
 
     def _emit_fallback(self, fallback: restoring.Fallback) -> None:
         self._emit(

@@ -6,15 +6,12 @@
 The pipeline (prefetch.py) is bounded, so a slow consumer applies back-pressure all the way to
 planning. Each batch carries the cursor *after* it; `state_dict()` returns the cursor of the last
 batch handed to the caller, never one the prefetch ran ahead to, so restoring it neither skips
-nor repeats. This module owns identity (dataset, tokenizer, algorithms), the cursor and ledger.
+nor repeats. This module owns identity (dataset, tokenizer, algorithms) and the cursor.
 
-Inside a run (`runwright.init()`), data-parallel rank 0 reports what the run reads: one
-DATA_STAGE_READY when the loader opens its dataset, and a MIXTURE_ACTUAL (what was drawn per
-source against the recipe's targets) when it closes, or when the run closes if the script never
-closed it. On every rank, each STEP_HEALTHY the script reports carries the last batch's sample
-range, token counts and input wait (unless the script passed them itself), which the consumed-
-sample ledger, the token accounting and the input-wait share read. Outside a run these are
-no-ops.
+Inside a run (`runwright.init()`) the loader reports what the run reads (reporting.py): the
+dataset it opened, the mixture drawn per drift window and at close, and with each step the
+script reports, the last batch's sample range, token counts and input wait, which the
+consumed-sample ledger, the token accounting and the input-wait share read.
 """
 
 import os
@@ -32,18 +29,19 @@ from runwright.data.format.dataset import OpenDataset, Verification, open_datase
 from runwright.data.format.manifest import DatasetManifest
 from runwright.data.read.batch import Batch, LoaderStats, materialise
 from runwright.data.read.cursor import DataCursor, reconcile
-from runwright.data.read.drift import DRIFT_WINDOW_STEPS, Counts, DriftWindow
+from runwright.data.read.drift import DRIFT_WINDOW_STEPS, Counts
 from runwright.data.read.kernels import ShardTable
-from runwright.data.read.ledger import ConsumptionLedger, record_steps
+from runwright.data.read.ledger import ConsumptionLedger
 from runwright.data.read.mixture import MIXTURES
 from runwright.data.read.packing import PACKERS
 from runwright.data.read.prefetch import END, ReadPipeline
 from runwright.data.read.quarantine import ShardGuard
+from runwright.data.read.reporting import LoaderReports
 from runwright.data.read.shuffle import SHUFFLES
 from runwright.data.read.step_plan import BatchPlan, CursorPoint, Planner
 from runwright.data.read.stream import DocStream, StreamState
 from runwright.data.read.tables import identity_cursor, source_tables
-from runwright.events import EventType, emit, report_at_close, report_with_each_step
+from runwright.events import report_at_close
 from runwright.spec import DataSpec
 
 
@@ -158,10 +156,6 @@ class DataLoader:
         self._quarantined: set[int] = set()
         self._origin = identity_cursor(self.dataset, data_spec, tables)
         self._cursor: DataCursor | CursorPoint = self._origin
-        self._ledger = ConsumptionLedger()
-        # Steps consumed since the ledger was last built: [first_step, end_step, first_sample,
-        # end_sample]; folded in when the ledger is read (a pydantic ledger per step is ~10 us).
-        self._run: list[int] | None = None
         self._wait_total = 0.0
         self._wait_last = 0.0
         self._bytes = 0
@@ -171,31 +165,9 @@ class DataLoader:
         self._bytes_lock = threading.Lock()
         self._pipeline: ReadPipeline | None = None
         self._finished = False
-        self._mixture_reported_step: int | None = None
-        self._step_facts: dict[str, Any] = {}
-        report_with_each_step(self.step_facts)
+        self._reports = LoaderReports(manifest, data_spec, dp_rank, drift_window_steps)
         if dp_rank == 0:
-            emit(
-                EventType.DATA_STAGE_READY,
-                key="data",
-                dataset_id=manifest.dataset_id,
-                tokenizer_hash=manifest.tokenizer.sha256,
-                shuffle=data_spec.shuffle,
-                mixture=data_spec.mixture.algorithm,
-                packing=data_spec.packing,
-            )
             report_at_close(self.report_mixture)
-        # Data drift per window of steps (data/read/drift.py), from data-parallel rank 0.
-        self._epoch_ends: dict[int, StreamState] = {}
-        self._drift = (
-            DriftWindow(
-                drift_window_steps,
-                {s.name: s.weight for s in data_spec.mixture.sources},
-                data_spec.mixture.unit,
-            )
-            if dp_rank == 0 and drift_window_steps
-            else None
-        )
 
     # ---- identity ----------------------------------------------------------------------------
 
@@ -240,18 +212,11 @@ class DataLoader:
         self.sources = self._guard.stream_tables(cursor)
         self._quarantined = self._guard.quarantined(cursor)
         self._finished = False
-        if self._drift is not None:
-            self._drift.start_at(cursor.epoch, dict(cursor.source_draws), dict(cursor.source_units))
+        self._reports.start_at(cursor)
 
     @property
     def ledger(self) -> ConsumptionLedger:
-        self._fold_run()
-        return self._ledger
-
-    def _fold_run(self) -> None:
-        if self._run is not None:
-            self._ledger = record_steps(self._ledger, self.dataset_id, *self._run)
-            self._run = None
+        return self._reports.ledger
 
     @property
     def stats(self) -> LoaderStats:
@@ -292,7 +257,7 @@ class DataLoader:
             seed=self.spec.seed,
             state=state,
             epochs=self.epochs,
-            epoch_ends=self._epoch_ends,
+            epoch_ends=self._reports.epoch_ends,
         )
 
     def _make_planner(self) -> Planner:
@@ -367,37 +332,10 @@ class DataLoader:
             raise item
         batch, cursor = item
         self._cursor = cursor
-        run = self._run
-        if run is not None and run[1] == batch.step and run[3] == batch.first_sample:
-            run[1], run[3] = batch.step + 1, batch.end_sample
-        else:
-            self._fold_run()
-            self._run = [batch.step, batch.step + 1, batch.first_sample, batch.end_sample]
-        self._step_facts = {
-            "samples": [batch.first_sample, batch.end_sample],
-            "device_tokens": batch.device_tokens,
-            "padded_tokens": batch.padded_tokens,
-            "loss_tokens": batch.loss_tokens,
-            "data_wait_seconds": waited,
-        }
-        if cursor.lost:
-            # Lost to quarantine so far in this lineage, per shard: the report's figure.
-            self._step_facts["data_lost"] = {
-                q.shard: {"documents": docs, "tokens": tokens}
-                for q, (docs, tokens) in zip(cursor.template.quarantined, cursor.lost, strict=True)
-            }
+        self._reports.handed_out(batch, cursor, waited, self._counts, self._epoch_end)
         self._batches += 1
         self._loss_tokens += batch.loss_tokens
         self._padded_tokens += batch.padded_tokens
-        if self._drift is not None:
-            window = self._drift.add(batch, self._counts, self._epoch_end)
-            if window is not None:
-                emit(
-                    EventType.MIXTURE_WINDOW,
-                    key=f"mixture-window-{batch.step + 1}",
-                    step=batch.step + 1,
-                    **window,
-                )
         return batch
 
     def _take(self) -> Any:
@@ -425,7 +363,7 @@ class DataLoader:
     def _epoch_end(self, epoch: int) -> Counts | None:
         """The counts `epoch` ended with, as the planner recorded them (it runs ahead of the
         batches handed out, so an epoch the cursor has left is always recorded)."""
-        end = self._epoch_ends.get(epoch)
+        end = self._reports.epoch_ends.get(epoch)
         if end is None:
             return None
         names = [t.name for t in self.sources]
@@ -446,25 +384,9 @@ class DataLoader:
         self._shutdown()
         self.report_mixture()
 
-    def step_facts(self) -> dict[str, Any]:
-        """What the last batch handed out adds to the step the script reports."""
-        return self._step_facts
-
     def report_mixture(self) -> None:
-        """MIXTURE_ACTUAL to the run, from data-parallel rank 0, once per cursor step."""
-        cursor = self.cursor
-        if self.dp_rank != 0 or cursor.step == self._mixture_reported_step:
-            return
-        self._mixture_reported_step = cursor.step
-        emit(
-            EventType.MIXTURE_ACTUAL,
-            key=f"mixture-{cursor.step}",
-            step=cursor.step,
-            unit=self.spec.mixture.unit,
-            actual=dict(cursor.source_draws),
-            actual_units=dict(cursor.source_units),
-            targets={s.name: s.weight for s in self.spec.mixture.sources},
-        )
+        """MIXTURE_ACTUAL to the run (data-parallel rank 0), once per cursor step."""
+        self._reports.mixture(self.cursor)
 
     def __enter__(self) -> "DataLoader":
         return self

@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -55,6 +56,25 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(file_of(item)))
+
+
+_STORE_WATCHES: dict[Path, Any] = {}
+"""One tests/replay_verdicts.StoreWatch per base temporary folder (one per xdist worker)."""
+
+
+@pytest.fixture(autouse=True)
+def _recoveries_prove_themselves(request, tmp_path_factory) -> Iterator[None]:
+    """Every recovery a test ran was verified by the replay check (tests/replay_verdicts.py)."""
+    yield
+    base = tmp_path_factory.getbasetemp()
+    if base not in _STORE_WATCHES:
+        _STORE_WATCHES[base] = _helper_module(
+            "runwright_tests_verdicts", "replay_verdicts.py"
+        ).StoreWatch(base)
+    watch = _STORE_WATCHES[base]
+    found = watch.new_problems(request.node.get_closest_marker("replay_diverges") is not None)
+    if found:
+        pytest.fail("a recovery was not proven by its replay:\n" + "\n".join(found))
 
 
 def find_bindir() -> Path | None:

@@ -112,6 +112,7 @@ def test_sigkill_one_rank_recovers_from_last_checkpoint(tmp_path):
     assert verified.attributes["compared"] == 2 * lost and verified.attributes["complete"]
 
 
+@pytest.mark.replay_diverges
 def test_a_nondeterministic_replay_is_caught_naming_the_step_and_alerted(tmp_path):
     holder = {}
     trigger = step_trigger(

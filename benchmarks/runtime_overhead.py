@@ -1,49 +1,57 @@
-"""Worker-runtime overhead: the reference GPT trained bare vs instrumented, in one run.
+"""Worker-runtime overhead: the reference GPT trained bare vs instrumented, resolved to 1 %.
 
-    .venv/bin/python benchmarks/runtime_overhead.py              # 2 ranks, torchrun + gloo
-    .venv/bin/python benchmarks/runtime_overhead.py --nproc 1    # one process, no torchrun
+    .venv/bin/python benchmarks/runtime_overhead.py                  # solo, then 2 ranks
+    .venv/bin/python benchmarks/runtime_overhead.py --modes solo     # one process only
 
-The model is `runwright.train.model.GPT` sized by the demo spec's model section
-(src/runwright/demo/tiny_gpt.yaml), trained on synthetic packed token batches of the spec's shape
-(16 rows x 128 tokens per step, micro-batches of 4) two ways, interleaved in rounds so that load
-drift on a shared machine hits both sides equally (the order alternates every round):
+The model is `runwright.train.model.GPT` sized by the demo spec (src/runwright/demo/tiny_gpt.yaml),
+trained on synthetic packed batches of the spec's per-rank shape (8 rows x 128 tokens per step,
+micro-batches of 4) two ways:
 
-  bare          forward, backward, clip, AdamW step: plain PyTorch (DDP when there are 2 ranks)
-  instrumented  the same step inside `runwright.runtime` exactly as src/runwright/train/loop.py
-                uses it: `init()` outside the control plane (heartbeat thread on), `ctx.step_loop`
-                (stop agreement at every boundary), `loop.phase(...)` around each phase, the
-                timed DDP comm hook, `loop.guard`, `loop.complete(...)` with the trainer's metrics
+  bare          forward, backward, clip, AdamW step: plain PyTorch (DDP when there are 2 ranks,
+                with PyTorch's Python all-reduce hook, the untimed twin of the trainer's)
+  instrumented  the same step inside `runwright.runtime` as src/runwright/train/loop.py uses it:
+                `init()` with its heartbeat thread, one `ctx.step_loop` (stop vote at every
+                boundary), `loop.phase(...)` around each phase, the timed DDP comm hook,
+                `loop.guard`, `loop.complete(...)` with the trainer's metrics
 
-Both sides do the trainer's own math (the global loss-token all-reduce that normalises the loss
-and the loss all-reduce), so the difference is the runtime alone. Checkpointing is left out: it
-is the checkpointer's cost, measured by benchmarks/checkpoint.py.
-
-A step's time runs from the start of one loop body to the start of the next, so it includes the
-step-boundary work (stop agreement) of the instrumented loop. The per-component figures are
-separate micro-benchmarks of each runtime piece, repeated in the same process after the rounds.
-
-Two measures per step: wall seconds (what a user waits) and process CPU seconds (every thread of
-the rank, heartbeat thread included; `time.process_time`). On a shared 2-core machine wall time
-drifts by more than 1 % between rounds, so the verdict reads CPU: the overhead paired by round,
-with a 95 % interval of its mean; the target holds when the interval's upper end is under 1 %.
-Each rank is pinned to one core (`--no-pin` to leave them free).
-Results: benchmarks/results/runtime_overhead.json (rank 0's figures lead; every rank's are kept).
+Why the old rounds could not resolve 1 % (a 7-point interval) and what each choice removes:
+- Two modes. `solo` is one process, no collective: the runtime's own cost without the gloo
+  all-reduce, whose spinning couples both ranks' noise (a stall on one core stretches the other
+  rank's wait). `group` is the real 2-rank gloo run, with the stop vote's all-reduce.
+- The measure is the training thread's own CPU time (`time.thread_time`): no other process's or
+  thread's work, no waiting for a core. The heartbeat thread's CPU is read from its own clock
+  (`pthread_getcpuclockid`) and added to the instrumented side in full (conservative: beats
+  during bare blocks are charged too). Wall and process CPU are reported beside it.
+- Many short interleaved blocks (--steps per block, ABBA order), paired per block: a pair's
+  halves run within a second of each other, so drift cancels. The estimate is the median of the
+  paired differences with a percentile bootstrap interval (robust to the odd block that a
+  neighbour's burst or a GC pass lands in).
+- In situ, as a second estimate: both loops carry the same probes (two clock reads around each
+  runtime call: step boundary, phase enter/exit, guard, complete, grad-sync hook); the bare side's
+  probes wrap nothing, so instrumented minus bare is the time spent inside the runtime's calls,
+  probe cost removed. It must agree with the differential estimate: a gap would be a cost no
+  call accounts for (cache, allocator, GC).
+One step loop spans all blocks (as in a run: the timeline file is opened once). The target holds
+when the upper end of the interval of the training thread's CPU overhead is under 1 %.
+Each process is pinned to one core (`--no-pin` leaves it free).
+Results: benchmarks/results/runtime_overhead.json (per mode; rank 0's figures lead).
 """
 
 import argparse
 import contextlib
-import itertools
 import json
 import os
 import platform
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -51,13 +59,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel
 
 import runwright
 import runwright.runtime
-from runwright.runtime.channel import ChannelWriter
-from runwright.runtime.stop import OverlappedStopVote
 from runwright.spec import JobSpec
 from runwright.train.loop import SyncTimer, timed_allreduce
 from runwright.train.model import GPT
@@ -67,14 +75,7 @@ RESULTS = Path(__file__).resolve().parent / "results" / "runtime_overhead.json"
 SPEC = Path(runwright.__file__).resolve().parent / "demo" / "tiny_gpt.yaml"
 TARGET_PERCENT = 1.0
 BATCH_POOL = 8
-
-
-@dataclass
-class Round:
-    """One side's steps of one round: seconds per step, wall and process CPU."""
-
-    wall: list[float]
-    cpu: list[float]
+RESAMPLES = 4000
 
 
 def synthetic_batches(spec: JobSpec, rows: int, seed: int) -> list[dict[str, torch.Tensor]]:
@@ -104,18 +105,63 @@ def synthetic_batches(spec: JobSpec, rows: int, seed: int) -> list[dict[str, tor
     return pool
 
 
-class Trainer:
-    """One model replica with its optimizer; `step` is the trainer's step body, with `phase`
-    wrapping each phase (a no-op for the bare loop)."""
+class Probe:
+    """Training-thread CPU and wall seconds spent inside the calls it wraps, by call name."""
 
-    def __init__(self, spec: JobSpec, world_size: int, sync: SyncTimer | None) -> None:
+    def __init__(self) -> None:
+        self.cpu: dict[str, float] = {}
+        self.wall: dict[str, float] = {}
+
+    def _add(self, name: str, cpu: float, wall: float) -> None:
+        self.cpu[name] = self.cpu.get(name, 0.0) + time.thread_time() - cpu
+        self.wall[name] = self.wall.get(name, 0.0) + time.perf_counter() - wall
+
+    def call(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        cpu, wall = time.thread_time(), time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            self._add(name, cpu, wall)
+
+    @contextlib.contextmanager
+    def phase(self, make: Callable[[str], Any], name: str) -> Iterator[None]:
+        """`with make(name):` with its enter and exit timed (the body is not)."""
+        cpu, wall = time.thread_time(), time.perf_counter()
+        cm = make(name)
+        cm.__enter__()
+        self._add("phase timers", cpu, wall)
+        try:
+            yield
+        finally:
+            cpu, wall = time.thread_time(), time.perf_counter()
+            cm.__exit__(*sys.exc_info())
+            self._add("phase timers", cpu, wall)
+
+
+def probed_hook(
+    state: tuple[SyncTimer | None, list[Probe]], bucket: dist.GradBucket
+) -> torch.futures.Future[torch.Tensor]:
+    """The gradient all-reduce inside the current block's probe: the trainer's timed hook, or
+    on the bare side PyTorch's own Python form of DDP's default (divide, all-reduce), so that
+    the in-situ difference is the timer alone."""
+    sync, probe = state
+    if sync is None:
+        return probe[0].call("grad-sync hook", default_hooks.allreduce_hook, None, bucket)
+    return probe[0].call("grad-sync hook", timed_allreduce, sync, bucket)
+
+
+class Trainer:
+    """One model replica with its optimizer; `forward_backward` is the trainer's step body with
+    `phase` wrapping each phase."""
+
+    def __init__(self, spec: JobSpec, world_size: int, hook_state: Any = None) -> None:
         torch.manual_seed(spec.training.seed)
         self.model = GPT(spec.model, max_positions=spec.data.sequence_length)
         self.net: torch.nn.Module = self.model
         if world_size > 1:
             self.net = DistributedDataParallel(self.model)
-            if sync is not None:
-                self.net.register_comm_hook(sync, timed_allreduce)
+            if hook_state is not None:
+                self.net.register_comm_hook(hook_state, probed_hook)
         opt = spec.training.optimizer
         self.optimizer = torch.optim.AdamW(
             self.model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
@@ -161,204 +207,186 @@ class Trainer:
         self.scheduler.step()
 
 
-_NO_PHASE = contextlib.nullcontext()
-
-
 def no_phase(_name: str) -> contextlib.nullcontext[None]:
-    return _NO_PHASE
+    return contextlib.nullcontext()
 
 
-def mark() -> tuple[float, float]:
-    """(wall, process CPU) seconds now. CPU time counts every thread of the rank (the heartbeat
-    thread's fsyncs included) and none of the time it waited for a core, so a shared machine's
-    load moves it far less than wall time: it is what resolves 1 %."""
-    return time.perf_counter(), time.process_time()
+def nothing(*_args: Any, **_kwargs: Any) -> None:
+    """The bare side's stand-in for a runtime call: its probe measures the probe alone."""
 
 
-def durations(marks: list[tuple[float, float]]) -> Round:
-    return Round(
-        wall=[b[0] - a[0] for a, b in itertools.pairwise(marks)],
-        cpu=[b[1] - a[1] for a, b in itertools.pairwise(marks)],
-    )
+@dataclass
+class Block:
+    """One side's block of steps: seconds per step of each measure, and the probes' sums."""
+
+    steps: int
+    thread_cpu: float
+    wall: float
+    process_cpu: float
+    heartbeat_cpu: float
+    probe_cpu: dict[str, float] = field(default_factory=dict)
+    probe_wall: dict[str, float] = field(default_factory=dict)
 
 
-def bare_round(
-    trainer: Trainer, batches: list[dict[str, torch.Tensor]], steps: int, micro: int
-) -> Round:
-    marks = []
-    for i in range(steps):
-        marks.append(mark())
-        rows = batches[i % len(batches)]
-        trainer.forward_backward(rows, micro, no_phase)
-        trainer.optimizer_step()
-    marks.append(mark())
-    return durations(marks)
+class Clocks:
+    """Reads the training thread's, the process's and the heartbeat thread's clocks."""
+
+    def __init__(self) -> None:
+        beat = [t for t in threading.enumerate() if t.name == "runwright-heartbeat"]
+        self._beat = time.pthread_getcpuclockid(beat[0].ident) if beat and beat[0].ident else None
+
+    def read(self) -> tuple[float, float, float, float]:
+        beat = time.clock_gettime(self._beat) if self._beat is not None else 0.0
+        return time.thread_time(), time.perf_counter(), time.process_time(), beat
+
+    def block(self, start: tuple[float, ...], steps: int, probe: Probe) -> Block:
+        end = self.read()
+        per = [(b - a) / steps for a, b in zip(start, end, strict=True)]
+        return Block(
+            steps,
+            *per,
+            probe_cpu={k: v / steps for k, v in probe.cpu.items()},
+            probe_wall={k: v / steps for k, v in probe.wall.items()},
+        )
 
 
-def instrumented_round(
-    ctx: runwright.runtime.RunContext,
-    trainer: Trainer,
-    sync: SyncTimer,
-    batches: list[dict[str, torch.Tensor]],
-    loss_tokens: list[int],
-    first_step: int,
-    steps: int,
-    micro: int,
-    tokens_per_row: int,
-    global_rows: int,
-) -> Round:
-    marks = []
-    loop = ctx.step_loop(first_step, first_step + steps)
-    for step in loop:
-        marks.append(mark())
-        with loop.phase("data_wait"):
-            batch = batches[step % len(batches)]
-        with loop.phase("h2d"):
+@dataclass
+class Setup:
+    trainer: Trainer
+    batches: list[dict[str, torch.Tensor]]
+    micro: int
+    probe: list[Probe]
+    """The current block's probe, shared with the comm hook."""
+
+
+def bare_block(s: Setup, steps: Iterator[int], count: int, clocks: Clocks) -> Block:
+    probe = s.probe[0] = Probe()
+    start = clocks.read()
+    for _ in range(count):
+        step = probe.call("step boundary", next, steps)
+        with probe.phase(no_phase, "data_wait"):
+            batch = s.batches[step % len(s.batches)]
+        with probe.phase(no_phase, "h2d"):
+            rows = {k: v.to("cpu") for k, v in batch.items()}
+        s.trainer.forward_backward(rows, s.micro, lambda n: probe.phase(no_phase, n))
+        probe.call("add_phase_seconds", nothing)
+        probe.call("guard", nothing)
+        with probe.phase(no_phase, "optimizer"):
+            s.trainer.optimizer_step()
+        probe.call("complete", nothing)
+    return clocks.block(start, count, probe)
+
+
+def instrumented_block(
+    s: Setup, loop: Any, steps: Iterator[int], sync: SyncTimer, count: int, clocks: Clocks
+) -> Block:
+    probe = s.probe[0] = Probe()
+    rows_global = len(s.batches[0]["tokens"]) * s.trainer.world_size
+    start = clocks.read()
+    for _ in range(count):
+        step = probe.call("step boundary", next, steps)
+        with probe.phase(loop.phase, "data_wait"):
+            batch = s.batches[step % len(s.batches)]
+        with probe.phase(loop.phase, "h2d"):
             rows = {k: v.to("cpu") for k, v in batch.items()}
         sync.seconds = 0.0
-        loss_sum, grad_norm = trainer.forward_backward(rows, micro, loop.phase)
-        loop.add_phase_seconds("grad_sync", sync.seconds)
-        loop.guard(step, loss=loss_sum, grad_norm=grad_norm)
-        with loop.phase("optimizer"):
-            trainer.optimizer_step()
-        loop.complete(
+        loss_sum, grad_norm = s.trainer.forward_backward(
+            rows, s.micro, lambda n: probe.phase(loop.phase, n)
+        )
+        probe.call("add_phase_seconds", loop.add_phase_seconds, "grad_sync", sync.seconds)
+        probe.call("guard", loop.guard, step, loss=loss_sum, grad_norm=grad_norm)
+        with probe.phase(loop.phase, "optimizer"):
+            s.trainer.optimizer_step()
+        probe.call(
+            "complete",
+            loop.complete,
             step,
             loss=loss_sum,
             grad_norm=grad_norm,
-            lr=trainer.scheduler.get_last_lr()[0],
-            device_tokens=batch["tokens"].shape[0] * tokens_per_row,
+            lr=s.trainer.scheduler.get_last_lr()[0],
+            device_tokens=batch["tokens"].numel(),
             padded_tokens=0,
-            loss_tokens=loss_tokens[step % len(batches)],
-            samples=[(step - 1) * global_rows, step * global_rows],
+            loss_tokens=int(batch["loss_mask"].sum()),
+            samples=[(step - 1) * rows_global, step * rows_global],
         )
-    marks.append(mark())
-    loop.close()
-    return durations(marks)
+    return clocks.block(start, count, probe)
 
 
-def per_call_seconds(fn: Callable[[], Any], repeats: int) -> float:
-    """Median seconds of one call of `fn`, over `repeats` timed calls."""
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
+def median_interval(
+    pairs: int, estimate: Callable[[list[int]], float], seed: int = 0
+) -> tuple[float, float, float]:
+    """`estimate` over all pairs, with a 95 % percentile-bootstrap interval: resample the pairs
+    with replacement RESAMPLES times (Efron & Tibshirani, An Introduction to the Bootstrap,
+    ch. 13)."""
+    rng = random.Random(seed)
+    every = list(range(pairs))
+    draws = sorted(estimate(rng.choices(every, k=pairs)) for _ in range(RESAMPLES))
+    return estimate(every), draws[int(0.025 * RESAMPLES)], draws[int(0.975 * RESAMPLES) - 1]
 
 
-def component_costs(
-    ctx: runwright.runtime.RunContext,
-    workdir: Path,
-    loss: torch.Tensor,
-    accumulation: int,
-    record: dict[str, Any],
-    step_seconds: float,
-    repeats: int,
-) -> dict[str, dict[str, Any]]:
-    """Microseconds per step of each runtime piece, measured alone with the step's call counts."""
-    costs: dict[str, dict[str, Any]] = {}
+def summarise(bare: list[Block], inst: list[Block]) -> dict[str, Any]:
+    """Overheads in microseconds and percent of the bare step, per measure, with intervals."""
+    n = len(bare)
+    base = {m: statistics.median(getattr(b, m) for b in bare) for m in ("thread_cpu", "wall")}
+    base["process_cpu"] = statistics.median(b.process_cpu for b in bare)
 
-    def add(name: str, calls: float, fn: Callable[[], Any], training_thread: bool = True) -> None:
-        if ctx.world_size > 1:
-            dist.barrier()  # collectives must start together on every rank
-        seconds = per_call_seconds(fn, repeats)
-        costs[name] = {
-            "calls_per_step": calls,
-            "us_per_call": seconds * 1e6,
-            "us_per_step": seconds * calls * 1e6,
-            "training_thread": training_thread,
+    def diffs(measure: Callable[[Block], float]) -> list[float]:
+        return [measure(i) - measure(b) for b, i in zip(bare, inst, strict=True)]
+
+    def heartbeat(idx: list[int]) -> float:
+        # Every beat of the run charged to the instrumented steps (conservative).
+        beats = sum(b.heartbeat_cpu * b.steps for k in idx for b in (bare[k], inst[k]))
+        return beats / sum(inst[k].steps for k in idx)
+
+    def figure(
+        values: list[float], base_seconds: float, extra: Callable[[list[int]], float] | None = None
+    ) -> dict[str, Any]:
+        def est(idx: list[int]) -> float:
+            middle = statistics.median(values[k] for k in idx)
+            return middle + (extra(idx) if extra else 0.0)
+
+        value, low, high = median_interval(n, est)
+        return {
+            "us_per_step": value * 1e6,
+            "us_per_step_95ci": [low * 1e6, high * 1e6],
+            "percent": 100 * value / base_seconds,
+            "percent_95ci": [100 * low / base_seconds, 100 * high / base_seconds],
         }
 
-    # One boundary per step: poll the stop watcher, read the previous vote, cast the next (an
-    # async all-reduce, MAX). Back to back here, so nothing overlaps it: an upper bound.
-    vote = OverlappedStopVote()
-    add("stop vote", 1, lambda: vote.boundary(ctx.stop_watcher.local_request()))
-    vote.finish()
-    # STEP_HEALTHY through a writer like the context's (same folder, same fsync policy).
-    writer = ChannelWriter(workdir / "component-channel", generation=0, rank=ctx.rank)
-    counter = iter(range(10**9))
-    add(
-        "channel write (STEP_HEALTHY)",
-        1,
-        lambda: writer.send(
-            "STEP_HEALTHY", step=next(counter), world_size=ctx.world_size, attributes=record
-        ),
-    )
-    # The deferred fsync of those lines runs on the heartbeat thread, once per heartbeat:
-    # e.g. a 0.07 s step / 1 s heartbeat = 0.07 fsyncs per step.
-    interval = ctx.spec.recovery.heartbeat_interval_seconds if ctx.spec else 2.0
-
-    def send_then_sync() -> None:
-        writer.send("STEP_HEALTHY", step=next(counter), attributes=record)
-        writer.sync()
-
-    add(
-        "channel fsync (heartbeat thread)",
-        step_seconds / interval,
-        send_then_sync,
-        training_thread=False,
-    )
-    writer.close()
-    with open(workdir / f"component-timeline-{ctx.rank}.jsonl", "a", encoding="utf-8") as f:
-        add("timeline write", 1, lambda: f.write(json.dumps(record) + "\n"))
-    # guard reads loss and grad norm to the host once; complete reuses both numbers.
-    add("item() syncs", 2, lambda: loss.detach().item())
-    loop = ctx.step_loop(0, 0)
-
-    def one_phase() -> None:
-        with loop.phase("forward"):
-            pass
-
-    # data_wait, h2d, optimizer, and forward + backward per micro-batch
-    add("phase timers", 3 + 2 * accumulation, one_phase)
-    loop.close()
-    return costs
-
-
-def overhead(bare: list[list[float]], instrumented: list[list[float]]) -> dict[str, Any]:
-    """Overhead of one measure (wall or CPU seconds per step): of the medians over all steps,
-    and paired by round (the same load drift hits both halves of a round) with a 95 % interval
-    of the mean paired difference, which says whether 1 % can be resolved at all."""
-    bare_median = statistics.median(s for r in bare for s in r)
-    inst_median = statistics.median(s for r in instrumented for s in r)
-    diffs = [
-        statistics.median(i) - statistics.median(b) for b, i in zip(bare, instrumented, strict=True)
-    ]
-    mean = statistics.fmean(diffs)
-    half = 1.96 * statistics.stdev(diffs) / len(diffs) ** 0.5 if len(diffs) > 1 else float("inf")
+    insitu = diffs(lambda b: sum(b.probe_cpu.values()))
+    names = sorted(inst[0].probe_cpu)
     return {
-        "bare_median_step_seconds": bare_median,
-        "instrumented_median_step_seconds": inst_median,
-        "overhead_us_per_step": (inst_median - bare_median) * 1e6,
-        "overhead_percent": 100 * (inst_median - bare_median) / bare_median,
-        "paired_round_overhead_us_per_step": statistics.median(diffs) * 1e6,
-        "paired_round_overhead_percent": 100 * statistics.median(diffs) / bare_median,
-        "paired_mean_percent_95ci": [
-            100 * (mean - half) / bare_median,
-            100 * (mean + half) / bare_median,
-        ],
-        "round_median_step_seconds": [
-            {"bare": statistics.median(b), "instrumented": statistics.median(i)}
-            for b, i in zip(bare, instrumented, strict=True)
-        ],
+        "pairs": n,
+        "steps_per_side": sum(b.steps for b in bare),
+        "bare_step_seconds": base,
+        "instrumented_step_seconds": {
+            m: statistics.median(getattr(i, m) for i in inst) for m in base
+        },
+        "heartbeat_thread_us_per_step": heartbeat(list(range(n))) * 1e6,
+        "thread_cpu": figure(diffs(lambda b: b.thread_cpu), base["thread_cpu"], heartbeat),
+        "thread_cpu_without_heartbeat": figure(diffs(lambda b: b.thread_cpu), base["thread_cpu"]),
+        "insitu_cpu": figure(insitu, base["thread_cpu"], heartbeat),
+        "process_cpu": figure(diffs(lambda b: b.process_cpu), base["process_cpu"]),
+        "wall": figure(diffs(lambda b: b.wall), base["wall"]),
+        "insitu_calls_us_per_step": {
+            name: {
+                "instrumented_cpu": statistics.median(i.probe_cpu[name] for i in inst) * 1e6,
+                "bare_cpu": statistics.median(b.probe_cpu.get(name, 0.0) for b in bare) * 1e6,
+                "instrumented_wall": statistics.median(i.probe_wall[name] for i in inst) * 1e6,
+            }
+            for name in names
+        },
     }
 
 
-def summarise(bare: list[Round], instrumented: list[Round]) -> dict[str, Any]:
-    """Wall figures at the top level (what a user's step takes), CPU figures under "cpu" (what
-    resolves 1 % on a shared machine)."""
-    wall = overhead([r.wall for r in bare], [r.wall for r in instrumented])
-    cpu = overhead([r.cpu for r in bare], [r.cpu for r in instrumented])
-    return {"steps_per_side": sum(len(r.wall) for r in bare), **wall, "cpu": cpu}
-
-
 def worker(args: argparse.Namespace) -> None:
-    """One rank: both loops interleaved, then the components; rank 0 writes the JSON."""
-    torch.set_num_threads(args.threads)
+    """One process: both loops in interleaved blocks; rank 0 writes the JSON."""
+    torch.set_num_threads(1)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     pinned = None
     if args.pin and hasattr(os, "sched_setaffinity"):
-        # One core per rank, so a rank's step is not migrated between cores mid-measurement.
-        pinned = int(os.environ.get("LOCAL_RANK", "0")) % (os.cpu_count() or 1)
+        # One core per process, so a step is not migrated between cores mid-measurement.
+        pinned = local_rank % (os.cpu_count() or 1)
         os.sched_setaffinity(0, {pinned})
     workdir = Path(args.workdir)
     os.chdir(workdir)  # init() outside the control plane writes under ./.runwright/local/
@@ -368,194 +396,169 @@ def worker(args: argparse.Namespace) -> None:
     world = ctx.world_size
     if world > 1:
         dist.init_process_group("gloo")
-    if spec.reproducibility.level == "bitwise":
-        torch.use_deterministic_algorithms(True)
     micro = int(spec.plan.micro_batch_size.value)
-    rows = int(spec.plan.global_batch_samples.value) // world
-    seq = spec.data.sequence_length
+    rows = int(spec.plan.global_batch_samples.value) // int(spec.plan.dp.value)
     batches = synthetic_batches(spec, rows, seed=spec.data.seed + ctx.rank)
-    loss_tokens = [int(b["loss_mask"].sum()) for b in batches]  # the loader counts these
     sync = SyncTimer(world)
-    bare_trainer = Trainer(spec, world, sync=None)
-    inst_trainer = Trainer(spec, world, sync=sync)
-
-    def run_bare(steps: int) -> Round:
-        return bare_round(bare_trainer, batches, steps, micro)
-
-    step = 0
-
-    def run_instrumented(steps: int) -> Round:
-        nonlocal step
-        times = instrumented_round(
-            ctx, inst_trainer, sync, batches, loss_tokens, step, steps, micro, seq, rows * world
-        )
-        step += steps
-        return times
-
-    run_bare(args.warmup_steps)
-    run_instrumented(args.warmup_steps)
-    bare: list[Round] = []
-    instrumented: list[Round] = []
-    for r in range(args.rounds):
-        sides = [(bare, run_bare), (instrumented, run_instrumented)]
-        for out, run in sides if r % 2 == 0 else sides[::-1]:
-            out.append(run(args.steps))
-    figures = summarise(bare, instrumented)
-    loss, _ = inst_trainer.forward_backward(batches[0], micro, no_phase)
-    inst_trainer.optimizer.zero_grad(set_to_none=True)
-    record = last_timeline_record(ctx)
-    figures["components"] = component_costs(
-        ctx,
-        workdir,
-        loss,
-        rows // micro,
-        record,
-        figures["instrumented_median_step_seconds"],
-        repeats=args.component_repeats,
-    )
-    figures["rank"] = ctx.rank
-    figures["pinned_core"] = pinned
+    probe = [Probe()]
+    bare = Setup(Trainer(spec, world, hook_state=(None, probe)), batches, micro, probe)
+    inst = Setup(Trainer(spec, world, hook_state=(sync, probe)), batches, micro, probe)
+    loop = ctx.step_loop(0, 10**9)
+    inst_steps, bare_steps = iter(loop), iter(range(1, 10**9))
+    clocks = Clocks()
+    blocks: dict[str, list[Block]] = {"bare": [], "instrumented": []}
+    runs: dict[str, Callable[[int], Block]] = {
+        "bare": lambda k: bare_block(bare, bare_steps, k, clocks),
+        "instrumented": lambda k: instrumented_block(inst, loop, inst_steps, sync, k, clocks),
+    }
+    for run in runs.values():
+        run(args.warmup_steps)
+    # No refresh thread: the bar is redrawn between blocks, outside every timed span.
+    progress = Progress(auto_refresh=False, disable=ctx.rank != 0)
+    with progress:
+        task = progress.add_task(f"{args.mode}: {args.pairs} pairs", total=args.pairs)
+        for k in range(args.pairs):
+            # ABBA: each side goes first in every other pair, so a trend hits both alike.
+            order = ("bare", "instrumented") if k % 2 == 0 else ("instrumented", "bare")
+            for side in order:
+                blocks[side].append(runs[side](args.steps))
+            progress.update(task, advance=1, refresh=True)
+    figures = summarise(blocks["bare"], blocks["instrumented"])
+    figures.update(rank=ctx.rank, pinned_core=pinned)
+    if args.keep_blocks:
+        figures["blocks"] = {side: [asdict(b) for b in bs] for side, bs in blocks.items()}
     ranks = [figures]
     if world > 1:
-        gathered: list[Any] = [None] * world
-        dist.all_gather_object(gathered, figures)
-        ranks = gathered
+        ranks = [None] * world
+        dist.all_gather_object(ranks, figures)
     if ctx.rank == 0:
-        result = {
-            "benchmark": "runtime_overhead",
-            "mode": f"torchrun --nproc-per-node {world} (gloo)" if world > 1 else "single process",
-            "world_size": world,
-            "model": spec.model.model_dump(mode="json"),
-            "rows_per_rank": rows,
-            "micro_batch_size": micro,
-            "sequence_length": seq,
-            "threads_per_rank": args.threads,
-            "rounds": args.rounds,
-            "steps_per_round": args.steps,
-            "warmup_steps": args.warmup_steps,
-            "machine": platform.machine(),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "target_percent": TARGET_PERCENT,
-            **{k: v for k, v in ranks[0].items() if k != "rank"},
-            "ranks": ranks,
-        }
-        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+        Path(args.out).write_text(json.dumps({"world_size": world, **ranks[0], "ranks": ranks}))
+    loop.close()
     ctx.close()
     if world > 1:
         dist.destroy_process_group()
 
 
-def last_timeline_record(ctx: runwright.runtime.RunContext) -> dict[str, Any]:
-    """The newest timeline line: what `complete` wrote, i.e. what the channel carries."""
-    path = ctx.run_dir / "timeline" / f"gen{ctx.generation:05d}-rank{ctx.rank:05d}.jsonl"
-    return json.loads(path.read_text().splitlines()[-1])
+def cpu_busy() -> tuple[float, float]:
+    """(busy, total) jiffies of the whole machine, from /proc/stat."""
+    fields = [float(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
+def run_mode(mode: str, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """One mode in fresh processes; what it left in `part.json`, with the machine's load."""
+    part = workdir / f"{mode}.json"
+    forwarded = [
+        "--worker",
+        f"--mode={mode}",
+        f"--workdir={workdir / mode}",
+        f"--out={part}",
+        f"--pairs={args.pairs}",
+        f"--steps={args.steps}",
+        f"--warmup-steps={args.warmup_steps}",
+        *([] if args.pin else ["--no-pin"]),
+        *(["--keep-blocks"] if args.keep_blocks else []),
+    ]
+    (workdir / mode).mkdir()
+    script = str(Path(__file__).resolve())
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    if mode == "solo":
+        command = [sys.executable, script, *forwarded]
+    else:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+        command += [f"--nproc-per-node={args.nproc}", script, *forwarded]
+    load_before, (busy0, total0), started = os.getloadavg()[0], cpu_busy(), time.time()
+    subprocess.run(command, check=True, env=env)
+    busy1, total1 = cpu_busy()
+    return {
+        "mode": "single process" if mode == "solo" else f"torchrun {args.nproc} ranks (gloo)",
+        "seconds": time.time() - started,
+        "load_1min_before_after": [load_before, os.getloadavg()[0]],
+        "machine_busy_percent": 100 * (busy1 - busy0) / (total1 - total0),
+        **json.loads(part.read_text()),
+    }
 
 
 def render(result: dict[str, Any]) -> None:
-    table = Table(
-        title=f"runtime overhead, {result['mode']}, "
-        f"{result['rounds']} rounds x {result['steps_per_round']} steps per side"
-    )
-    for column in ("measure", "value"):
-        table.add_column(column)
-    table.add_row("bare median step (s)", f"{result['bare_median_step_seconds']:.5f}")
-    table.add_row(
-        "instrumented median step (s)", f"{result['instrumented_median_step_seconds']:.5f}"
-    )
-    table.add_row(
-        "overhead per step",
-        f"{result['overhead_us_per_step']:.0f} us = {result['overhead_percent']:.2f} %",
-    )
-    table.add_row(
-        "overhead, paired by round",
-        f"{result['paired_round_overhead_us_per_step']:.0f} us = "
-        f"{result['paired_round_overhead_percent']:.2f} %",
-    )
-    cpu = result["cpu"]
-    low, high = cpu["paired_mean_percent_95ci"]
-    table.add_row(
-        "CPU per step: bare / instrumented (s)",
-        f"{cpu['bare_median_step_seconds']:.5f} / {cpu['instrumented_median_step_seconds']:.5f}",
-    )
-    table.add_row(
-        "CPU overhead, paired by round",
-        f"{cpu['paired_round_overhead_us_per_step']:.0f} us = "
-        f"{cpu['paired_round_overhead_percent']:.2f} % (95 % interval of the mean "
-        f"{low:.2f} .. {high:.2f} %)",
-    )
-    step_us = result["bare_median_step_seconds"] * 1e6
-    total = 0.0
-    for name, c in result["components"].items():
-        total += c["us_per_step"]
-        table.add_row(
-            f"  {name} (x{c['calls_per_step']:.3g})",
-            f"{c['us_per_step']:.1f} us = {100 * c['us_per_step'] / step_us:.2f} %",
+    for mode, r in result["modes"].items():
+        table = Table(
+            title=f"{mode}: {r['mode']}, {r['pairs']} pairs x {result['steps_per_block']} steps, "
+            f"load {r['load_1min_before_after'][0]:.1f}->{r['load_1min_before_after'][1]:.1f}, "
+            f"machine {r['machine_busy_percent']:.0f} % busy"
         )
-    table.add_row("  sum of components", f"{total:.1f} us = {100 * total / step_us:.2f} %")
-    verdict = "met" if high < result["target_percent"] else "MISSED"
-    table.add_row(
-        "target (CPU, upper end of the interval)",
-        f"< {result['target_percent']:.0f} % ({verdict})",
-    )
-    Console().print(table)
+        for column in ("measure", "bare s/step", "instrumented s/step", "overhead (95 % interval)"):
+            table.add_column(column)
+        for key, measure in (
+            ("thread_cpu", "thread_cpu"),
+            ("insitu_cpu", None),
+            ("thread_cpu_without_heartbeat", None),
+            ("process_cpu", "process_cpu"),
+            ("wall", "wall"),
+        ):
+            f = r[key]
+            low, high = f["percent_95ci"]
+            bare = f"{r['bare_step_seconds'][measure]:.5f}" if measure else ""
+            inst = f"{r['instrumented_step_seconds'][measure]:.5f}" if measure else ""
+            table.add_row(
+                key,
+                bare,
+                inst,
+                f"{f['us_per_step']:.0f} us = {f['percent']:.2f} % ({low:.2f} .. {high:.2f})",
+            )
+        for name, c in r["insitu_calls_us_per_step"].items():
+            table.add_row(
+                f"  in situ: {name}", "", "", f"{c['instrumented_cpu'] - c['bare_cpu']:.1f} us"
+            )
+        table.add_row("  heartbeat thread", "", "", f"{r['heartbeat_thread_us_per_step']:.1f} us")
+        high = r["thread_cpu"]["percent_95ci"][1]
+        verdict = "held" if high < result["target_percent"] else "NOT shown"
+        table.add_row("target: upper end < 1 %", "", "", verdict)
+        Console().print(table)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nproc", type=int, default=2, help="ranks; 1 runs without torchrun")
-    parser.add_argument("--rounds", type=int, default=100, help="interleaved rounds per side")
-    parser.add_argument("--steps", type=int, default=4, help="steps per round per side")
+    parser.add_argument("--modes", default="solo,group", help="solo, group or both (comma)")
+    parser.add_argument("--nproc", type=int, default=2, help="ranks of the group mode")
+    parser.add_argument("--pairs", type=int, default=150, help="interleaved block pairs")
+    parser.add_argument("--steps", type=int, default=2, help="steps per block")
     parser.add_argument("--warmup-steps", type=int, default=10, help="untimed steps per side")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per rank")
-    parser.add_argument("--component-repeats", type=int, default=200)
-    parser.add_argument(
-        "--no-pin", dest="pin", action="store_false", help="leave ranks unpinned to cores"
-    )
+    parser.add_argument("--keep-blocks", action="store_true", help="every block in the JSON")
+    parser.add_argument("--no-pin", dest="pin", action="store_false", help="leave cores free")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--dir", default=None, help="folder for the run files (default: cwd)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker(args)
         return
+    modes = [m.strip() for m in args.modes.split(",")]
+    if unknown := set(modes) - {"solo", "group"}:
+        parser.error(f"--modes: unknown {sorted(unknown)}; use solo, group or solo,group")
     # The channel's fsync cost depends on the disk, so measure on the one the runs would use.
     workdir = Path(tempfile.mkdtemp(prefix="rw-runtime-bench-", dir=args.dir or os.getcwd()))
-    args.out = args.out.resolve()
-    forwarded = [
-        "--worker",
-        f"--workdir={workdir}",
-        f"--out={args.out}",
-        f"--rounds={args.rounds}",
-        f"--steps={args.steps}",
-        f"--warmup-steps={args.warmup_steps}",
-        f"--threads={args.threads}",
-        f"--component-repeats={args.component_repeats}",
-        *([] if args.pin else ["--no-pin"]),
-    ]
     try:
-        if args.nproc == 1:
-            env_keys = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "RUNWRIGHT_RUN_ID")
-            for key in env_keys:
-                os.environ.pop(key, None)
-            worker(parser.parse_args(forwarded))
-        else:
-            command = [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                f"--nproc-per-node={args.nproc}",
-                str(Path(__file__).resolve()),
-                *forwarded,
-            ]
-            subprocess.run(command, check=True)
+        parts = {mode: run_mode(mode, args, workdir) for mode in modes}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    render(json.loads(args.out.read_text()))
+    result = {
+        "benchmark": "runtime_overhead",
+        "target_percent": TARGET_PERCENT,
+        "steps_per_block": args.steps,
+        "warmup_steps": args.warmup_steps,
+        "pinned": args.pin,
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "modes": parts,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    render(result)
     print(f"wrote {args.out}")
 
 

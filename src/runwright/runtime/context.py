@@ -135,12 +135,15 @@ class RunContext:
         self.last_step = max(self.last_step, step)
         if loader_facts:
             metrics = {**events.step_facts(), **metrics}
-        self.event(
+        self.channel.telemetry(
             EventType.STEP_HEALTHY,
             step=step,
             event_id=f"g{self.generation}-r{self.rank}-step{step}",
-            **metrics,
+            world_size=self.world_size,
+            attributes=metrics,
         )
+        if self._trackers is not None:
+            self._trackers.observe(EventType.STEP_HEALTHY, step, metrics)
         if stop_check:
             self._stop_at_boundary(step)
 

@@ -76,9 +76,12 @@ class SubmitProgress:
         step = event.step or 0
         # Rank 0's loss (a rank-less report's): a folded step row holds it among its ranks'.
         own = rank_view(event, 0) if RANKS in event.attributes else event
-        if own is not None and own.attributes.get("rank", 0) == 0:
-            if isinstance(own.attributes.get("loss"), float):
-                self.loss = own.attributes["loss"]
+        if (
+            own is not None
+            and own.attributes.get("rank", 0) == 0
+            and isinstance(own.attributes.get("loss"), float)
+        ):
+            self.loss = own.attributes["loss"]
         if step <= self.step:
             return
         self.step = step

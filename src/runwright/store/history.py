@@ -48,7 +48,8 @@ def select_events(
     ids: Collection[str] | None = None,
 ) -> sa.Select:
     """One run's events after `after_seq`, of `types` when given, with one of `ids` when given
-    (a seek per id on the event id's unique index), in sequence order; with `newest`, the newest that many in descending order (the caller reverses them).
+    (a seek per id on the event id's unique index), in sequence order; with `newest`, the newest
+    that many in descending order (the caller reverses them).
 
     With two or more `types`, the order is by `seq + 0`, which no index can supply (the trick of
     SQLite's "disqualifying terms", https://sqlite.org/optoverview.html): SQLite's planner

@@ -78,6 +78,7 @@ def write_ranks(root: str, args: argparse.Namespace, start: float, written: Any)
                 "STEP_HEALTHY",
                 step=step,
                 event_id=f"g1-r{rank}-step{step}",
+                world_size=args.ranks,
                 attributes={
                     "loss": 3.0 / (1 + step),
                     "step_seconds": args.step_seconds,
@@ -180,7 +181,9 @@ def simulate(url: str, args: argparse.Namespace) -> dict[str, Any]:
         cpu_end = resource.getrusage(resource.RUSAGE_SELF)
         writer.join()
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
-        stored = len(store.events(RUN_ID, types=["STEP_HEALTHY"]))
+        rows = store.events(RUN_ID, types=["STEP_HEALTHY"])
+        stored = len(rows)
+        reports = sum(len(r.attributes.get("ranks") or [0]) for r in rows)  # folded or not
         store.close()
     cpu = (cpu_end.ru_utime - cpu_began.ru_utime) + (cpu_end.ru_stime - cpu_began.ru_stime)
     during = [b for b in backlog if b["second"] <= args.seconds]
@@ -188,6 +191,8 @@ def simulate(url: str, args: argparse.Namespace) -> dict[str, Any]:
         "messages_written": written.value,
         "messages_ingested": ingested,
         "step_events_stored": stored,
+        "step_reports_stored": reports,
+        "step_rows_per_second": round(stored / wall, 1),
         "messages_per_second_written": round(written.value / args.seconds),
         "drained_seconds_after_writing": round(max(0.0, wall - 1.0 - args.seconds), 2),
         "passes": passes,

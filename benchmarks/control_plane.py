@@ -90,7 +90,15 @@ def write_channel(root: Path, ranks: int, events_per_rank: int) -> None:
     for rank in range(ranks):
         writer = ChannelWriter(channel, generation=1, rank=rank, fsync_events=False)
         for step in range(1, events_per_rank + 1):
-            writer.send("STEP_HEALTHY", step=step, attributes={"loss": 1.0 / step})
+            # As the runtime's `step_healthy` sends it: its id and the group's world size, by
+            # which the ingest folds a step's ranks into one row (control/step_holding.py).
+            writer.send(
+                "STEP_HEALTHY",
+                step=step,
+                event_id=f"g1-r{rank}-step{step}",
+                world_size=ranks,
+                attributes={"loss": 1.0 / step},
+            )
         writer.close()
 
 
@@ -150,11 +158,13 @@ def timed_ingest(url: str, root: Path, batch_messages: int) -> dict:
             seconds = time.perf_counter() - began
     finally:
         ingest.BATCH_MESSAGES = original
-    stored = len(store.events(RUN_ID, types=["STEP_HEALTHY"]))
+    rows = store.events(RUN_ID, types=["STEP_HEALTHY"])
+    stored = sum(len(r.attributes.get("ranks") or [0]) for r in rows)  # each rank's report
     store.close()
     assert stored == count, (stored, count)
     return {
         "events": count,
+        "step_rows_stored": len(rows),
         "seconds": round(seconds, 4),
         "events_per_second": count / seconds,
         **collector,

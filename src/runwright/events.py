@@ -163,7 +163,9 @@ class EventType(StrEnum):
     checkpoint_id and mode. Sent by the checkpointer's restore; recovery's lost steps, the
     accounting's replayed tokens and the report's lineage read it."""
     STEP_HEALTHY = "STEP_HEALTHY"
-    """Optimizer step `step` completed on a rank (loss, tokens, phase seconds, samples)."""
+    """Optimizer step `step` completed on a rank (loss, tokens, phase seconds, samples). The
+    channel carries one per rank; the store one per step, its ranks' figures folded into it
+    (`ranks`, `columns`: observe/rank_steps.py, which unfolds them)."""
     STOP_ACKNOWLEDGED = "STOP_ACKNOWLEDGED"
     """The group agreed to stop at this boundary (reason: cancel, preemption, budget,
     controller)."""

@@ -183,10 +183,12 @@ def test_a_batch_the_store_broke_off_is_read_again_whole(setup, monkeypatch, aft
     assert ingestor.poll(lambda m, outcome: seen.append((m.step, outcome))) == 4
     retried = Outcome.ALREADY_APPLIED if after_write else Outcome.APPLIED
     assert seen == [(4, retried), (5, retried), (6, retried), (7, Outcome.APPLIED)]
+    # Steps are folded rows (control/step_holding.py): a step the store already holds whole is
+    # known from the look-up of its id before the retry, so the retried batch stores nothing.
     assert [[e.step for e in args[0]] for args, _ in batches.calls] == [
         [1, 2, 3],
         [4, 5, 6],
-        [4, 5, 6],
+        [] if after_write else [4, 5, 6],
         [7],
     ]
     assert steps_stored(store) == [1, 2, 3, 4, 5, 6, 7]

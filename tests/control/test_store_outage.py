@@ -16,6 +16,7 @@ import pytest
 
 from runwright.control.controller import Controller
 from runwright.control.summary import run_summary
+from runwright.observe.rank_steps import per_rank
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 from runwright.store.engine import SQLITE_BUSY_TIMEOUT_MS
@@ -81,7 +82,7 @@ def drive_through_outage(tmp_path, store_url, start_outage):
 
 def check_every_step_stored_once(store, run):
     assert run.state == "SUCCEEDED", store.events(run.run_id)[-5:]
-    healthy = store.events(run.run_id, types=["STEP_HEALTHY"])
+    healthy = list(per_rank(store.events(run.run_id, types=["STEP_HEALTHY"])))
     for rank in (0, 1):
         steps = [e.step for e in healthy if e.attributes["rank"] == rank]
         assert steps == list(range(1, STEPS + 1))

@@ -17,6 +17,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 from runwright.control.summary import event_line
 from runwright.events import EventType
+from runwright.observe.rank_steps import RANKS, rank_view
 from runwright.store import EventRecord
 
 PROGRESS_ONLY = frozenset({EventType.STEP_HEALTHY})
@@ -73,8 +74,14 @@ class SubmitProgress:
 
     def _advance(self, event: EventRecord) -> None:
         step = event.step or 0
-        if event.attributes.get("rank", 0) == 0 and isinstance(event.attributes.get("loss"), float):
-            self.loss = event.attributes["loss"]
+        # Rank 0's loss (a rank-less report's): a folded step row holds it among its ranks'.
+        own = rank_view(event, 0) if RANKS in event.attributes else event
+        if (
+            own is not None
+            and own.attributes.get("rank", 0) == 0
+            and isinstance(own.attributes.get("loss"), float)
+        ):
+            self.loss = own.attributes["loss"]
         if step <= self.step:
             return
         self.step = step

@@ -9,6 +9,11 @@ Messages are read and stored in batches (`BATCH_MESSAGES`): one store transactio
 events, with the generation fence checked once for it (`Store.append_events`), and the follow-ups
 are coalesced over the events it stored.
 
+A step's per-rank STEP_HEALTHY messages are held until every rank reported it and stored as ONE
+row (control/step_holding.py: when a step is stored in parts, and why nothing is counted twice);
+`on_message` still sees each rank's message as its batch is read, so the watchdog, the alerts and
+the replay check see every rank at once.
+
 The channel is the buffer while the store is away: the reader's cursor passes a batch only after
 every store write it causes has succeeded, so a poll the store breaks off (StoreUnavailableError)
 leaves that batch for the next poll. Nothing a worker reported is lost, and the event ids keep the
@@ -24,8 +29,10 @@ from runwright.ckpt.catalog import CommittedCheckpoint, read_committed
 from runwright.ckpt.fence import open_fence
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.control.channel import ChannelReader
+from runwright.control.step_holding import StepHolder, holdable, step_rows
 from runwright.events import EventType
 from runwright.layout import run_paths
+from runwright.observe.rank_steps import RANKS
 from runwright.protocol import HEARTBEAT, ChannelMessage, RankEntry, node_hosts, placed_entry
 from runwright.store import EventRow, NewEvent, Outcome, RunRecord, Store
 from runwright.store.fence import run_checkpoint_root
@@ -60,6 +67,14 @@ class Ingestor:
         self._unfinished: set[str] = set()
         """Events whose follow-up writes (last step, latest checkpoint) a failed poll may have
         cut short: stored or not, they are finished when read again."""
+        self._unfinished_steps: set[tuple[int, int]] = set()
+        """The same for (generation, step) of folded step rows."""
+        self.steps = StepHolder()
+        self.fold_steps = not _stored_per_rank(store, run.run_id)
+        """False for a run whose store already holds per-rank step rows (ingested before steps
+        were folded): its steps stay per rank, so a re-read cannot store a step twice."""
+        self._fence: int | None = None
+        """The run's generation, read once per poll for the messages still held."""
 
     def poll(
         self,
@@ -71,12 +86,15 @@ class Ingestor:
         the event's outcome (None for a heartbeat). Past `until` (time.monotonic()) the rest
         stays in the channel for the next poll."""
         count = 0
+        self._fence = None
         for batch in self.reader.poll_batches(BATCH_MESSAGES, until=until):
             outcomes = self._ingest(batch)
             count += len(batch)
             if on_message is not None:
                 for message, outcome in zip(batch, outcomes, strict=True):
                     on_message(message, outcome)
+        if self.steps.due():
+            self._ingest([])  # a step whose last ranks are late is stored as a part
         for generation, beat in sorted(self._beats.items()):
             self.store.fenced_update(self.run_id, generation, last_heartbeat_unix_s=beat)
             del self._beats[generation]
@@ -86,9 +104,10 @@ class Ingestor:
                 self._reported_unreadable.add(path)
         return count
 
-    def _ingest(self, batch: list[ChannelMessage]) -> list[Outcome | None]:
-        """Store one batch's events in one append and do the follow-ups of those it stored."""
-        reported = []
+    def _ingest(self, batch: list[ChannelMessage], ended: bool = False) -> list[Outcome | None]:
+        """Store one batch's events and the steps it completes in one append, and do the
+        follow-ups of those it stored; `ended`: the group is gone, store every held step."""
+        reported, steps = [], []
         for message in batch:
             if message.type == HEARTBEAT:
                 # One liveness write per generation and poll, however many beats were read; a
@@ -96,31 +115,69 @@ class Ingestor:
                 self._beats[message.generation] = max(
                     self._beats.get(message.generation, 0.0), message.time_unix_s
                 )
+            elif self.fold_steps and holdable(message):
+                steps.append(message)
             else:
                 reported.append(message)
+        staged = self.steps.stage(steps, ended=ended)
+        flushed = sorted(staged.flush)
+        folded = step_rows(self.store, self.run_id, [staged.held[k] for k in flushed])
         rows = [self._as_row(m) for m in reported]
+        rows += [row for row in folded.values() if row is not None]
         ids = [row.event_id for row in rows]
         # Marked before the append: if the store fails at its commit, whether the batch was
         # stored is unknown, and an ALREADY_APPLIED on the retry must still do the follow-ups.
         resumed = self._unfinished.intersection(ids)
         self._unfinished.update(ids)
+        # A step the store holds whole has no row to retry: whether its follow-up ran is here.
+        resumed_steps = self._unfinished_steps.intersection(flushed)
+        self._unfinished_steps.update(flushed)
         outcomes = self.store.append_events(rows, fenced=True)
+        done = {
+            event_id
+            for event_id, outcome in zip(ids, outcomes, strict=True)
+            if outcome is Outcome.APPLIED
+            or (outcome is Outcome.ALREADY_APPLIED and event_id in resumed)
+        }
         self._follow_up(
+            [m for m, row in zip(reported, rows, strict=False) if row.event_id in done],
             [
-                message
-                for message, event_id, outcome in zip(reported, ids, outcomes, strict=True)
-                if outcome is Outcome.APPLIED
-                or (outcome is Outcome.ALREADY_APPLIED and event_id in resumed)
-            ]
+                k
+                for k, row in folded.items()
+                if (row.event_id in done if row is not None else k in resumed_steps)
+            ],
         )
         self._unfinished.difference_update(ids)
+        self._unfinished_steps.difference_update(flushed)
+        self.steps.commit(staged)
+        by_id = dict(zip(ids, outcomes, strict=True))
         stored = iter(outcomes)
-        return [None if m.type == HEARTBEAT else next(stored) for m in batch]
+        found: list[Outcome | None] = []
+        for m in batch:
+            if m.type == HEARTBEAT:
+                found.append(None)
+            elif not (self.fold_steps and holdable(m)):
+                found.append(next(stored))
+            elif (key := (m.generation, m.step or 0)) in staged.flush:
+                row = folded[key]  # None: stored parts already cover it
+                found.append(Outcome.ALREADY_APPLIED if row is None else by_id[row.event_id])
+            else:
+                found.append(self._held_outcome(m.generation))
+        return found
+
+    def _held_outcome(self, generation: int) -> Outcome:
+        """What the fence will say to a held message's step, by the run's generation now."""
+        if self._fence is None:
+            self._fence = self.store.get_run(self.run_id).generation
+        return Outcome.APPLIED if generation == self._fence else Outcome.STALE_GENERATION
 
     def settle_with_fence(self) -> None:
         """After a group ended: the fence's pointer is the authority on the latest checkpoint, so
         a commit it names that no event reported (the writer was lost between its publish and
-        its report) is recorded now, by the controller, with the commit's own facts."""
+        its report) is recorded now, by the controller, with the commit's own facts. Steps
+        some ranks never reported are stored first, as the parts the group left."""
+        if self.steps.held:
+            self._ingest([], ended=True)
         try:
             latest = open_fence(self.checkpoint_root).latest()
         except (CheckpointError, OSError):
@@ -148,7 +205,7 @@ class Ingestor:
             },
         )
         self.store.append_event(NewEvent(**self._as_row(message)._asdict()), fenced=False)
-        self._follow_up([message])
+        self._follow_up([message], [])
 
     def _unreadable(self, path: Path, error: Exception) -> None:
         """CHANNEL_UNREADABLE, once per file: a newer worker is visible, not silently dropped."""
@@ -180,12 +237,14 @@ class Ingestor:
             attributes={**message.attributes, "rank": message.rank},
         )
 
-    def _follow_up(self, stored: list[ChannelMessage]) -> None:
-        """The run-record writes stored events imply, coalesced; each is idempotent. The last
-        step is written once per generation (its highest step), the checkpoint catalog once
-        per commit or deletion, the run's inputs (lineage) once per dataset, in the channel's
-        order."""
+    def _follow_up(self, stored: list[ChannelMessage], steps: list[tuple[int, int]]) -> None:
+        """The run-record writes stored events and steps ((generation, step)) imply, coalesced;
+        each is idempotent. The last step is written once per generation (its highest step),
+        the checkpoint catalog once per commit or deletion, the run's inputs (lineage) once per
+        dataset, in the channel's order."""
         highest: dict[int, int] = {}
+        for generation, step in steps:
+            highest[generation] = max(highest.get(generation, 0), step)
         placed = [
             m
             for m in stored
@@ -280,3 +339,12 @@ class Ingestor:
         except (OSError, CheckpointError):
             return None
         return found if isinstance(found, CommittedCheckpoint) else None
+
+
+def _stored_per_rank(store: Store, run_id: str) -> bool:
+    """Whether the run's newest step rows are one rank's reports each (a store written before
+    steps were folded). A folding ingest writes a step's report per rank only without a step."""
+    newest = store.events(run_id, types=[EventType.STEP_HEALTHY], newest=20)
+    return any(
+        e.step is not None and e.checkpoint_id is None and RANKS not in e.attributes for e in newest
+    )

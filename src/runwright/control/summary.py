@@ -309,6 +309,11 @@ def event_line(event: "EventRecord | Mapping[str, Any]") -> str:
             f"{attrs.get('failure_class')} on rank {attrs.get('rank')}: {attrs.get('message')}"
             + "".join(f"\n      | {line}" for line in said)
         )
+    elif kind == EventType.STEP_HEALTHY and isinstance(attrs.get("ranks"), list):
+        # A folded step row (observe/rank_steps.py): how many ranks, and the first one's figures.
+        ranks, columns = attrs["ranks"], attrs.get("columns") or {}
+        first = " ".join(f"{k}={_short(v[0])}" for k, v in sorted(columns.items()) if v)
+        text = f"ranks={len(ranks)} rank {ranks[0] if ranks else '-'}: {first}"
     else:
         text = " ".join(f"{k}={_short(v)}" for k, v in sorted(attrs.items()))
     step = f" step {data['step']}" if data.get("step") is not None else ""

@@ -27,6 +27,7 @@ from runwright.govern.compare import Comparison, compare_runs
 from runwright.govern.incidents import REPLAY_VERDICTS, replay_verdict
 from runwright.govern.report import build_report
 from runwright.layout import recipes_dir, run_paths
+from runwright.observe.rank_steps import rank_view
 from runwright.records import Record
 from runwright.spec import JobSpec, parse_text, spec_from_mapping
 from runwright.store import EventRecord, NewEvent, Store
@@ -101,7 +102,7 @@ class RunProgress:
     def __call__(self, event: EventRecord) -> None:
         if self.progress is None:
             return
-        if event.type == EventType.STEP_HEALTHY and event.attributes.get("rank") == 0:
+        if rank_view(event, 0) is not None:
             self.progress.update(self.task, completed=event.step)
         elif event.type in self.only if self.only is not None else event.type not in self.QUIET:
             self.progress.console.print(f"  {describe_event(event)}", highlight=False)
@@ -150,11 +151,10 @@ def _fault_injector(
             # report, and must land before the next checkpoint so recovery replays real steps.
             plan["at"] = min(steps - 1, committed + rng.randint(1, max(1, every // 2 - 1)))
         elif (
-            event.type == EventType.STEP_HEALTHY
+            rank_view(event, 0) is not None
             and "at" in plan
             and event.step is not None
             and event.step >= plan["at"]
-            and event.attributes.get("rank") == 0
         ):
             started = store.events(run_id, types=[EventType.WORKER_STARTED])
             pid = next(

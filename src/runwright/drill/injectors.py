@@ -28,6 +28,7 @@ from runwright.control.processes import (
 )
 from runwright.events import EventType
 from runwright.layout import run_paths
+from runwright.observe.rank_steps import rank_view
 from runwright.protocol import ENV_GENERATION, ENV_RUN_DIR, ENV_RUN_ID, ENV_SPEC_FILE
 from runwright.spec import JobSpec
 from runwright.store import EventRecord, Store
@@ -112,8 +113,7 @@ class Injector:
         elif event.type == EventType.CHECKPOINT_COMMITTED:
             self.committed += 1
         elif (
-            event.type == EventType.STEP_HEALTHY
-            and event.attributes.get("rank") == 0
+            rank_view(event, 0) is not None
             and (event.step or 0) >= self.target.step - self.lead
             and (self.lead or self.committed >= self.target.checkpoints_before)
             and self.ready()

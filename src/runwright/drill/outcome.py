@@ -19,6 +19,7 @@ from runwright.events import EventType
 from runwright.govern.compare import Comparison
 from runwright.govern.data_loss import quarantine_rows
 from runwright.govern.incidents import replay_verdict
+from runwright.observe.rank_steps import rank_view
 from runwright.records import Record
 from runwright.store import EventRecord, RunRecord
 
@@ -132,11 +133,8 @@ def _after(events: Sequence[EventRecord], since: float, *types: EventType) -> li
 def _rank0_steps(events: Sequence[EventRecord]) -> list[EventRecord]:
     return [
         e
-        for e in events
-        if e.type == EventType.STEP_HEALTHY
-        and e.attributes.get("rank") == 0
-        and e.step is not None
-        and not e.attributes.get("skipped")
+        for e in map(lambda e: rank_view(e, 0), events)
+        if e is not None and e.step is not None and not e.attributes.get("skipped")
     ]
 
 

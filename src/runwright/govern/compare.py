@@ -18,6 +18,7 @@ from typing import Any
 
 from runwright.errors import RunwrightError
 from runwright.events import EventType
+from runwright.observe.rank_steps import per_rank
 from runwright.records import Record
 from runwright.store import EventRecord, Store
 
@@ -41,7 +42,7 @@ class Comparison(Record):
 def _lineage(events: list[EventRecord], rank: int = 0) -> dict[int, dict[str, Any]]:
     """step -> the newest generation's report of it (what the surviving lineage computed)."""
     newest: dict[int, tuple[int, dict[str, Any]]] = {}
-    for e in events:
+    for e in per_rank(events):
         if e.type != EventType.STEP_HEALTHY or e.step is None or e.attributes.get("rank") != rank:
             continue
         seen = newest.get(e.step)

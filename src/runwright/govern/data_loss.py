@@ -16,6 +16,7 @@ include a skipped document, so they stay what was trained; this is what was not.
 from typing import Any
 
 from runwright.events import EventType
+from runwright.observe.rank_steps import per_rank
 from runwright.records import Record
 from runwright.store import EventRecord
 
@@ -47,7 +48,7 @@ class QuarantineRow(Record):
 def _final_lost(events: list[EventRecord]) -> dict[str, Any]:
     """`data_lost` of the newest generation's latest healthy step that reports it ({} when none
     of its steps does: that generation skipped nothing)."""
-    steps = [e for e in events if e.type == EventType.STEP_HEALTHY and e.step is not None]
+    steps = [e for e in per_rank(events) if e.type == EventType.STEP_HEALTHY and e.step is not None]
     if not steps:
         return {}
     newest = max(e.generation for e in steps)

@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 
 from runwright.events import EventType
 from runwright.observe.figures import cost
+from runwright.observe.rank_steps import per_rank
 from runwright.observe.records import Attempt, Event
 from runwright.observe.timeline import StepPoint, number
 from runwright.records import Record
@@ -130,7 +131,7 @@ def attempt_spans(attempts: Sequence[Attempt], events: Sequence[Event]) -> list[
         ]
     if not events:
         return []
-    ranks = {e.attributes.get("rank") for e in events if e.type == EventType.STEP_HEALTHY}
+    ranks = {e.attributes.get("rank") for e in per_rank(events) if e.type == EventType.STEP_HEALTHY}
     launched = [e.world_size or 0 for e in events if e.world_size]
     return [
         AttemptSpan(

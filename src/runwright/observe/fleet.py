@@ -34,6 +34,7 @@ from prometheus_client.core import (
 
 from runwright.events import EventType
 from runwright.observe.metrics import STEP_SECONDS_BUCKETS
+from runwright.observe.rank_steps import unfold
 from runwright.observe.records import Event
 from runwright.observe.timeline import TOKEN_KINDS, number
 
@@ -133,7 +134,8 @@ class RunFold:
             self.staged = {k: v for k, v in self.staged.items() if v[0] >= event.generation}
         kind = event.type
         if kind == EventType.STEP_HEALTHY:
-            self._step(event)
+            for report in unfold(event):  # a folded step row: each rank's report
+                self._step(report)
         elif kind == EventType.CHECKPOINT_STAGED and event.checkpoint_id:
             if event.checkpoint_id not in self.committed:
                 self.staged.setdefault(

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from runwright.events import EventType
+from runwright.observe.rank_steps import unfold
 from runwright.observe.records import Event
 from runwright.observe.timeline import TOKEN_KINDS, number
 
@@ -108,7 +109,8 @@ class RunMetrics:
         if event.world_size:
             self.world_size.set(event.world_size)
         if event.type == EventType.STEP_HEALTHY:
-            self._step(event)
+            for report in unfold(event):  # a folded step row: each rank's report
+                self._step(report)
         elif event.type == EventType.CHECKPOINT_COMMITTED:
             key = event.checkpoint_id or f"{event.generation}:{event.step}"
             if key in self._committed:

@@ -7,7 +7,8 @@ This module is pure: it takes events (`records.Event`, such as the store's `Even
 returns records; the report and the accounting read the same points, so their numbers agree.
 
 Event contract read here (ARCHITECTURE.md "Event", issue 6): one `STEP_HEALTHY` per rank per
-optimizer step with attributes `rank`, `loss`, `grad_norm`, `lr`, `step_seconds`,
+optimizer step (stored folded, one row per step: observe/rank_steps.py, unfolded here) with
+attributes `rank`, `loss`, `grad_norm`, `lr`, `step_seconds`,
 `device_tokens`, `padded_tokens`, `loss_tokens`, `samples` and the phase times
 `*_seconds` of `PHASES`. Token counts are the rank's own; `step_seconds` is the rank's whole
 step, phases included. Any attribute may be missing.
@@ -19,6 +20,7 @@ from typing import Any
 from pydantic import Field
 
 from runwright.events import EventType
+from runwright.observe.rank_steps import per_rank
 from runwright.observe.records import Event
 from runwright.records import Record
 
@@ -219,7 +221,7 @@ def step_points(events: Iterable[Event]) -> list[StepPoint]:
     tokens"). Each step number counts once as progress, at its first execution.
     """
     grouped: dict[tuple[int, int], list[Event]] = {}
-    for event in events:
+    for event in per_rank(events):
         if event.type == EventType.STEP_HEALTHY and event.step is not None:
             grouped.setdefault((event.generation, event.step), []).append(event)
     points = sorted(

@@ -45,9 +45,11 @@ def select_events(
     types: Collection[str] | None = None,
     limit: int | None = None,
     newest: int | None = None,
+    ids: Collection[str] | None = None,
 ) -> sa.Select:
-    """One run's events after `after_seq`, of `types` when given, in sequence
-    order; with `newest`, the newest that many in descending order (the caller reverses them).
+    """One run's events after `after_seq`, of `types` when given, with one of `ids` when given
+    (a seek per id on the event id's unique index), in sequence order; with `newest`, the newest
+    that many in descending order (the caller reverses them).
 
     With two or more `types`, the order is by `seq + 0`, which no index can supply (the trick of
     SQLite's "disqualifying terms", https://sqlite.org/optoverview.html): SQLite's planner
@@ -63,6 +65,8 @@ def select_events(
         query = query.where(events.c.seq > after_seq)
     if types:
         query = query.where(events.c.type.in_(sorted(types)))
+    if ids is not None:
+        query = query.where(events.c.event_id.in_(sorted(ids)))
     if newest:
         return query.order_by(events.c.seq.desc()).limit(newest)
     by_seq = events.c.seq + 0 if types and len(set(types)) > 1 else events.c.seq

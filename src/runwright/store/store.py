@@ -496,8 +496,9 @@ class Store:
         types: Collection[str] | None = None,
         limit: int | None = None,
         newest: int | None = None,
+        ids: Collection[str] | None = None,
     ) -> list[EventRecord]:
-        """A run's events in sequence order: after `after_seq`, of `types`;
+        """A run's events in sequence order: after `after_seq`, of `types`, with one of `ids`;
         the first `limit` of them, or the last `newest` (still oldest first). Each form is one
         indexed read of the rows it returns (history.py), never a scan of the whole log."""
         query = select_events(
@@ -506,6 +507,7 @@ class Store:
             types=types,
             limit=limit,
             newest=newest,
+            ids=ids,
         )
         with self.engine.connect() as conn:
             rows = [EventRecord.model_validate(r._asdict()) for r in conn.execute(query)]

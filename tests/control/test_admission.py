@@ -15,6 +15,7 @@ from runwright.control.controller import Controller
 from runwright.control.states import RunState
 from runwright.errors import PlacementError
 from runwright.govern.compare import compare_runs
+from runwright.observe.rank_steps import per_rank
 from runwright.sched.inventory import Inventory, Node
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
@@ -120,7 +121,7 @@ def test_a_higher_priority_run_preempts_a_preemptible_one_which_resumes_after_it
     (stopped_at,) = {e.step for e in store.events(batch.run_id, types=["STOP_ACKNOWLEDGED"])}
     resumed = [
         e.step
-        for e in store.events(batch.run_id, types=["STEP_HEALTHY"])
+        for e in per_rank(store.events(batch.run_id, types=["STEP_HEALTHY"]))
         if e.generation == 2 and e.attributes["rank"] == 0
     ]
     assert resumed[0] == stopped_at + 1 and resumed[-1] == 30

@@ -123,13 +123,19 @@ def test_each_rule_fires_and_clears_on_a_real_run(tmp_path):
     cleared = store.events(run.run_id, types=[EventType.ALERT_CLEARED])
     fired_rules = {e.attributes["rule"] for e in fired}
     assert fired_rules == {r["name"] for r in rules}, [e.attributes for e in fired]
-    # Every alert that fired was cleared: by its exit condition while the run trained (the
-    # run's end clears nothing that was still open only if its exit condition came first).
+    # Every alert that fired was cleared, and every rule cleared at least once by its exit
+    # condition while the run trained. A busy machine may fire a rule again in the run's last
+    # seconds (a late heartbeat, a slow last step), and the run's end then clears that one.
     assert len(cleared) == len(fired)
+    by_exit: set[str] = set()
     for e in fired:
         (done,) = [c for c in cleared if c.attributes["alert_id"] == e.attributes["alert_id"]
                    and c.seq > e.seq][:1]  # fmt: skip
-        assert "exit:" in done.attributes["reason"], (e.attributes, done.attributes)
+        if "exit:" in done.attributes["reason"]:
+            by_exit.add(e.attributes["rule"])
+        else:
+            assert done.attributes["reason"] == "the run ended SUCCEEDED", done.attributes
+    assert by_exit == fired_rules, ([e.attributes for e in fired], [c.attributes for c in cleared])
     # A busy machine may add alerts of its own (a rank late for a few steps, a heartbeat thread
     # that waited for a core); the staged ones must be among them, about the right rank.
     slowed = [e for e in fired if e.attributes["alert_id"] == "straggler:rank1"

@@ -24,6 +24,7 @@ from runwright.control.supervise import read_group_exit
 from runwright.data import build_dataset
 from runwright.govern.compare import compare_runs
 from runwright.layout import run_paths
+from runwright.observe.rank_steps import per_rank
 from runwright.protocol import ENV_NODE
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
@@ -38,7 +39,8 @@ HOST = socket.gethostname()
 
 
 def of_type(store, run_id, type_):
-    return store.events(run_id, types=[type_])
+    """Events of `type_`, a step row unfolded into its ranks' reports (observe/rank_steps.py)."""
+    return list(per_rank(store.events(run_id, types=[type_])))
 
 
 def wait_for(condition, process, what, timeout_seconds=300):

@@ -14,6 +14,7 @@ from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
 from runwright.control.executors.local import LocalExecutor
 from runwright.layout import run_paths
+from runwright.observe.rank_steps import per_rank
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -72,13 +73,14 @@ def rank_pid(store, run_id, rank, generation):
 
 
 def of_type(store, run_id, type_):
-    return [e for e in store.events(run_id) if e.type == type_]
+    """Events of `type_`, a step row unfolded into its ranks' reports (observe/rank_steps.py)."""
+    return [e for e in per_rank(store.events(run_id)) if e.type == type_]
 
 
 def healthy_steps(store, run_id, generation, rank=0):
     return [
         e.step
-        for e in store.events(run_id, types=["STEP_HEALTHY"])
+        for e in per_rank(store.events(run_id, types=["STEP_HEALTHY"]))
         if e.generation == generation and e.attributes["rank"] == rank
     ]
 

@@ -7,6 +7,7 @@ import yaml
 
 from runwright.control.controller import Controller
 from runwright.layout import run_paths
+from runwright.observe.rank_steps import per_rank
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -34,7 +35,7 @@ def test_two_rank_job_succeeds_with_events_in_order(tmp_path):
     store, run = drive(tmp_path, skeleton_spec())
     assert run.state == "SUCCEEDED" and run.terminal_reason == "COMPLETED"
     assert run.generation == 1 and run.last_step == 5
-    events = store.events(run.run_id)
+    events = list(per_rank(store.events(run.run_id)))
     changes = [e.attributes["to_state"] for e in events if e.type == "STATE_CHANGED"]
     assert changes == ["QUEUED", "ALLOCATING", "STARTING", "RUNNING", "SUCCEEDED"]
     types = [e.type for e in events]
@@ -66,7 +67,7 @@ def test_failing_worker_is_retried_then_fails_permanently(tmp_path):
     assert [a.generation for a in attempts] == [1, 2]
     assert all(a.exit_code not in (0, None) for a in attempts)
     assert {a.failure_class for a in attempts} == {"user_code"}
-    events = store.events(run.run_id)
+    events = list(per_rank(store.events(run.run_id)))
     classified = [e for e in events if e.type == "FAILURE_CLASSIFIED"]
     assert [e.attributes["exit_code"] for e in classified] == [a.exit_code for a in attempts]
     assert classified[0].attributes["signature"] == classified[1].attributes["signature"]

@@ -19,6 +19,7 @@ from runwright.data import build_dataset
 from runwright.events import EventType
 from runwright.govern.compare import compare_runs
 from runwright.govern.report import collect_report
+from runwright.observe.rank_steps import per_rank
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -155,7 +156,7 @@ def test_a_user_script_is_killed_and_recovered_with_the_reference_trainers_evide
     assert comparison.steps_compared == total
     ledger = [
         e.attributes.get("samples")
-        for e in events
+        for e in per_rank(events)
         if e.type == EventType.STEP_HEALTHY and e.attributes.get("rank") == 0
     ]
     assert all(isinstance(s, list) and len(s) == 2 for s in ledger)

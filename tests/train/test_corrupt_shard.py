@@ -25,6 +25,7 @@ from runwright.control.controller import Controller
 from runwright.data import write_pretokenized
 from runwright.events import EventType
 from runwright.govern.report import render_report
+from runwright.observe.rank_steps import per_rank
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -75,7 +76,8 @@ def drive(store: Store, root: Path, spec, on_event=None):
 
 
 def of_type(store, run_id, type_):
-    return store.events(run_id, types=[type_])
+    """Events of `type_`, a step row unfolded into its ranks' reports (observe/rank_steps.py)."""
+    return list(per_rank(store.events(run_id, types=[type_])))
 
 
 def worker_pid(store, run_id, rank, generation):

@@ -50,6 +50,7 @@ from runwright.control.tracing import trace_run
 from runwright.errors import PlacementError
 from runwright.events import EventType
 from runwright.layout import checkpoint_root, run_paths
+from runwright.observe.rank_steps import unfold
 from runwright.sched.admission import DEFAULT_POLICY
 from runwright.sched.inventory import ClusterView, Inventory
 from runwright.sched.requests import Quotas
@@ -320,4 +321,7 @@ class Controller(GroupSupervising, LeasedDriving):
             return
         for event in self.store.events(run_id, after_seq=self._seen_seq.get(run_id, 0)):
             self._seen_seq[run_id] = event.seq
-            self.on_event(event)
+            # A watcher sees each rank's step report, as the ranks sent them, not the row the
+            # store keeps for a whole step (observe/rank_steps.py).
+            for report in unfold(event):
+                self.on_event(report)

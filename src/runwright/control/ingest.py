@@ -20,8 +20,10 @@ leaves that batch for the next poll. Nothing a worker reported is lost, and the 
 second attempt from storing any of it twice.
 """
 
+import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from runwright.ckpt import CheckpointError
@@ -36,6 +38,26 @@ from runwright.observe.rank_steps import RANKS
 from runwright.protocol import HEARTBEAT, ChannelMessage, RankEntry, node_hosts, placed_entry
 from runwright.store import EventRow, NewEvent, Outcome, RunRecord, Store
 from runwright.store.fence import run_checkpoint_root
+
+
+@contextlib.contextmanager
+def collector_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off while a poll decodes and stores messages. Decoded
+    messages and held steps are freed by reference counting (they form no cycles), but each
+    allocation-count trigger of the collector walks them, and the batch's survivors are promoted
+    until a full pass walks every object the process tracks: with it on, collector passes took
+    a third of the ingest's time (benchmarks/control_plane.py, `gc_seconds`). A poll is bounded
+    (INGEST_SLICE_SECONDS in a live pass), so cyclic garbage made meanwhile waits at most that
+    long; it is collected once the collector is back on."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
 
 GONE = frozenset({EventType.CHECKPOINT_DELETED, EventType.RETENTION_FAILED})
 """Retention's reports of a checkpoint that is no longer one: deleted, or uncommitted before a
@@ -85,14 +107,9 @@ class Ingestor:
         were. `on_message(message, outcome)` sees every message once its batch is stored, with
         the event's outcome (None for a heartbeat). Past `until` (time.monotonic()) the rest
         stays in the channel for the next poll."""
-        count = 0
         self._fence = None
-        for batch in self.reader.poll_batches(BATCH_MESSAGES, until=until):
-            outcomes = self._ingest(batch)
-            count += len(batch)
-            if on_message is not None:
-                for message, outcome in zip(batch, outcomes, strict=True):
-                    on_message(message, outcome)
+        with collector_paused():
+            count = self._poll(on_message, until)
         if self.steps.due():
             self._ingest([])  # a step whose last ranks are late is stored as a part
         for generation, beat in sorted(self._beats.items()):
@@ -102,6 +119,20 @@ class Ingestor:
             if path not in self._reported_unreadable:
                 self._unreadable(path, error)
                 self._reported_unreadable.add(path)
+        return count
+
+    def _poll(
+        self,
+        on_message: Callable[[ChannelMessage, Outcome | None], None] | None,
+        until: float | None,
+    ) -> int:
+        count = 0
+        for batch in self.reader.poll_batches(BATCH_MESSAGES, until=until):
+            outcomes = self._ingest(batch)
+            count += len(batch)
+            if on_message is not None:
+                for message, outcome in zip(batch, outcomes, strict=True):
+                    on_message(message, outcome)
         return count
 
     def _ingest(self, batch: list[ChannelMessage], ended: bool = False) -> list[Outcome | None]:

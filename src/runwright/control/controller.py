@@ -355,7 +355,7 @@ class Controller(LeasedDriving):
             sup.watchdog.beat(message.rank)
             if message.type == EventType.STEP_HEALTHY and message.step is not None:
                 sup.stepped = True
-                sup.watchdog.step(message.rank, message.step)
+                sup.watchdog.step(message.rank, message.step, message.time_unix_s)
                 if not newest or message.step > (newest[0].step or 0):
                     newest[:] = [message]
             elif message.type == EventType.CHECKPOINT_STAGED and message.checkpoint_id:

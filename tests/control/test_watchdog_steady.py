@@ -80,3 +80,13 @@ def test_a_report_without_a_time_measures_nothing():
     for step in range(1, 30):
         dog.step(0, step)
     assert dog.steady_limit() is None
+
+
+def test_a_step_that_waited_for_a_save_is_not_a_step_time():
+    dog = Watchdog(REC, world_size=1)
+    for step in range(1, 8):
+        if step == 4:
+            dog.saves_changed(True)  # a sync save of step 3: step 4 came 30 s later
+            dog.saves_changed(False)
+        dog.step(0, step, at_unix_s=1e9 + step * 0.3 + (30 if step >= 4 else 0))
+    assert len(dog.step_seconds) == 5 and max(dog.step_seconds) < 0.31

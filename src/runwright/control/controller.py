@@ -136,7 +136,7 @@ class Controller(LeasedDriving):
         """Admits QUEUED runs onto `inventory` (fixed, or a cluster read live) under `quotas`
         (control/admission.py); None admits at once."""
         self.alerts = AlertEngine(self.journal)
-        self.replays = ReplayVerifier(self.journal)
+        self.replays = ReplayVerifier(self.journal, on_verdict=self.alerts.replay_verdict)
         self.journal.before_finished = lambda run: (
             self.replays.close(run),
             self.alerts.close(run, f"the run ended {run.state}"),
@@ -376,7 +376,6 @@ class Controller(LeasedDriving):
         if self.replays.pending(run) and ingestor.reader.unread_bytes() == 0:
             # A verdict needs every report of the earlier generations (control/replay_check.py).
             self.replays.check(run)
-            self.alerts.note_divergence(run, spec, self.replays.diverged.get(run.run_id))
         if newest:
             m = newest[0]
             self.recovery.note_progress(run, spec, m.generation, m.step or 0, m.time_unix_s)

@@ -78,10 +78,14 @@ class Watchdog:
     clocks (the controller may read several steps in one pass)."""
     advanced_unix_s: float | None = None
     """The worker's time of the newest step advance."""
+    saved_since_advance: bool = False
+    """A save event came since the newest step advance: the next step time includes a save,
+    whose stall the save timeout already allows for, so it is not a step time."""
 
     def saves_changed(self, in_flight: bool, now: float | None = None) -> None:
         """A save was staged or ended; `in_flight`: whether one of the group's is in flight now."""
         self.saving_since = (time.monotonic() if now is None else now) if in_flight else None
+        self.saved_since_advance = True
 
     def beat(self, rank: int) -> None:
         self.beats[rank] = time.monotonic()
@@ -94,8 +98,9 @@ class Watchdog:
         if self.last_step is None or step > self.last_step:
             if self.last_step is not None and at_unix_s and self.advanced_unix_s:
                 per_step = (at_unix_s - self.advanced_unix_s) / (step - self.last_step)
-                if per_step > 0:
+                if per_step > 0 and not self.saved_since_advance:
                     self.step_seconds.append(per_step)
+            self.saved_since_advance = False
             self.last_step = step
             self.last_advance = time.monotonic()
             self.advanced_unix_s = at_unix_s

@@ -149,7 +149,11 @@ def test_the_whole_matrix_ends_as_the_policy_says(tmp_path, tiny_spec):
     assert results["corrupt_checkpoint_shard"]["restored_step"] == 4  # fell back past step 8
     assert "checksum" in results["corrupt_checkpoint_shard"]["fallback"]
     assert results["sigterm_preemption"]["lost_steps"] == 0
-    assert results["collective_block"]["failure_class"] == "no_progress"
+    blocked = results["collective_block"]
+    assert blocked["failure_class"] == "no_progress"
+    # the steady-state limit, confirmed by the ranks' CPU, well before the 60 s cap
+    assert "steady-state limit" in blocked["failure_message"], blocked["failure_message"]
+    assert blocked["detected_seconds"] < 60
     assert results["node_lost"]["spec_change"].startswith("resources.nodes 2")
     assert html.count('class="chart timeline"') == len(FAULTS)
     assert no_process_left(tmp_path, report)

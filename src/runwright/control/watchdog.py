@@ -36,8 +36,10 @@ WARMUP_ALLOWANCE_FACTOR = 3.0
 STEADY_FACTOR = 10.0
 """Steady-state limit in p95 step times: a step ten times slower than 95% of its generation's
 steps is not noise (load spikes on the 2-core development machine slowed steps 3-4x)."""
-MIN_STEP_SAMPLES = 5
-"""Step times measured before the steady-state limit applies; until then, start-up rules."""
+MIN_STEP_SAMPLES = 3
+"""Step times measured before the steady-state limit applies; until then, start-up rules. Few
+(the p95 of three is their maximum): a fault a few steps past a restore must be caught too, and
+the stall check (control/stall.py), not the limit, is what keeps a slow step from counting."""
 STEP_SAMPLES = 64
 """Newest step times kept: the limit follows the machine's current load."""
 

@@ -1,9 +1,11 @@
 """Alerts (issue 15; seed 004): the spec's rules (spec/alerts.py) evaluated on each live run's
 signals (control/alert_signals.py) by the controller, firing and clearing as events.
 
-A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop) or
-per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below, recovery_diverged),
-or per loader window (mixture_drift: every MIXTURE_WINDOW read since the last pass). It
+A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop),
+per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below), per loader window
+(mixture_drift: every MIXTURE_WINDOW read since the last pass), or per replay verdict
+(recovery_diverged: as the replay check records it, including on the controller's final pass
+after the group exited, which has no live pass to judge it in). It
 fires once its condition held for `window_steps` consecutive steps (the per-pass kinds at once),
 recorded as ALERT_FIRED with the owner, the figures and the action taken; it clears once the exit
 condition held for `clear_steps` steps, or when the run ends (ALERT_CLEARED). One open alert per

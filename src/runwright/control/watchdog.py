@@ -34,8 +34,9 @@ from runwright.spec import FailureClass, RecoverySpec
 
 WARMUP_ALLOWANCE_FACTOR = 3.0
 STEADY_FACTOR = 10.0
-"""Steady-state limit in p95 step times: a step ten times slower than 95% of its generation's
-steps is not noise (load spikes on the 2-core development machine slowed steps 3-4x)."""
+"""Steady-state limit in p95 step times: when to look, not what decides. A stall ten times the
+step time that 95% of the generation's steps beat is worth a look; the stall check
+(control/stall.py) decides whether it is a block."""
 MIN_STEP_SAMPLES = 3
 """Step times measured before the steady-state limit applies; until then, start-up rules. Few
 (the p95 of three is their maximum): a fault a few steps past a restore must be caught too, and

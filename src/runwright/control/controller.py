@@ -131,7 +131,7 @@ class Controller(GroupSupervising, LeasedDriving):
         """Admits QUEUED runs onto `inventory` (fixed, or a cluster read live) under `quotas`
         (control/admission.py); None admits at once."""
         self.alerts = AlertEngine(self.journal)
-        self.replays = ReplayVerifier(self.journal)
+        self.replays = ReplayVerifier(self.journal, on_verdict=self.alerts.replay_verdict)
         self.journal.before_finished = lambda run: (
             self.replays.close(run),
             self.alerts.close(run, f"the run ended {run.state}"),

@@ -121,7 +121,7 @@ class GroupSupervising(ABC):
             sup.watchdog.beat(message.rank)
             if message.type == EventType.STEP_HEALTHY and message.step is not None:
                 sup.stepped = True
-                sup.watchdog.step(message.rank, message.step)
+                sup.watchdog.step(message.rank, message.step, message.time_unix_s)
                 if not newest or message.step > (newest[0].step or 0):
                     newest[:] = [message]
             elif message.type == EventType.CHECKPOINT_STAGED and message.checkpoint_id:
@@ -148,7 +148,6 @@ class GroupSupervising(ABC):
         if self.replays.pending(run) and ingestor.reader.unread_bytes() == 0:
             # A verdict needs every report of the earlier generations (control/replay_check.py).
             self.replays.check(run)
-            self.alerts.note_divergence(run, spec, self.replays.diverged.get(run.run_id))
         if newest:
             m = newest[0]
             self.recovery.note_progress(run, spec, m.generation, m.step or 0, m.time_unix_s)

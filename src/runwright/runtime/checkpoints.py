@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
+from runwright.spec.parallel import parallel_layout
 from runwright.ckpt import Checkpointer, CheckpointError
 from runwright.ckpt.events import CheckpointEvent
 from runwright.ckpt.fence import open_fence
@@ -60,11 +61,7 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
         defaults = {
             "policy": spec.checkpoint,
             "spec_hash": spec.spec_hash,
-            "parallel_layout": {
-                "dp": int(spec.plan.dp.value or 1),
-                "tp": spec.parallelism.tp,
-                "pp": spec.parallelism.pp,
-            },
+            "parallel_layout": parallel_layout(spec),
         }
     root = checkpoint_root(
         RunPaths(ctx.run_dir), spec.checkpoint.location if spec is not None else None

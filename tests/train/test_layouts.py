@@ -62,21 +62,26 @@ def finish(proc: subprocess.Popen, run_dir: Path) -> list[dict]:
     return messages(run_dir)
 
 
-def messages(run_dir: Path) -> list[dict]:
-    channel = run_dir / "channel" / "gen00000-rank00000.jsonl"
+def messages(run_dir: Path, rank: int = 0) -> list[dict]:
+    channel = run_dir / "channel" / f"gen00000-rank{rank:05d}.jsonl"
     if not channel.exists():
         return []
     return [json.loads(line) for line in channel.read_text().splitlines() if line.endswith("}")]
 
 
-def kill_after_commit(proc: subprocess.Popen, run_dir: Path, step: int) -> None:
-    """SIGKILL the whole group as soon as rank 0 reports the commit of `step`."""
+def kill_after_commit(proc: subprocess.Popen, run_dir: Path, step: int, ranks: int = 2) -> None:
+    """SIGKILL torchrun and every rank (each in a session of its own: torchrun starts them so)
+    as soon as rank 0 reports the commit of `step`."""
     deadline = time.monotonic() + LAUNCH_SECONDS
     while not any(m["type"] == "CHECKPOINT_COMMITTED" and m["step"] == step
                   for m in messages(run_dir)):  # fmt: skip
         assert proc.poll() is None and time.monotonic() < deadline, "no commit to kill after"
         time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
+    pids = [m["attributes"]["pid"] for r in range(ranks) for m in messages(run_dir, r)
+            if m["type"] == "WORKER_STARTED"]  # fmt: skip
+    assert len(pids) == ranks
+    for pid in [*pids, proc.pid]:
+        os.kill(pid, signal.SIGKILL)
     proc.wait(timeout=30)
 
 

@@ -94,61 +94,95 @@ def manifests(run_dir: Path) -> list[CheckpointManifest]:
     return [CheckpointManifest.model_validate_json(p.read_text()) for p in found]
 
 
-@pytest.mark.parametrize(
-    ("layout", "parallelism", "expected"),
-    [
-        ("fsdp2", {"dp_mode": "fsdp2"}, {"dp": 2, "dp_shard": 2, "tp": 1, "pp": 1}),
-        ("tp", {"tp": 2}, {"dp": 1, "dp_shard": 1, "tp": 2, "pp": 1}),
-    ],
-)
-def test_a_killed_run_recovers_bitwise(tmp_path, dataset, layout, parallelism, expected):
-    spec = spec_file(tmp_path, dataset, layout, parallelism=parallelism)
-    straight, killed = tmp_path / "straight", tmp_path / "killed"
-    both = [torchrun(spec, straight, 2), torchrun(spec, killed, 2)]
-    kill_after_commit(both[1], killed, step=2)
-    finish(both[0], straight)
-    resumed = finish(torchrun(spec, killed, 2), killed)
-    restored = [m for m in resumed if m["type"] == "RESTORED"]
-    assert [m["step"] for m in restored][-1] == 2
-    assert digests(killed) == digests(straight)  # bit for bit, this layout's rank-0 shard
-    saved = manifests(killed)
-    assert saved and all(m.parallel_layout == expected for m in saved)
-    # Real shards: a sharded weight is stored as one chunk per rank, not one whole tensor.
-    key = "model.blocks.0.fc.weight"
-    assert len(saved[-1].logical_keys[key].shards) == 2
+LAYOUTS = {
+    # name: (parallelism, precision, the manifests' parallel_layout)
+    "fsdp2": ({"dp_mode": "fsdp2"}, "fp32", {"dp": 2, "dp_shard": 2, "tp": 1, "pp": 1}),
+    "tp": ({"tp": 2}, "bf16", {"dp": 1, "dp_shard": 1, "tp": 2, "pp": 1}),
+}
+SPIKE = ["--spike-at-step", "4", "--spike-factor", "100", "--fault-generation", "0"]
+"""Every tp run's loss is made to spike at step 4 (plain torchrun is generation 0)."""
 
 
-def test_an_fsdp2_checkpoint_restores_into_ddp_on_one_rank(tmp_path, dataset):
-    """2 FSDP2 ranks' sharded checkpoint of step 4 into 1 DDP rank through DCP resharding."""
-    sharded = spec_file(tmp_path, dataset, "sharded", parallelism={"dp_mode": "fsdp2"})
-    source = tmp_path / "sharded-run"
-    proc = torchrun(sharded, source, 2)
-    kill_after_commit(proc, source, step=4)
-    one = spec_file(tmp_path, dataset, "one", devices=1,
-                    checkpoint={"resume_from": str(source / "checkpoints")})  # fmt: skip
-    target = tmp_path / "one-run"
-    sent = finish(torchrun(one, target, 1), target)
-    (restored,) = [m for m in sent if m["type"] == "RESTORED"]
-    assert (restored["step"], restored["attributes"]["mode"]) == (4, "reshard")
-    steps = [m["step"] for m in sent if m["type"] == "STEP_HEALTHY"]
-    assert steps == [5, 6]
-    assert manifests(target)[-1].parallel_layout == {"dp": 1, "dp_shard": 1, "tp": 1, "pp": 1}
-
-
-def test_a_bf16_run_skips_a_spiked_step_and_succeeds(tmp_path, dataset):
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, dataset):
+    """Per layout, an unkilled run and one SIGKILLed after its step-2 commit and relaunched; and
+    a 1-rank DDP run that resumes the unkilled FSDP2 run's step-6 checkpoint to step 8. The
+    groups of each phase run side by side (the machine's cores are the limit, not the order)."""
+    folder = tmp_path_factory.mktemp("runs")
     guard = {"threshold_ratio": 4.0, "window_steps": 2, "action": "skip"}
-    spec = spec_file(tmp_path, dataset, "bf16", training={
-        **tiny_gpt(dataset, steps=STEPS)["training"], "precision": "bf16", "loss_spike": guard})  # fmt: skip
-    run_dir = tmp_path / "run"
-    sent = finish(torchrun(spec, run_dir, 2, "--spike-at-step", "4", "--fault-generation", "0"),
-                  run_dir)  # fmt: skip
-    (skipped,) = [m for m in sent if m["type"] == "LOSS_SPIKE_SKIPPED"]
-    assert skipped["step"] == 4 and skipped["attributes"]["action"] == "skip"
-    assert skipped["attributes"]["loss"] > 4.0 * skipped["attributes"]["mean"]
-    healthy = {m["step"]: m["attributes"] for m in sent if m["type"] == "STEP_HEALTHY"}
+    found: dict[str, dict] = {}
+    started = {}
+    for name, (parallelism, precision, _) in LAYOUTS.items():
+        training = {**tiny_gpt(dataset, steps=STEPS)["training"], "precision": precision,
+                    "loss_spike": guard}  # fmt: skip
+        training["schedule"] = {"warmup_steps": 2, "decay": "constant"}
+        spec = spec_file(folder, dataset, name, parallelism=parallelism, training=training)
+        args = SPIKE if name == "tp" else []
+        runs_of = {"spec": spec, "args": args}
+        for kind in ("straight", "killed"):
+            runs_of[kind] = folder / f"{name}-{kind}"
+            started[(name, kind)] = torchrun(spec, runs_of[kind], 2, *args)
+        found[name] = runs_of
+    for name in LAYOUTS:
+        kill_after_commit(started[(name, "killed")], found[name]["killed"], step=2)
+    for name in LAYOUTS:
+        found[name]["straight_sent"] = finish(started[(name, "straight")], found[name]["straight"])
+    relaunched = {name: torchrun(found[name]["spec"], found[name]["killed"], 2,
+                                 *found[name]["args"]) for name in LAYOUTS}  # fmt: skip
+    steps8 = {**tiny_gpt(dataset, steps=8)["training"],
+              "schedule": {"warmup_steps": 2, "decay": "constant"}}  # fmt: skip
+    one = spec_file(
+        folder,
+        dataset,
+        "one",
+        devices=1,
+        training=steps8,
+        checkpoint={"resume_from": str(found["fsdp2"]["straight"] / "checkpoints")},
+    )
+    found["ddp"] = {"killed": folder / "one-run"}
+    restore = torchrun(one, found["ddp"]["killed"], 1)
+    for name, proc in relaunched.items():
+        found[name]["resumed_sent"] = finish(proc, found[name]["killed"])
+    found["ddp"]["resumed_sent"] = finish(restore, found["ddp"]["killed"])
+    return found
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_killed_run_recovers_bitwise(runs, layout):
+    run = runs[layout]
+    restored = [m for m in run["resumed_sent"] if m["type"] == "RESTORED"]
+    assert [m["step"] for m in restored] == [0, 2]  # the first launch's fresh start, then step 2
+    assert digests(run["killed"]) == digests(run["straight"])  # bit for bit (rank 0's shards)
+    saved = manifests(run["killed"])
+    assert saved and all(m.parallel_layout == LAYOUTS[layout][2] for m in saved)
+    # Real shards: a sharded weight is stored as one chunk per rank, not one whole tensor.
+    assert len(saved[-1].logical_keys["model.blocks.0.fc.weight"].shards) == 2
+
+
+def test_a_bf16_tp_run_skips_a_spiked_step_and_succeeds(runs):
+    """Both tp runs skipped step 4's update, the relaunched one with the guard's window restored
+    from the step-2 checkpoint (an empty window would not have caught it, and the digests above
+    would differ)."""
+    for sent in (runs["tp"]["straight_sent"], runs["tp"]["resumed_sent"]):
+        (skipped,) = [m for m in sent if m["type"] == "LOSS_SPIKE_SKIPPED"]
+        assert skipped["step"] == 4 and skipped["attributes"]["action"] == "skip"
+        assert skipped["attributes"]["loss"] > 4.0 * skipped["attributes"]["mean"]
+    healthy = {m["step"]: m["attributes"] for m in runs["tp"]["straight_sent"]
+               if m["type"] == "STEP_HEALTHY"}  # fmt: skip
     assert sorted(healthy) == list(range(1, STEPS + 1))
     assert healthy[4].get("skipped") is True and not healthy[5].get("skipped")
-    assert any(m["type"] == "TRAINING_COMPLETE" for m in sent)
+    assert any(m["type"] == "TRAINING_COMPLETE" for m in runs["tp"]["straight_sent"])
+    assert not any(m["type"] == "LOSS_SPIKE_SKIPPED" for m in runs["fsdp2"]["straight_sent"])
+
+
+def test_an_fsdp2_checkpoint_restores_into_ddp_on_one_rank(runs):
+    """2 FSDP2 ranks' sharded step-6 checkpoint into 1 DDP rank through DCP resharding."""
+    sent = runs["ddp"]["resumed_sent"]
+    (restored,) = [m for m in sent if m["type"] == "RESTORED"]
+    assert (restored["step"], restored["attributes"]["mode"]) == (6, "reshard")
+    assert [m["step"] for m in sent if m["type"] == "STEP_HEALTHY"] == [7, 8]
+    saved = manifests(runs["ddp"]["killed"])
+    assert saved[-1].parallel_layout == {"dp": 1, "dp_shard": 1, "tp": 1, "pp": 1}
 
 
 def test_layouts_that_cannot_run_are_refused_with_the_reason(dataset):
@@ -168,4 +202,6 @@ def test_layouts_that_cannot_run_are_refused_with_the_reason(dataset):
     assert "parallelism.tp=4 must divide model.n_heads=2" in heads and "[1, 2]" in heads
     ddp = refused(parallelism={"tp": 2}, resources={"devices_per_node": 4})
     assert "needs parallelism.dp_mode: fsdp2" in ddp
-    assert "must divide the world size" in refused(parallelism={"tp": 2}, resources={"devices_per_node": 3})
+    assert "must divide the world size" in refused(
+        parallelism={"tp": 2}, resources={"devices_per_node": 3}
+    )

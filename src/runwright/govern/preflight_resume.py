@@ -13,10 +13,10 @@ that verifies when they start, which is this one unless the other run saves agai
 
 from pathlib import Path
 
-from runwright.spec.parallel import parallel_layout
 from runwright.errors import RunwrightError
 from runwright.govern.preflight_checks import Check
 from runwright.spec import JobSpec
+from runwright.spec.parallel import parallel_layout
 
 NAME = "checkpoint.resume"
 REFERENCE_TRAINER = "module:runwright.train"

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any
 
 import torch.distributed as dist
 
-from runwright.spec.parallel import parallel_layout
 from runwright.ckpt import Checkpointer, CheckpointError
 from runwright.ckpt.events import CheckpointEvent
 from runwright.ckpt.fence import open_fence
@@ -26,6 +25,7 @@ from runwright.events import EventType
 from runwright.layout import RunPaths, checkpoint_root
 from runwright.protocol import ENV_RESTORE_AT_MOST_STEP, ENV_RESUME_FROM
 from runwright.runtime.tracing import rank_tracer
+from runwright.spec.parallel import parallel_layout
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext

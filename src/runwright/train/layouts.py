@@ -83,7 +83,9 @@ class Layout:
         grads = [p.grad for p in parameters if p.grad is not None]
         by_mesh: dict[Any, list[torch.Tensor]] = {}
         for grad in grads:
-            by_mesh.setdefault(grad.device_mesh if isinstance(grad, DTensor) else None, []).append(grad)
+            by_mesh.setdefault(grad.device_mesh if isinstance(grad, DTensor) else None, []).append(
+                grad
+            )
         if len(by_mesh) == 1:  # one kind: torch's own, as DDP always did
             norm = torch.nn.utils.clip_grad_norm_(parameters, max_norm)
             return norm.full_tensor() if isinstance(norm, DTensor) else norm

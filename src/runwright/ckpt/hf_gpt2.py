@@ -8,7 +8,7 @@ The reference GPT is GPT-2 shaped (nanoGPT), so it maps one to one:
 | `wte.weight` (V, H) | `wte.weight` | same; `lm_head` is tied to it in both |
 | `wpe.weight` (T, H) | `wpe.weight` | same; `n_positions` = T (`data.sequence_length`) |
 | `blocks.N.ln_1`, `ln_2`; `ln_f` | `h.N.ln_1`, `ln_2`; `ln_f` | same; LayerNorm eps 1e-5 |
-| `blocks.N.{q,k,v}.weight` (H, H) | `h.N.attn.c_attn.weight` (H, 3H) | q, k, v stacked, transposed |
+| `blocks.N.{q,k,v}.weight` (H, H) | `h.N.attn.c_attn.weight` (H, 3H) | stacked, transposed |
 | `blocks.N.proj.weight` (H, H) | `h.N.attn.c_proj.weight` | transposed |
 | `blocks.N.fc.weight` (F, H) | `h.N.mlp.c_fc.weight` (H, F) | transposed |
 | `blocks.N.fc_out.weight` (H, F) | `h.N.mlp.c_proj.weight` (F, H) | transposed |

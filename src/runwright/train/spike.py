@@ -18,9 +18,8 @@ from collections import deque
 
 from runwright.events import EventType
 from runwright.protocol import write_stop_request
-from runwright.runtime import RunContext
-from runwright.runtime.steploop import LossSpikeError
-from runwright.spec.guards import LossSpikeSpec
+from runwright.runtime import LossSpikeError, RunContext
+from runwright.spec import LossSpikeSpec
 
 PAUSE_REASON = "pause"
 """The stop request's reason the controller turns into PAUSED (control/pause.py's)."""

@@ -61,8 +61,8 @@ class SpikeGuard:
         facts = {"loss": loss, "mean": mean, "threshold_ratio": self.spec.threshold_ratio,
                  "window_steps": self.spec.window_steps, "action": self.spec.action}  # fmt: skip
         if self.spec.action == "rollback":
-            ctx.event(EventType.LOSS_SPIKE, step=step, event_id=f"g{ctx.generation}-r{ctx.rank}"
-                      f"-spike{step}", **facts)  # fmt: skip
+            if ctx.rank == 0:  # every rank decided alike: one event names the step
+                ctx.report(EventType.LOSS_SPIKE, key=f"spike-{step}", step=step, **facts)
             raise LossSpikeError(
                 f"loss {loss:.4g} at step {step} exceeds training.loss_spike.threshold_ratio "
                 f"{self.spec.threshold_ratio:g} x the mean {mean:.4g} of the last "

@@ -235,14 +235,15 @@ def main(argv: list[str] | None = None) -> int:
         # An fp16 overflow is the scaler's to handle (it drops the step and lowers its scale).
         overflowed = precision.scaler is not None and not math.isfinite(float(grad_norm))
         loop.guard(step, loss=loss_sum, grad_norm=None if overflowed else grad_norm)
-        mean = guard.spiked(float(loss_sum))
+        loss_value = float(loss_sum)
+        mean = guard.spiked(loss_value)
         if mean is not None:  # the loss-spike guard: this step's update is not applied
-            guard.refuse(ctx, step, float(loss_sum), mean)
+            guard.refuse(ctx, step, loss_value, mean)
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
-            loop.complete(step, skipped=True, loss=loss_sum, samples=sample_range)
+            loop.complete(step, skipped=True, loss=loss_value, samples=sample_range)
             continue
-        guard.accept(float(loss_sum))
+        guard.accept(loss_value)
         with loop.phase("optimizer"):
             precision.step(optimizer)
             optimizer.zero_grad(set_to_none=True)

@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             if saved is not None and saved.status in (SaveStatus.COMMITTED, SaveStatus.QUEUED):
                 saved_step = step
         if eval_set is not None and every and step % every == 0:
-            eval_loss, predicted = evaluate(model, eval_set, micro, device)
+            eval_loss, predicted = evaluate(model, eval_set, micro, device, layout.dp_group)
             if ctx.rank == 0:
                 bound = saved.checkpoint_id if saved is not None and saved_step == step else None
                 ctx.report(

@@ -1,9 +1,9 @@
 """Trainer layouts, precision and the loss-spike guard on real torchrun groups (gloo, CPU, the
-test-size GPT; issue 18): FSDP2 and tensor-parallel runs train, checkpoint real DTensor shards,
-are SIGKILLed after a commit and, relaunched, end bitwise where an unkilled run of the same layout
-ends; an FSDP2 checkpoint of 2 ranks restores into DDP on 1 rank (DCP resharding); a bf16 run
-whose loss is made to spike skips that step's update and succeeds. Layouts and precisions that
-cannot run are refused when the spec is read."""
+test-size GPT; issue 18): FSDP2 (bf16) and tensor-parallel (fp32, `-m slow`) runs train,
+checkpoint real DTensor shards, skip the update of a step whose loss is made to spike, are
+SIGKILLed after a commit and, relaunched, end bitwise where an unkilled run of the same layout
+ends; an FSDP2 checkpoint of 2 ranks restores into DDP on 1 rank (DCP resharding). Layouts and
+precisions that cannot run are refused when the spec is read."""
 
 import json
 import os
@@ -96,60 +96,60 @@ def manifests(run_dir: Path) -> list[CheckpointManifest]:
 
 LAYOUTS = {
     # name: (parallelism, precision, the manifests' parallel_layout)
-    "fsdp2": ({"dp_mode": "fsdp2"}, "fp32", {"dp": 2, "dp_shard": 2, "tp": 1, "pp": 1}),
-    "tp": ({"tp": 2}, "bf16", {"dp": 1, "dp_shard": 1, "tp": 2, "pp": 1}),
+    "fsdp2": ({"dp_mode": "fsdp2"}, "bf16", {"dp": 2, "dp_shard": 2, "tp": 1, "pp": 1}),
+    "tp": ({"tp": 2}, "fp32", {"dp": 1, "dp_shard": 1, "tp": 2, "pp": 1}),
 }
 SPIKE = ["--spike-at-step", "4", "--spike-factor", "100", "--fault-generation", "0"]
-"""Every tp run's loss is made to spike at step 4 (plain torchrun is generation 0)."""
+"""Every run's loss is made to spike at step 4 (plain torchrun is generation 0)."""
+CONSTANT = {"warmup_steps": 2, "decay": "constant"}
+"""The same learning rate at every step whatever training.steps says (6, or 8 resumed)."""
 
 
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory, dataset):
-    """Per layout, an unkilled run and one SIGKILLed after its step-2 commit and relaunched; and
-    a 1-rank DDP run that resumes the unkilled FSDP2 run's step-6 checkpoint to step 8. The
-    groups of each phase run side by side (the machine's cores are the limit, not the order)."""
-    folder = tmp_path_factory.mktemp("runs")
+def killed_and_straight(folder: Path, dataset, name: str, then=None) -> dict:
+    """An unkilled run of layout `name` beside one SIGKILLed after its step-2 commit and then
+    relaunched (side by side: the machine's cores are the limit, not the order). `then(straight
+    run folder)` starts one more group beside the relaunch and returns it."""
+    parallelism, precision, _ = LAYOUTS[name]
     guard = {"threshold_ratio": 4.0, "window_steps": 2, "action": "skip"}
-    found: dict[str, dict] = {}
-    started = {}
-    for name, (parallelism, precision, _) in LAYOUTS.items():
-        training = {**tiny_gpt(dataset, steps=STEPS)["training"], "precision": precision,
-                    "loss_spike": guard}  # fmt: skip
-        training["schedule"] = {"warmup_steps": 2, "decay": "constant"}
-        spec = spec_file(folder, dataset, name, parallelism=parallelism, training=training)
-        args = SPIKE if name == "tp" else []
-        runs_of = {"spec": spec, "args": args}
-        for kind in ("straight", "killed"):
-            runs_of[kind] = folder / f"{name}-{kind}"
-            started[(name, kind)] = torchrun(spec, runs_of[kind], 2, *args)
-        found[name] = runs_of
-    for name in LAYOUTS:
-        kill_after_commit(started[(name, "killed")], found[name]["killed"], step=2)
-    for name in LAYOUTS:
-        found[name]["straight_sent"] = finish(started[(name, "straight")], found[name]["straight"])
-    relaunched = {name: torchrun(found[name]["spec"], found[name]["killed"], 2,
-                                 *found[name]["args"]) for name in LAYOUTS}  # fmt: skip
-    steps8 = {**tiny_gpt(dataset, steps=8)["training"],
-              "schedule": {"warmup_steps": 2, "decay": "constant"}}  # fmt: skip
-    one = spec_file(
-        folder,
-        dataset,
-        "one",
-        devices=1,
-        training=steps8,
-        checkpoint={"resume_from": str(found["fsdp2"]["straight"] / "checkpoints")},
-    )
-    found["ddp"] = {"killed": folder / "one-run"}
-    restore = torchrun(one, found["ddp"]["killed"], 1)
-    for name, proc in relaunched.items():
-        found[name]["resumed_sent"] = finish(proc, found[name]["killed"])
-    found["ddp"]["resumed_sent"] = finish(restore, found["ddp"]["killed"])
+    training = {**tiny_gpt(dataset, steps=STEPS)["training"], "precision": precision,
+                "loss_spike": guard, "schedule": CONSTANT}  # fmt: skip
+    spec = spec_file(folder, dataset, name, parallelism=parallelism, training=training)
+    found = {kind: folder / f"{name}-{kind}" for kind in ("straight", "killed")}
+    straight = torchrun(spec, found["straight"], 2, *SPIKE)
+    killed = torchrun(spec, found["killed"], 2, *SPIKE)
+    kill_after_commit(killed, found["killed"], step=2)
+    found["straight_sent"] = finish(straight, found["straight"])
+    relaunched = torchrun(spec, found["killed"], 2, *SPIKE)
+    extra = then(found["straight"]) if then is not None else None
+    found["resumed_sent"] = finish(relaunched, found["killed"])
+    if extra is not None:
+        found["extra_sent"] = finish(*extra)
     return found
 
 
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
-def test_a_killed_run_recovers_bitwise(runs, layout):
-    run = runs[layout]
+@pytest.fixture(scope="module")
+def fsdp2(tmp_path_factory, dataset):
+    """FSDP2 in bf16, and a 1-rank DDP fp32 run that resumes the unkilled run's step-6
+    checkpoint and trains to step 8."""
+    folder = tmp_path_factory.mktemp("fsdp2")
+
+    def one_rank(source: Path) -> tuple[subprocess.Popen, Path]:
+        training = {**tiny_gpt(dataset, steps=8)["training"], "schedule": CONSTANT}
+        resume = {"resume_from": str(source / "checkpoints")}
+        spec = spec_file(folder, dataset, "one", devices=1, training=training, checkpoint=resume)
+        return torchrun(spec, folder / "one-run", 1), folder / "one-run"
+
+    found = killed_and_straight(folder, dataset, "fsdp2", then=one_rank)
+    found["one"] = folder / "one-run"
+    return found
+
+
+@pytest.fixture(scope="module")
+def tp(tmp_path_factory, dataset):
+    return killed_and_straight(tmp_path_factory.mktemp("tp"), dataset, "tp")
+
+
+def recovers_bitwise(run: dict, layout: str) -> None:
     restored = [m for m in run["resumed_sent"] if m["type"] == "RESTORED"]
     assert [m["step"] for m in restored] == [0, 2]  # the first launch's fresh start, then step 2
     assert digests(run["killed"]) == digests(run["straight"])  # bit for bit (rank 0's shards)
@@ -157,32 +157,35 @@ def test_a_killed_run_recovers_bitwise(runs, layout):
     assert saved and all(m.parallel_layout == LAYOUTS[layout][2] for m in saved)
     # Real shards: a sharded weight is stored as one chunk per rank, not one whole tensor.
     assert len(saved[-1].logical_keys["model.blocks.0.fc.weight"].shards) == 2
-
-
-def test_a_bf16_tp_run_skips_a_spiked_step_and_succeeds(runs):
-    """Both tp runs skipped step 4's update, the relaunched one with the guard's window restored
-    from the step-2 checkpoint (an empty window would not have caught it, and the digests above
-    would differ)."""
-    for sent in (runs["tp"]["straight_sent"], runs["tp"]["resumed_sent"]):
+    # Both runs skipped step 4's update, the relaunched one with the guard's window restored
+    # from the step-2 checkpoint (an empty window would not have caught it: digests differ).
+    for sent in (run["straight_sent"], run["resumed_sent"]):
         (skipped,) = [m for m in sent if m["type"] == "LOSS_SPIKE_SKIPPED"]
         assert skipped["step"] == 4 and skipped["attributes"]["action"] == "skip"
         assert skipped["attributes"]["loss"] > 4.0 * skipped["attributes"]["mean"]
-    healthy = {m["step"]: m["attributes"] for m in runs["tp"]["straight_sent"]
+
+
+def test_a_killed_bf16_fsdp2_run_skips_the_spike_and_recovers_bitwise(fsdp2):
+    recovers_bitwise(fsdp2, "fsdp2")
+    healthy = {m["step"]: m["attributes"] for m in fsdp2["straight_sent"]
                if m["type"] == "STEP_HEALTHY"}  # fmt: skip
     assert sorted(healthy) == list(range(1, STEPS + 1))
     assert healthy[4].get("skipped") is True and not healthy[5].get("skipped")
-    assert any(m["type"] == "TRAINING_COMPLETE" for m in runs["tp"]["straight_sent"])
-    assert not any(m["type"] == "LOSS_SPIKE_SKIPPED" for m in runs["fsdp2"]["straight_sent"])
+    assert any(m["type"] == "TRAINING_COMPLETE" for m in fsdp2["straight_sent"])
 
 
-def test_an_fsdp2_checkpoint_restores_into_ddp_on_one_rank(runs):
+@pytest.mark.slow  # three more 2-rank groups: the default suite covers the same path with FSDP2
+def test_a_killed_tensor_parallel_run_recovers_bitwise(tp):
+    recovers_bitwise(tp, "tp")
+
+
+def test_an_fsdp2_checkpoint_restores_into_ddp_on_one_rank(fsdp2):
     """2 FSDP2 ranks' sharded step-6 checkpoint into 1 DDP rank through DCP resharding."""
-    sent = runs["ddp"]["resumed_sent"]
+    sent = fsdp2["extra_sent"]
     (restored,) = [m for m in sent if m["type"] == "RESTORED"]
     assert (restored["step"], restored["attributes"]["mode"]) == (6, "reshard")
     assert [m["step"] for m in sent if m["type"] == "STEP_HEALTHY"] == [7, 8]
-    saved = manifests(runs["ddp"]["killed"])
-    assert saved[-1].parallel_layout == {"dp": 1, "dp_shard": 1, "tp": 1, "pp": 1}
+    assert manifests(fsdp2["one"])[-1].parallel_layout == {"dp": 1, "dp_shard": 1, "tp": 1, "pp": 1}
 
 
 def test_layouts_that_cannot_run_are_refused_with_the_reason(dataset):

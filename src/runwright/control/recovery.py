@@ -37,6 +37,7 @@ RECENT_EVENTS = 200
 """The newest events a diagnostics bundle keeps."""
 RECOVERY_INPUTS = (
     EventType.NAN_DETECTED,
+    EventType.LOSS_SPIKE,
     EventType.STOP_ACKNOWLEDGED,
     EventType.STOP_GRACE_EXPIRED,
     EventType.RESTORED,
@@ -165,7 +166,9 @@ class RecoverySequence:
             (
                 (int(e.attributes.get("rank", 0)), int(e.step or 0))
                 for e in current
-                if e.type == EventType.NAN_DETECTED
+                # A loss spike refused with training.loss_spike.action: rollback names its step
+                # as a NaN does: the restart skips that step's batch.
+                if e.type in (EventType.NAN_DETECTED, EventType.LOSS_SPIKE)
             ),
             None,
         )

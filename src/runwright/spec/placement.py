@@ -39,12 +39,18 @@ class ParallelismSpec(Section):
 
     dp: Degree | Literal["auto"] = "auto"
     """Data-parallel degree; `auto` = world size / (tp x pp x ep)."""
+    dp_mode: Literal["ddp", "fsdp2"] = "ddp"
+    """How the data-parallel ranks hold the model: `ddp`, a full replica each with gradients
+    all-reduced; `fsdp2`, parameters, gradients and optimizer state sharded over them
+    (`torch.distributed.fsdp.fully_shard`), the only mode that combines with tp > 1 at dp > 1
+    (a dp x tp mesh)."""
     tp: Degree = 1
-    """Tensor-parallel degree."""
+    """Tensor-parallel degree: attention heads and the feed-forward width split over tp ranks
+    (DTensor ColwiseParallel/RowwiseParallel); must divide model.n_heads and the ffn size."""
     pp: Degree = 1
-    """Pipeline-parallel degree."""
+    """Pipeline-parallel degree (the planner models it; the reference trainer refuses pp > 1)."""
     ep: Degree = 1
-    """Expert-parallel degree."""
+    """Expert-parallel degree (the reference GPT has no experts: 1)."""
     membership: MembershipSpec = Field(default_factory=MembershipSpec)
     """Membership contract."""
 

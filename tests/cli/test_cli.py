@@ -58,6 +58,23 @@ BAD_SPECS = {
         lambda d: d["parallelism"]["membership"].update(mode="elastic"),
         "min_nodes and max_nodes",
     ),
+    # At 3 nodes x 2 ranks, 16 samples do not split over dp 6: refused naming the size.
+    "elastic range losing the global batch": (
+        lambda d: (
+            d["resources"].update(nodes=2),
+            d["parallelism"]["membership"].update(mode="elastic", min_nodes=1, max_nodes=3),
+        ),
+        "cannot keep the global batch at every size: 3 node(s): "
+        "training.global_batch_samples=16 is not divisible by dp=6",
+    ),
+    "elastic range without the spec's size": (
+        lambda d: d["parallelism"]["membership"].update(mode="elastic", min_nodes=2, max_nodes=3),
+        "resources.nodes=1 lies outside",
+    ),
+    "local repair": (
+        lambda d: d["parallelism"]["membership"].update(mode="local_repair"),
+        "mode: local_repair is not offered",
+    ),
 }
 
 

@@ -61,7 +61,7 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
             "policy": spec.checkpoint,
             "spec_hash": spec.spec_hash,
             "parallel_layout": {
-                "dp": int(spec.plan.dp.value or 1),
+                "dp": int(ctx.plan.dp.value or 1) if ctx.plan else 1,
                 "tp": spec.parallelism.tp,
                 "pp": spec.parallelism.pp,
             },

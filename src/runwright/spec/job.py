@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from runwright.spec.base import Section
 from runwright.spec.canonical import canonical_json, sha256_hex
+from runwright.spec.elastic import check_elastic_range
 from runwright.spec.observability import ObservabilitySpec
 from runwright.spec.placement import ParallelismSpec, ResourcesSpec
 from runwright.spec.policies import (
@@ -84,6 +85,7 @@ class JobSpec(Section):
         # Resolving checks every cross-section contradiction (dp vs world size, batch divisibility)
         # and raises a ValueError that names the fields and the nearest valid values.
         resolve_plan(self)
+        check_elastic_range(self)
         return self
 
     def canonical_json(self) -> str:

@@ -1,0 +1,154 @@
+"""Elastic membership: the size each generation of an elastic run launches at (seed 003,
+"membership contracts").
+
+`parallelism.membership.mode: elastic` with [min_nodes, max_nodes]: when a generation loses
+nodes, the next one runs on the nodes that remain (if at least min_nodes) instead of waiting for
+replacements, and a later restart grows it back to `resources.nodes` when the executor says it
+has the capacity (`Executor.nodes_available`; an executor without it cannot tell, and the run
+stays at its size until its nodes are lost or it ends). Each change is a MEMBERSHIP_CHANGED
+event holding the old and the new layout (spec/elastic.py's Layout); the newest one is the run's
+size, so a restarted controller reads it back from the log (runlog.py) and nothing else records
+it. A change always goes through the allocation step (recovery.restart_if_due requeues), so the
+executor grants the new size and the rank manifest is rebuilt for it.
+
+The trainer needs nothing of this: its context resolves the plan at the world size torchrun
+gives it (runtime/context.py), the checkpoint is reloaded through DCP's resharding, and the data
+cursor is global (data/read/step_plan.py), so the global sample sequence does not depend on dp.
+`fixed` runs never read this module's decisions: their size is `resources.nodes`.
+"""
+
+from typing import TYPE_CHECKING, Protocol
+
+from runwright.control.failures import Classification
+from runwright.events import EventType
+from runwright.spec import FailureClass, JobSpec, spec_from_mapping
+from runwright.spec.elastic import Layout, layout_at, spec_at_nodes
+from runwright.store import EventRecord, RunRecord
+
+if TYPE_CHECKING:
+    from runwright.control.journal import Journal
+    from runwright.control.runlog import RunLog
+
+
+class Capacity(Protocol):
+    """What an executor may tell about growing back (optional on `Executor`)."""
+
+    def nodes_available(self, spec: JobSpec) -> int | None:
+        """Nodes of the spec's shape it could start now; None when it cannot tell."""
+
+
+def submitted(run: RunRecord) -> JobSpec:
+    """The spec as submitted (its `resources.nodes` is the size an elastic run grows back to)."""
+    return spec_from_mapping(run.spec, f"run {run.run_id}")
+
+
+def is_elastic(spec: JobSpec) -> bool:
+    return spec.parallelism.membership.mode == "elastic"
+
+
+def current_nodes(events: list[EventRecord]) -> int | None:
+    """The size the newest MEMBERSHIP_CHANGED set (None: never changed, the spec's size)."""
+    changes = [e for e in events if e.type == EventType.MEMBERSHIP_CHANGED]
+    return int(changes[-1].attributes["new"]["nodes"]) if changes else None
+
+
+def changed_for(events: list[EventRecord], generation: int) -> EventRecord | None:
+    """The MEMBERSHIP_CHANGED generation `generation`'s recovery recorded, if any."""
+    changes = (e for e in events if e.type == EventType.MEMBERSHIP_CHANGED)
+    return next((e for e in changes if e.generation == generation), None)
+
+
+def spec_for(spec: JobSpec, log: "RunLog") -> JobSpec:
+    """The spec as the run's current generation runs it: at its elastic size."""
+    if not is_elastic(spec):
+        return spec
+    nodes = current_nodes(log.events)
+    return spec if nodes is None else spec_at_nodes(spec, nodes)
+
+
+def next_size(
+    target: int, current: int, min_nodes: int, lost_nodes: int, available: int | None
+) -> tuple[int, str] | None:
+    """The next generation's node count and why, or None to keep `current` (pure).
+
+    A loss shrinks to the nodes that remain when that is at least `min_nodes`, and otherwise
+    goes back to `target` (the recovery policy then waits for a full gang, as a fixed run does).
+    Without a loss, a shrunk run grows back to `target` once the executor has the nodes."""
+    if lost_nodes:
+        remaining = current - lost_nodes
+        if remaining >= min_nodes:
+            return remaining, f"lost {lost_nodes} node(s): continue on the {remaining} remaining"
+        if current == target:
+            return None
+        return target, (
+            f"lost {lost_nodes} node(s), leaving {max(remaining, 0)} < min_nodes {min_nodes}: "
+            f"wait for {target} nodes"
+        )
+    if current < target and available is not None and available >= target:
+        return target, f"the executor has {available} nodes again: grow back to {target}"
+    return None
+
+
+class MembershipStep:
+    """Records each elastic size change at the recovery that decides it (module docstring)."""
+
+    def __init__(self, journal: "Journal") -> None:
+        self.journal = journal
+
+    def after_failure(
+        self,
+        run: RunRecord,
+        spec: JobSpec,
+        failure: Classification,
+        lost_hosts: tuple[str, ...],
+        executor: object,
+    ) -> Layout | None:
+        """Decide the next generation's size after `failure` (spec: as the failed generation
+        ran it); record MEMBERSHIP_CHANGED and return the new layout, or None to keep it."""
+        if not is_elastic(spec):
+            return None
+        membership = spec.parallelism.membership
+        target = submitted(run).resources.nodes
+        current = spec.resources.nodes
+        lost = 0
+        if failure.failure_class == FailureClass.NODE_LOST:
+            lost = max(1, len(set(lost_hosts)))
+        probe = getattr(executor, "nodes_available", None)
+        available = probe(spec_at_nodes(spec, target)) if probe is not None else None
+        decided = next_size(target, current, membership.min_nodes or 1, lost, available)
+        if decided is None:
+            return None
+        nodes, why = decided
+        old, new = layout_at(spec, current), layout_at(spec, nodes)
+        self.journal.record(
+            run,
+            EventType.MEMBERSHIP_CHANGED,
+            op=f"to{nodes}",
+            per_step=False,
+            reason=why,
+            change="shrink" if nodes < current else "grow",
+            failure_class=str(failure.failure_class),
+            lost_hosts=list(lost_hosts) or None,
+            old=old.model_dump(),
+            new=new.model_dump(),
+            from_generation=run.generation,
+            to_generation=run.generation + 1,
+        )
+        return new
+
+
+def describe(change: EventRecord) -> str:
+    """One line for the report and `status`: the layouts before and after."""
+    a = change.attributes
+
+    def words(layout: dict[str, int]) -> str:
+        return (
+            f"{layout['nodes']} node(s), world {layout['world_size']}, micro-batch "
+            f"{layout['micro_batch_size']} x accumulation {layout['grad_accumulation_steps']} "
+            f"x dp {layout['dp']} = {layout['global_batch_samples']} samples"
+        )
+
+    return (
+        f"generation {a.get('from_generation')} -> {a.get('to_generation')}: "
+        f"{words(a['old'])} -> {words(a['new'])} ({a.get('reason')})"
+    )

@@ -4,8 +4,9 @@
 `parallelism.membership.mode: elastic` with [min_nodes, max_nodes]: when a generation loses
 nodes, the next one runs on the nodes that remain (if at least min_nodes) instead of waiting for
 replacements, and a later restart grows it back to `resources.nodes` when the executor says it
-has the capacity (`Executor.nodes_available`; an executor without it cannot tell, and the run
-stays at its size until its nodes are lost or it ends). Each change is a MEMBERSHIP_CHANGED
+has the capacity (an executor's optional `nodes_available(spec) -> int | None`: nodes of the
+spec's shape it could start now; an executor without it cannot tell, and the run stays at its
+size until it loses more nodes or ends). Each change is a MEMBERSHIP_CHANGED
 event holding the old and the new layout (spec/elastic.py's Layout); the newest one is the run's
 size, so a restarted controller reads it back from the log (runlog.py) and nothing else records
 it. A change always goes through the allocation step (recovery.restart_if_due requeues), so the
@@ -17,7 +18,7 @@ cursor is global (data/read/step_plan.py), so the global sample sequence does no
 `fixed` runs never read this module's decisions: their size is `resources.nodes`.
 """
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from runwright.control.failures import Classification
 from runwright.events import EventType
@@ -28,13 +29,6 @@ from runwright.store import EventRecord, RunRecord
 if TYPE_CHECKING:
     from runwright.control.journal import Journal
     from runwright.control.runlog import RunLog
-
-
-class Capacity(Protocol):
-    """What an executor may tell about growing back (optional on `Executor`)."""
-
-    def nodes_available(self, spec: JobSpec) -> int | None:
-        """Nodes of the spec's shape it could start now; None when it cannot tell."""
 
 
 def submitted(run: RunRecord) -> JobSpec:
@@ -135,20 +129,3 @@ class MembershipStep:
             to_generation=run.generation + 1,
         )
         return new
-
-
-def describe(change: EventRecord) -> str:
-    """One line for the report and `status`: the layouts before and after."""
-    a = change.attributes
-
-    def words(layout: dict[str, int]) -> str:
-        return (
-            f"{layout['nodes']} node(s), world {layout['world_size']}, micro-batch "
-            f"{layout['micro_batch_size']} x accumulation {layout['grad_accumulation_steps']} "
-            f"x dp {layout['dp']} = {layout['global_batch_samples']} samples"
-        )
-
-    return (
-        f"generation {a.get('from_generation')} -> {a.get('to_generation')}: "
-        f"{words(a['old'])} -> {words(a['new'])} ({a.get('reason')})"
-    )

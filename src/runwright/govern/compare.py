@@ -192,7 +192,12 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
                 break
     # Reported whenever the world sizes differ, even at zero: a reduction of two equal-sized
     # halves may happen to round the same way, and the reader should see by how much it did.
-    distance = parameter_difference(a, b) if reshaped and first is None and not missing else None
+    distance = None
+    if reshaped and first is None and not missing:
+        try:
+            distance = parameter_difference(a, b)
+        except RunwrightError as exc:
+            missing.append(f"parameter difference: {exc}")
     if first:
         equivalence = "different"
     elif missing:

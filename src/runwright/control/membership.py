@@ -3,14 +3,18 @@
 
 `parallelism.membership.mode: elastic` with [min_nodes, max_nodes]: when a generation loses
 nodes, the next one runs on the nodes that remain (if at least min_nodes) instead of waiting for
-replacements, and a later restart grows it back to `resources.nodes` when the executor says it
-has the capacity (an executor's optional `nodes_available(spec) -> int | None`: nodes of the
-spec's shape it could start now; an executor without it cannot tell, and the run stays at its
-size until it loses more nodes or ends). Each change is a MEMBERSHIP_CHANGED
-event holding the old and the new layout (spec/elastic.py's Layout); the newest one is the run's
-size, so a restarted controller reads it back from the log (runlog.py) and nothing else records
-it. A change always goes through the allocation step (recovery.restart_if_due requeues), so the
-executor grants the new size and the rank manifest is rebuilt for it.
+replacements. It grows back to `resources.nodes` when the executor says it has the capacity: at
+the shrunk generation's first checkpoint boundary (once it committed a checkpoint, it is asked to
+stop with a save at its next step, reason `resize`, and restarts at full size from that save),
+or at its next restart, whichever comes first. The capacity is an executor's optional
+`nodes_available(spec) -> int | None` (nodes of the spec's shape it could start now); an executor
+without it cannot tell, and the run stays at its size until it loses more nodes or ends.
+
+Each change is a MEMBERSHIP_CHANGED event holding the old and the new layout (spec/elastic.py's
+Layout); the newest one is the run's size, so a restarted controller reads it back from the log
+(runlog.py) and nothing else records it. A change always goes through the allocation step
+(recovery.restart_if_due requeues), so the executor grants the new size and the rank manifest is
+rebuilt for it.
 
 The trainer needs nothing of this: its context resolves the plan at the world size torchrun
 gives it (runtime/context.py), the checkpoint is reloaded through DCP's resharding, and the data
@@ -18,17 +22,23 @@ cursor is global (data/read/step_plan.py), so the global sample sequence does no
 `fixed` runs never read this module's decisions: their size is `resources.nodes`.
 """
 
+import time
 from typing import TYPE_CHECKING
 
 from runwright.control.failures import Classification
+from runwright.control.states import RunState
 from runwright.events import EventType
 from runwright.spec import FailureClass, JobSpec, spec_from_mapping
 from runwright.spec.elastic import Layout, layout_at, spec_at_nodes
-from runwright.store import EventRecord, RunRecord
+from runwright.store import EventRecord, RunRecord, Store
 
 if TYPE_CHECKING:
     from runwright.control.journal import Journal
     from runwright.control.runlog import RunLog
+    from runwright.control.supervision import Supervision
+
+RESIZE_REASON = "resize"
+"""The stop reason (protocol.STOP_REASONS) of a shrunk group asked to stop so the run grows."""
 
 
 def submitted(run: RunRecord) -> JobSpec:
@@ -84,10 +94,69 @@ def next_size(
 
 
 class MembershipStep:
-    """Records each elastic size change at the recovery that decides it (module docstring)."""
+    """Decides and records each elastic size change (module docstring)."""
 
-    def __init__(self, journal: "Journal") -> None:
+    def __init__(self, store: Store, journal: "Journal") -> None:
+        self.store = store
         self.journal = journal
+        self._targets: dict[str, int] = {}
+        """run id -> the submitted `resources.nodes` (parsed once)."""
+        self._boundary: dict[tuple[str, int], str | None] = {}
+        """(run id, generation) -> the newest checkpoint when the controller first saw the
+        generation: a different one since means the generation reached a checkpoint boundary."""
+
+    def target(self, run: RunRecord) -> int:
+        if run.run_id not in self._targets:
+            self._targets[run.run_id] = submitted(run).resources.nodes
+        return self._targets[run.run_id]
+
+    def maybe_grow(
+        self, run: RunRecord, spec: JobSpec, sup: "Supervision", executor: object
+    ) -> bool:
+        """Ask a shrunk generation that committed a checkpoint to stop with a save at its next
+        step (RESIZE_REASON) when the executor has the nodes again; True when it asked."""
+        if not is_elastic(spec) or sup.stop_deadline is not None:
+            return False
+        target = self.target(run)
+        if spec.resources.nodes >= target:
+            return False
+        seen = self._boundary.setdefault((run.run_id, run.generation), run.latest_checkpoint_id)
+        if run.latest_checkpoint_id == seen or not spec.checkpoint.enabled:
+            return False
+        probe = getattr(executor, "nodes_available", None)
+        available = probe(spec_at_nodes(spec, target)) if probe is not None else None
+        if available is None or available < target:
+            return False
+        self.journal.ask_to_stop(
+            run, run.generation, RESIZE_REASON, save=True, op=f"resize{run.generation}",
+            per_step=False, nodes_available=available,
+        )  # fmt: skip
+        sup.stop_reason = RESIZE_REASON
+        sup.stop_by(spec.recovery.stop_grace_seconds)
+        return True
+
+    def regrow(
+        self, run: RunRecord, spec: JobSpec, sup: "Supervision", exit_code: int | None
+    ) -> None:
+        """The resized group stopped (with its save): record the change and restart at the full
+        size (recovery.restart_if_due requeues for it). Not a failure: no class, no retry."""
+        target = self.target(run)
+        old, new = layout_at(spec, spec.resources.nodes), layout_at(spec, target)
+        sup.end_attempt(self.store, run.run_id, exit_code, None)
+        why = f"the executor has {target} nodes again: grow back at a checkpoint boundary"
+        self.journal.record(
+            run, EventType.MEMBERSHIP_CHANGED, op=f"to{target}", per_step=False, reason=why,
+            change="grow", failure_class=None, lost_hosts=None, old=old.model_dump(),
+            new=new.model_dump(), from_generation=run.generation, to_generation=run.generation + 1,
+        )  # fmt: skip
+        self.journal.move(run, RunState.RECOVERING, detail=why)
+        run = self.store.get_run(run.run_id)
+        now = time.time()
+        self.journal.record(
+            run, EventType.RECOVERY_STARTED, action="restart", reason=why,
+            last_step=run.last_step, detected_unix_s=now, not_before_unix_s=now,
+        )  # fmt: skip
+        self._boundary.pop((run.run_id, run.generation), None)
 
     def after_failure(
         self,

@@ -148,7 +148,7 @@ class RecoverySequence:
         self.logs = logs
         """The runs' event-log views: the checks made every pass read new events only."""
         self.allocations = AllocationStep(store, journal)
-        self.membership = MembershipStep(journal)
+        self.membership = MembershipStep(store, journal)
 
     def recover(
         self,

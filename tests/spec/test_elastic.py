@@ -53,6 +53,11 @@ def test_a_declared_micro_batch_must_fit_every_size():
     assert "4 node(s)" in said and "micro_batch_size x dp = 4 x 8" in said
 
 
+def test_a_warm_standby_is_refused_since_it_starts_at_the_old_size():
+    data = {**elastic(2, 1, 2), "recovery": {"warm_standby": True}}
+    assert "recovery.warm_standby starts the next generation ahead" in refusal(data)
+
+
 def test_the_plan_at_a_smaller_world_and_the_submitted_identity():
     spec = spec_from_mapping(elastic(2, 1, 2, micro=2))
     smaller = spec_at_nodes(spec, 1)

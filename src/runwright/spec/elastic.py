@@ -79,6 +79,13 @@ def check_elastic_range(spec: JobSpec) -> None:
     m = spec.parallelism.membership
     if m.mode != "elastic":
         return
+    if spec.recovery.warm_standby:
+        # A standby is the next generation's group, started ahead at the current size: after a
+        # size change it would come up at the old one.
+        raise ValueError(
+            "recovery.warm_standby starts the next generation ahead at the current size, which "
+            "an elastic restart changes: set warm_standby: false, or membership mode: fixed"
+        )
     nodes = spec.resources.nodes
     if not (m.min_nodes or 0) <= nodes <= (m.max_nodes or 0):
         raise ValueError(

@@ -122,6 +122,21 @@ def test_explain_and_schema(tmp_path):
     assert json.loads(out.read_text())["title"] == "JobSpec"
 
 
+def test_explain_shows_an_elastic_ranges_layouts(tmp_path):
+    def elastic(d):
+        d["resources"].update(nodes=2)
+        d["parallelism"]["membership"].update(mode="elastic", min_nodes=1, max_nodes=2)
+
+    path = skeleton_with(tmp_path, elastic)
+    layouts = json.loads(invoke("spec", "explain", path, "--json").output)["elastic_layouts"]
+    # 16 samples at 1 node (dp 2) and 2 nodes (dp 4): micro x accumulation x dp = 16 at both.
+    assert [(x["nodes"], x["dp"], x["global_batch_samples"]) for x in layouts] == [
+        (1, 2, 16),
+        (2, 4, 16),
+    ]
+    assert "Elastic layouts" in invoke("spec", "explain", path).output
+
+
 def test_no_traceback_from_a_real_process(tmp_path):
     """The installed entry point, not just the in-process runner, keeps tracebacks away."""
     bad = write(tmp_path, "name: x\ncode: {entrypoint: t.py}\ntraining: {steps: 1}\n")

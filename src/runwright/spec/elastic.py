@@ -73,6 +73,13 @@ def node_range(spec: JobSpec) -> range:
     return range(m.min_nodes, m.max_nodes + 1)
 
 
+def elastic_layouts(spec: JobSpec) -> list[Layout]:
+    """The layout at every size of an elastic range (empty for a fixed run)."""
+    if spec.parallelism.membership.mode != "elastic":
+        return []
+    return [layout_at(spec, nodes) for nodes in node_range(spec)]
+
+
 def check_elastic_range(spec: JobSpec) -> None:
     """Refuse an elastic range the run could not keep its global batch over (ValueError naming
     every node count that fails and why), or one that leaves out `resources.nodes`."""

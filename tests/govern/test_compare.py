@@ -9,9 +9,11 @@ from runwright.govern.compare import compare_runs
 from runwright.store import NewEvent, Store
 
 
-def _run(store, run_id, *, steps, digests=None, samples=True, complete=True, loss_shift=0.0):
+def _run(
+    store, run_id, *, steps, digests=None, samples=True, complete=True, loss_shift=0.0, spec=None
+):
     store.create_run(
-        run_id=run_id, name="cmp", spec={}, spec_hash="0" * 64, plan={}, workdir="/tmp",
+        run_id=run_id, name="cmp", spec=spec or {}, spec_hash="0" * 64, plan={}, workdir="/tmp",
         root="/tmp", state="SUCCEEDED" if complete else "RUNNING",
     )  # fmt: skip
     events = []
@@ -73,6 +75,11 @@ def test_an_unfinished_run_is_refused_by_name(store):
         compare_runs(store, "a", "b")
 
 
+NOT_REPLAYED = {"reproducibility": {"level": "statistical"}}
+"""These fake runs have two attempts but no replay check (tests/replay_verdicts.py asks bitwise
+runs that recovered for one)."""
+
+
 def _ranks(store, run_id, worlds, shift_rank_1_at=None):
     """Attempts at `worlds` (generation i+1 at worlds[i]) and rank 1's reports of each step (its
     range one sample longer at step `shift_rank_1_at`)."""
@@ -92,7 +99,7 @@ def test_runs_of_different_world_sizes_are_compared_by_coverage(store):
     """An elastic run that shrank (world 2 then 1) against a fixed one (world 2): the ledger and
     the global batches decide; the parameters are compared by distance, which needs the final
     checkpoints (none here: named as missing, never a traceback)."""
-    _run(store, "elastic", steps=4, digests={"w": "1"})
+    _run(store, "elastic", steps=4, digests={"w": "1"}, spec=NOT_REPLAYED)
     _run(store, "fixed", steps=4, digests={"w": "2"})
     _ranks(store, "elastic", [2, 1])
     _ranks(store, "fixed", [2])
@@ -105,7 +112,7 @@ def test_runs_of_different_world_sizes_are_compared_by_coverage(store):
 
 
 def test_a_global_batch_that_differs_on_one_rank_is_a_difference(store):
-    _run(store, "elastic", steps=4, digests={"w": "1"})
+    _run(store, "elastic", steps=4, digests={"w": "1"}, spec=NOT_REPLAYED)
     _run(store, "fixed", steps=4, digests={"w": "2"})
     _ranks(store, "elastic", [2, 1], shift_rank_1_at=3)
     _ranks(store, "fixed", [2])

@@ -96,6 +96,12 @@ class EventType(StrEnum):
     """A diagnostics bundle was written for a failure (path)."""
     RECOVERY_STARTED = "RECOVERY_STARTED"
     """A new generation is being started after a failure."""
+    MEMBERSHIP_CHANGED = "MEMBERSHIP_CHANGED"
+    """An elastic run's next generation runs at another size (control/membership.py): change
+    (`shrink` after lost nodes, `grow` when the executor has them again), reason, failure_class,
+    lost_hosts, from_generation, to_generation, and the layouts `old` and `new` (nodes,
+    world_size, dp, micro_batch_size, grad_accumulation_steps, global_batch_samples:
+    spec/elastic.py's Layout; the global batch is the same in both)."""
     RECOVERY_SUCCEEDED = "RECOVERY_SUCCEEDED"
     """The new generation made progress past its restored step (the recovery is proven)."""
     RECOVERY_VERIFIED = "RECOVERY_VERIFIED"

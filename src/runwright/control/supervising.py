@@ -22,6 +22,7 @@ from runwright.control.executors.protocol import Executor, GroupHandle
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.launching import GroupLauncher
+from runwright.control.membership import RESIZE_REASON
 from runwright.control.pause import PAUSE_REASON, PauseStep
 from runwright.control.recovery import RecoverySequence
 from runwright.control.replay_check import ReplayVerifier
@@ -183,6 +184,9 @@ class GroupSupervising(ABC):
         elif reason == "rollback":
             self.recovery.roll_back(run, spec, sup, exit_code)
             self._sup.pop(run.run_id, None)
+        elif reason == RESIZE_REASON and not (ack is None and exit_code == 0):
+            self.recovery.membership.regrow(run, spec, sup, exit_code)
+            self._sup.pop(run.run_id, None)
         elif reason == PAUSE_REASON and not (ack is None and exit_code == 0):
             # (A group that exits 0 without acknowledging finished its last step first.)
             if self.pauses.paused(run, sup, exit_code, ack is not None):
@@ -228,6 +232,7 @@ class GroupSupervising(ABC):
             self._sup.pop(run.run_id, None)
             return
         self.stops.check(run, spec, sup)
+        self.recovery.membership.maybe_grow(run, spec, sup, self.executor_of(run))
         for firing in self.alerts.check(run, spec):
             if firing.action in ("stop", "rollback", PAUSE_REASON):
                 self.stops.on_alert(run, spec, sup, firing.action)

@@ -61,7 +61,10 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
         defaults = {
             "policy": spec.checkpoint,
             "spec_hash": spec.spec_hash,
-            "parallel_layout": parallel_layout(spec),
+            # The plan this generation resolved (an elastic run's size may differ from the spec's).
+            "parallel_layout": parallel_layout(
+                spec, int(ctx.plan.dp.value or 1) if ctx.plan else None
+            ),
         }
     root = checkpoint_root(
         RunPaths(ctx.run_dir), spec.checkpoint.location if spec is not None else None

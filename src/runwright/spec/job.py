@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from runwright.spec.base import Section
 from runwright.spec.canonical import canonical_json, sha256_hex
+from runwright.spec.elastic import check_elastic_range
 from runwright.spec.observability import ObservabilitySpec
 from runwright.spec.parallel import layout_problems
 from runwright.spec.placement import ParallelismSpec, ResourcesSpec
@@ -88,6 +89,7 @@ class JobSpec(Section):
         problems = layout_problems(self)
         if problems:
             raise ValueError("; ".join(problems))
+        check_elastic_range(self)
         return self
 
     def canonical_json(self) -> str:

@@ -18,9 +18,10 @@ if TYPE_CHECKING:
     from runwright.spec.job import JobSpec
 
 
-def parallel_layout(spec: JobSpec) -> dict[str, int]:
-    """{"dp", "dp_shard", "tp", "pp"} degrees; dp is the plan's (world size / (tp x pp x ep))."""
-    dp = int(spec.plan.dp.value or 1)
+def parallel_layout(spec: JobSpec, dp: int | None = None) -> dict[str, int]:
+    """{"dp", "dp_shard", "tp", "pp"} degrees; dp is the plan's (world size / (tp x pp x ep)),
+    or `dp` where the run resolved its plan at another size (an elastic run, spec/elastic.py)."""
+    dp = int(spec.plan.dp.value or 1) if dp is None else dp
     par = spec.parallelism
     return {"dp": dp, "dp_shard": dp if par.dp_mode == "fsdp2" else 1, "tp": par.tp, "pp": par.pp}
 

@@ -104,10 +104,14 @@ class Layout:
         return norm
 
 
-def apply_layout(model: nn.Module, spec: JobSpec, device: torch.device) -> Layout:
+def apply_layout(
+    model: nn.Module, spec: JobSpec, device: torch.device, dp: int | None = None
+) -> Layout:
     """Spread `model` (built identically on every rank, from the same seed) over the ranks as
-    the spec's parallelism asks; call after init_process_group."""
-    dp, tp = int(spec.plan.dp.value or 1), spec.parallelism.tp
+    the spec's parallelism asks; call after init_process_group. `dp`: the data-parallel degree
+    of the plan this generation runs (an elastic run's differs from the spec's own plan)."""
+    dp = int(spec.plan.dp.value or 1) if dp is None else dp
+    tp = spec.parallelism.tp
     sharded = spec.parallelism.dp_mode == "fsdp2"
     if tp == 1 and not sharded:
         return _ddp(model, device, dp)

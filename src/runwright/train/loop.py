@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     # -- model over the ranks: ddp, fsdp2, tp or fsdp2 x tp (train/layouts.py) ----------------
     torch.manual_seed(spec.training.seed)
     model = GPT(spec.model, max_positions=spec.data.sequence_length).to(device)
-    layout = apply_layout(model, spec, device)
+    layout = apply_layout(model, spec, device, dp)  # the plan of this size (elastic runs)
     precision = Precision(spec.training.precision, device)
     guard = SpikeGuard(spec.training.loss_spike)
 

@@ -96,6 +96,7 @@ def engines(tmp_path):
     store.close()
 
 
+@pytest.mark.replay_diverges
 def test_a_verdict_on_the_final_pass_fires_and_says_its_stop_was_not_taken(engines):
     store, run, _, alerts, replays = engines
     replays.close(run)  # the run ended: the controller's final pass (journal.before_finished)
@@ -109,6 +110,7 @@ def test_a_verdict_on_the_final_pass_fires_and_says_its_stop_was_not_taken(engin
     assert cleared.attributes["reason"] == "the run ended SUCCEEDED"
 
 
+@pytest.mark.replay_diverges
 def test_a_verdict_between_passes_hands_its_stop_to_the_next_live_pass(engines):
     store, run, spec, alerts, replays = engines
     replays.check(run)  # a pass that read the channel to its end
@@ -140,6 +142,7 @@ def webhook():
 
 @pytest.mark.integration
 @pytest.mark.slow
+@pytest.mark.replay_diverges
 def test_a_divergence_found_after_the_group_exited_fires_its_alert_and_actions(tmp_path, webhook):
     url, received = webhook
     rules = [

@@ -16,6 +16,7 @@ from runwright.control.controller import Controller
 from runwright.data import build_dataset
 from runwright.events import EventType
 from runwright.govern.report import collect_report
+from runwright.observe.rank_steps import per_rank
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -52,7 +53,7 @@ def test_rollback_restarts_from_the_last_checkpoint_past_the_spiked_batch(world)
     assert started.attributes["skip_steps"] == [5, 5]
     restored = store.events(run.run_id, types=[EventType.RESTORED])
     assert [e.step for e in restored] == [0, 4]  # the fresh start, then the step-4 checkpoint
-    healthy = store.events(run.run_id, types=[EventType.STEP_HEALTHY])
+    healthy = list(per_rank(store.events(run.run_id, types=[EventType.STEP_HEALTHY])))
     skipped = [e.step for e in healthy if e.attributes.get("skipped")]
     assert skipped == [5]  # the restart consumed step 5's batch without learning from it
     report, _ = collect_report(store, run.run_id)

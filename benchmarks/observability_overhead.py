@@ -50,6 +50,7 @@ from runwright.access.base import local_actor
 from runwright.access.service import Access
 from runwright.data import build_dataset
 from runwright.events import EventType
+from runwright.observe.rank_steps import per_rank
 from runwright.store import Store
 
 REPO = Path(__file__).resolve().parents[1]
@@ -154,7 +155,7 @@ def one_run(server: str, token: str, body: dict, store_url: str, warmup: int) ->
     if state != "SUCCEEDED":
         raise SystemExit(f"{run_id} ended {state}")
     store = Store(store_url, read_only=True)
-    steps = store.events(run_id, types=[EventType.STEP_HEALTHY])
+    steps = list(per_rank(store.events(run_id, types=[EventType.STEP_HEALTHY])))
     store.close()
     seconds = [e.attributes["step_seconds"] for e in steps if (e.step or 0) > warmup]
     return statistics.median(seconds)

@@ -50,9 +50,13 @@ class StoreWatch:
             if changed is None or changed <= seen:
                 continue
             self.known[path] = changed
-            for problem in problems(path, diverging_allowed):
-                if problem not in self.reported:
-                    self.reported.add(problem)
+            for problem, divergence in problems(path):
+                if problem in self.reported:
+                    continue
+                # Reported once, allowed or not: a marked test's divergence stays its own when
+                # a later test of the same module touches the same store.
+                self.reported.add(problem)
+                if not (divergence and diverging_allowed):
                     found.append(problem)
         return found
 
@@ -79,8 +83,9 @@ def _changed(path: Path) -> float | None:
     return changed
 
 
-def problems(store: Path, diverging_allowed: bool) -> list[str]:
-    """What is wrong with the recoveries recorded in `store` (see the module docstring)."""
+def problems(store: Path) -> list[tuple[str, bool]]:
+    """What is wrong with the recoveries recorded in `store` (see the module docstring), each
+    with whether it is a divergence (which a `replay_diverges` test makes on purpose)."""
     try:
         db = sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=30)
     except sqlite3.Error:
@@ -99,11 +104,14 @@ def problems(store: Path, diverging_allowed: bool) -> list[str]:
         found = []
         for run_id, by_gen in verdicts.items():
             for gen, (kind, attrs) in sorted(by_gen.items()):
-                if kind == "RECOVERY_DIVERGED" and not diverging_allowed:
+                if kind == "RECOVERY_DIVERGED":
                     found.append(
-                        f"{store}: run {run_id} generation {gen} RECOVERY_DIVERGED at step "
-                        f"{attrs.get('step')} (rank {attrs.get('rank')}: loss "
-                        f"{attrs.get('loss')} vs {attrs.get('earlier_loss')})"
+                        (
+                            f"{store}: run {run_id} generation {gen} RECOVERY_DIVERGED at step "
+                            f"{attrs.get('step')} (rank {attrs.get('rank')}: loss "
+                            f"{attrs.get('loss')} vs {attrs.get('earlier_loss')})",
+                            True,
+                        )
                     )
         for run_id, generation, spec in db.execute(
             "SELECT run_id, generation, spec FROM runs WHERE state = 'SUCCEEDED'"
@@ -114,8 +122,11 @@ def problems(store: Path, diverging_allowed: bool) -> list[str]:
             ).fetchone()
             if level == "bitwise" and attempts > 1 and generation not in verdicts.get(run_id, {}):
                 found.append(
-                    f"{store}: run {run_id} SUCCEEDED after {attempts} attempts with no replay "
-                    f"verdict for its last generation {generation}"
+                    (
+                        f"{store}: run {run_id} SUCCEEDED after {attempts} attempts with no replay "
+                        f"verdict for its last generation {generation}",
+                        False,
+                    )
                 )
         return found
     except sqlite3.Error:

@@ -96,6 +96,12 @@ class EventType(StrEnum):
     """A diagnostics bundle was written for a failure (path)."""
     RECOVERY_STARTED = "RECOVERY_STARTED"
     """A new generation is being started after a failure."""
+    MEMBERSHIP_CHANGED = "MEMBERSHIP_CHANGED"
+    """An elastic run's next generation runs at another size (control/membership.py): change
+    (`shrink` after lost nodes, `grow` when the executor has them again), reason, failure_class,
+    lost_hosts, from_generation, to_generation, and the layouts `old` and `new` (nodes,
+    world_size, dp, micro_batch_size, grad_accumulation_steps, global_batch_samples:
+    spec/elastic.py's Layout; the global batch is the same in both)."""
     RECOVERY_SUCCEEDED = "RECOVERY_SUCCEEDED"
     """The new generation made progress past its restored step (the recovery is proven)."""
     RECOVERY_VERIFIED = "RECOVERY_VERIFIED"
@@ -172,7 +178,13 @@ class EventType(StrEnum):
     NAN_DETECTED = "NAN_DETECTED"
     """The step guard found a non-finite loss or gradient norm."""
     LOSS_SPIKE = "LOSS_SPIKE"
-    """The step guard found a loss above its spike factor times the running mean."""
+    """The step guard found a loss above its spike factor times the running mean; the step did
+    not commit and recovery rolls back past it (training.loss_spike.action: rollback; loss,
+    mean, threshold_ratio, window_steps, action)."""
+    LOSS_SPIKE_SKIPPED = "LOSS_SPIKE_SKIPPED"
+    """The loss-spike guard dropped step `step`'s update; its batch counts as consumed
+    (train/spike.py; rank 0, once per generation and step): loss, mean of the trailing window,
+    threshold_ratio, window_steps, action (skip, or pause: the run then stops to PAUSED)."""
     EVALUATED = "EVALUATED"
     """The model was evaluated on the dataset's eval split after step `step` (eval_loss, tokens,
     sequences, checkpoint_id: the checkpoint saved at that step, if one was; rank 0, once per

@@ -170,6 +170,7 @@ STOP_REASONS = (
     "alert",
     "rollback",
     "pause",
+    "resize",
 )
 """In this order for ever: the ranks' stop vote sends a reason as its index here."""
 
@@ -181,7 +182,7 @@ class StopRequest(Record):
     """Protocol version of the writer (absent before it existed: version 1)."""
     reason: str
     """One of STOP_REASONS: cancel, preemption, budget, controller, criterion, alert,
-    rollback, pause."""
+    rollback, pause, resize (an elastic run grows back: control/membership.py)."""
     save: bool = True
     """Save a checkpoint at the stop step before exiting."""
     requested_unix_s: float

@@ -230,6 +230,24 @@ SPEC_ROWS: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
         ["resources.devices_per_node"],
     ),
     "tp 2**40": (skeleton_with(at("parallelism", tp=2**40)), ["parallelism.tp"]),
+    "tp not dividing the heads": (
+        skeleton_with(lambda d: (d["parallelism"].update(tp=2), d["model"].update(n_heads=1))),
+        ["parallelism.tp=2 must divide model.n_heads=1", "valid tp: [1]"],
+    ),
+    "tp with ddp at dp > 1": (
+        skeleton_with(
+            lambda d: (d["parallelism"].update(tp=2), d["resources"].update(devices_per_node=4))
+        ),
+        ["needs parallelism.dp_mode: fsdp2"],
+    ),
+    "fp16 on cpu": (
+        skeleton_with(at("training", precision="fp16")),
+        ["training.precision=fp16 needs resources.device_type: cuda", "precision: bf16"],
+    ),
+    "loss spike ratio 1": (
+        skeleton_with(at("training", loss_spike={"threshold_ratio": 1})),
+        ["training.loss_spike.threshold_ratio"],
+    ),
     "dp 2**40": (skeleton_with(at("parallelism", dp=2**40)), ["parallelism.dp"]),
     "seed 2**64": (skeleton_with(at("training", seed=2**64)), ["training.seed"]),
     "negative data seed": (skeleton_with(at("data", seed=-1)), ["data.seed"]),

@@ -58,6 +58,23 @@ BAD_SPECS = {
         lambda d: d["parallelism"]["membership"].update(mode="elastic"),
         "min_nodes and max_nodes",
     ),
+    # At 3 nodes x 2 ranks, 16 samples do not split over dp 6: refused naming the size.
+    "elastic range losing the global batch": (
+        lambda d: (
+            d["resources"].update(nodes=2),
+            d["parallelism"]["membership"].update(mode="elastic", min_nodes=1, max_nodes=3),
+        ),
+        "cannot keep the global batch at every size: 3 node(s): "
+        "training.global_batch_samples=16 is not divisible by dp=6",
+    ),
+    "elastic range without the spec's size": (
+        lambda d: d["parallelism"]["membership"].update(mode="elastic", min_nodes=2, max_nodes=3),
+        "resources.nodes=1 lies outside",
+    ),
+    "local repair": (
+        lambda d: d["parallelism"]["membership"].update(mode="local_repair"),
+        "mode: local_repair is not offered",
+    ),
 }
 
 
@@ -103,6 +120,21 @@ def test_explain_and_schema(tmp_path):
     out = tmp_path / "schema.json"
     assert invoke("spec", "schema", out).exit_code == 0
     assert json.loads(out.read_text())["title"] == "JobSpec"
+
+
+def test_explain_shows_an_elastic_ranges_layouts(tmp_path):
+    def elastic(d):
+        d["resources"].update(nodes=2)
+        d["parallelism"]["membership"].update(mode="elastic", min_nodes=1, max_nodes=2)
+
+    path = skeleton_with(tmp_path, elastic)
+    layouts = json.loads(invoke("spec", "explain", path, "--json").output)["elastic_layouts"]
+    # 16 samples at 1 node (dp 2) and 2 nodes (dp 4): micro x accumulation x dp = 16 at both.
+    assert [(x["nodes"], x["dp"], x["global_batch_samples"]) for x in layouts] == [
+        (1, 2, 16),
+        (2, 4, 16),
+    ]
+    assert "Elastic layouts" in invoke("spec", "explain", path).output
 
 
 def test_no_traceback_from_a_real_process(tmp_path):

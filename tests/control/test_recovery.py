@@ -185,7 +185,7 @@ def test_nan_rolls_back_and_skips_the_batch(tmp_path):
     assert started.attributes["skip_steps"] == [6, 6]
     skipped = [
         e.step
-        for e in store.events(run.run_id, types=["STEP_HEALTHY"])
+        for e in per_rank(store.events(run.run_id, types=["STEP_HEALTHY"]))
         if e.generation == 2 and e.attributes.get("skipped")
     ]
     assert set(skipped) == {6}

@@ -75,6 +75,8 @@ class Life:
     """How many processes the life had when it was killed (its own and what it started)."""
     survivors: list[int] = field(default_factory=list)
     """Processes of this life still alive after the kill (and the grace bound)."""
+    killed_unix_s: float | None = None
+    """When the harness sent the kill (wall clock, to place it on the life's own timeline)."""
 
 
 @dataclass
@@ -108,6 +110,21 @@ class SweepReport:
             "kills_with_children": sum(life.processes_at_kill > 1 for life in self.lives),
             "life_seconds": round(self.life_seconds, 3),
         }
+
+
+@dataclass(frozen=True)
+class PhaseClock:
+    """Kill times drawn from one phase of a life instead of the whole life: the harness waits
+    until `armed(index)` says the phase began (a file the life's own test code writes, polled
+    from outside every POLL_SECONDS), then draws the delay from `uniform(0, span(calibration))`,
+    the phase's length in the warm calibration life."""
+
+    armed: Callable[[int], bool]
+    span: Callable[[int], float]
+
+
+POLL_SECONDS = 0.002
+"""How often an armed clock is looked at: small against a save of tens of milliseconds."""
 
 
 class Lives(Protocol):
@@ -277,22 +294,38 @@ def sweep(
     seed: int = 0,
     survivor_bound_seconds: float = 5.0,
     after_kill: Callable[[Life], None] | None = None,
+    clock: PhaseClock | None = None,
 ) -> SweepReport:
     """Calibrate on uninterrupted lives, then lives each SIGKILLed at a uniformly random time
     until `kills` kills landed, then one final uninterrupted life (the state must be usable).
     `survivor_bound_seconds` is how long the processes of a killed life may take to follow it.
-    `after_kill(life)` looks at what a killed life left, before the next one starts."""
+    `after_kill(life)` looks at what a killed life left, before the next one starts. With a
+    `clock`, kill times are drawn from its phase (PhaseClock) rather than the whole life."""
     rng = random.Random(seed)
     lives: list[Life] = []
+
+    def wait_armed(index: int) -> int | None:
+        """Until the life's phase began: None then, or its exit code if it ended first."""
+        assert clock is not None
+        while not clock.armed(index):
+            code = lives_of.wait_exit(timeout=POLL_SECONDS)
+            if code is not None:
+                return code
+        return None
 
     def one_life(kill_after: float | None) -> Life:
         index = len(lives)
         began = time.monotonic()
         pid = lives_of.start(index)
-        code = lives_of.wait_exit(timeout=kill_after)
-        killed, members = False, set()
+        code = None
+        if kill_after is not None and clock is not None:
+            code = wait_armed(index)
+        if code is None:
+            code = lives_of.wait_exit(timeout=kill_after)
+        killed, members, killed_unix_s = False, set(), None
         if code is None:
             members = life_members(pid)
+            killed_unix_s = time.time()
             lives_of.kill(pid, members, rng)
             code = lives_of.wait_exit(timeout=None)
             expected = lives_of.killed_exits
@@ -306,8 +339,9 @@ def sweep(
                 os.kill(member, signal.SIGKILL)
         seconds = time.monotonic() - began
         lives.append(
-            Life(index, pid, int(code), killed, kill_after, seconds, len(members) + 1, survivors)
-        )
+            Life(index, pid, int(code), killed, kill_after, seconds, len(members) + 1, survivors,
+                 killed_unix_s)
+        )  # fmt: skip
         if killed and after_kill is not None:
             after_kill(lives[-1])
         return lives[-1]
@@ -317,7 +351,7 @@ def sweep(
     for _ in range(2):
         calibration = one_life(None)
         assert calibration.exit_code == 0, f"an uninterrupted {writer} life failed: {lives_of.log}"
-    life_seconds = calibration.seconds
+    life_seconds = calibration.seconds if clock is None else clock.span(calibration.index)
     # Until `kills` kills landed: a draw near the end of the range can miss a life that ended
     # early, which is a clean restart and counts as a life, not a kill.
     while sum(life.killed for life in lives) < kills and len(lives) < 3 * kills + 2:

@@ -10,8 +10,9 @@ import os
 from pathlib import Path
 
 import pytest
-from harness import HERE, ForkedGroupLives, ForkServer, TorchrunLives, sweep
-from workloads import read_lines, visible_checkpoints
+from harness import HERE, ForkedGroupLives, ForkServer, PhaseClock, TorchrunLives, sweep
+from phases import IN_SAVES, counts, landed, save_span_seconds
+from workloads import read_lines, timeline_of, visible_checkpoints
 
 from runwright.ckpt import Checkpointer, LocalFence, scan
 from runwright.ckpt.storage import STAGING, CheckpointStorage, parse_folder
@@ -110,11 +111,19 @@ def forked_group_sweep(tmp_path: Path, kills: int, seed: int, mode: str):
     its agent tears the other down) at random points of its saves; after each kill, before the
     next life starts, the test looks at the root as a reader would: the latest pointer names a
     committed checkpoint and every committed checkpoint verifies in full (nothing torn or mixed
-    is visible); then both ranks of the next life restore what was acknowledged, bit for bit."""
+    is visible); then both ranks of the next life restore what was acknowledged, bit for bit.
+    An async life is mostly its start (fork, rendezvous, restore) and its saves return at once,
+    so its kills are drawn from its save phase: from rank 0's first save call, uniformly over
+    the calibration life's first-save-to-last-commit span (docs/crash.md). Each look also says
+    where the kill landed (phases.py)."""
     root = tmp_path / "ckpt"
     lives = ForkedGroupLives(
         tmp_path / "lives.log",
         lambda life: {"root": str(root), "mode": mode, "saves": 3, "life": life},
+    )
+    clock = PhaseClock(
+        armed=lambda life: os.path.exists(timeline_of(str(root), life)),
+        span=lambda life: save_span_seconds(str(root), life),
     )
     seen: list[dict] = []
     try:
@@ -126,8 +135,13 @@ def forked_group_sweep(tmp_path: Path, kills: int, seed: int, mode: str):
             seed=seed,
             survivor_bound_seconds=60,
             after_kill=lambda life: seen.append(
-                {"life": life.index, **visible_checkpoints(str(root))}
+                {
+                    "life": life.index,
+                    "phase": landed(str(root), life.index, life.killed_unix_s or 0.0),
+                    **visible_checkpoints(str(root)),
+                }
             ),
+            clock=clock if mode == "async" else None,
         )
     finally:
         lives.close()
@@ -151,6 +165,9 @@ def test_two_rank_saves_killed_at_random_points_leave_only_sound_checkpoints(tmp
     report, seen, _ = forked_group_sweep(tmp_path, GROUP_KILLS, seed=2816, mode=mode)
     assert report.kills == GROUP_KILLS, report.summary()
     assert sum(v["committed"] > 0 for v in seen) >= GROUP_KILLS // 2  # kills found saves
+    if mode == "async":  # drawn from the save phase: most land inside a save
+        phases = counts(v["phase"] for v in seen)
+        assert sum(phases[p] for p in IN_SAVES) >= GROUP_KILLS // 2, phases
 
 
 @pytest.mark.slow
@@ -164,6 +181,7 @@ def test_two_rank_saves_survive_a_thousand_random_kills(tmp_path, mode):
             "looked_after_kills": len(seen),
             "with_a_committed_checkpoint": sum(v["committed"] > 0 for v in seen),
             "restores_checked": len(verdicts),
+            "landed": counts(v["phase"] for v in seen),
         },
     )
 

@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -98,14 +99,37 @@ def read_lines(path: str | Path) -> list[dict[str, Any]]:
 
 
 class AckSink:
-    """Acknowledges a step once its CHECKPOINT_COMMITTED event is emitted (after the publish)."""
+    """Acknowledges a step once its CHECKPOINT_COMMITTED event is emitted (after the publish).
+    With a `timeline`, also notes when each save was staged and committed there."""
 
-    def __init__(self, acks: str) -> None:
-        self.acks = acks
+    def __init__(self, acks: str, timeline: str | None = None) -> None:
+        self.acks, self.timeline = acks, timeline
 
     def emit(self, event: CheckpointEvent) -> None:
         if event.type == EventType.CHECKPOINT_COMMITTED:
             append_line(self.acks, {"step": event.step, "pid": os.getpid()})
+        if self.timeline and event.type in (
+            EventType.CHECKPOINT_STAGED,
+            EventType.CHECKPOINT_COMMITTED,
+        ):
+            kind = "staged" if event.type == EventType.CHECKPOINT_STAGED else "committed"
+            note(self.timeline, kind, event.step, id=event.checkpoint_id)
+
+
+def note(timeline: str, kind: str, step: int | None, **more: Any) -> None:
+    """One line of a life's save timeline (the sweep places its kills on it). Not fsynced: a
+    SIGKILL leaves the page cache, and an fsync here would slow the saves it times."""
+    line = json.dumps({"kind": kind, "step": step, "at": time.time(), **more}) + "\n"
+    fd = os.open(timeline, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+def timeline_of(root: str, life: int) -> str:
+    """Where rank 0 of a group's life notes its saves: created at its first save call."""
+    return str(Path(root).parent / f"timeline-{life}.jsonl")
 
 
 def saving_life(root: str, mode: str, saves: int, life: int, acked: list[int], **tags: Any) -> None:
@@ -116,8 +140,12 @@ def saving_life(root: str, mode: str, saves: int, life: int, acked: list[int], *
     policy = CheckpointSpec(
         mode=mode, keep_last=2, interval={"policy": "steps", "every_steps": 1}, max_inflight=2
     )
+    timeline = timeline_of(root, life) if tags.get("rank") == 0 else None
     saver = Checkpointer(
-        root, policy=policy, fence=LocalFence(root), events=AckSink(str(folder / "acks.jsonl"))
+        root,
+        policy=policy,
+        fence=LocalFence(root),
+        events=AckSink(str(folder / "acks.jsonl"), timeline),
     )
     state = state_at(0)
     restored = saver.restore(state)
@@ -133,8 +161,13 @@ def saving_life(root: str, mode: str, saves: int, life: int, acked: list[int], *
         },
     )
     for next_step in range(step + 1, step + saves + 1):
-        saver.save(next_step, state_at(next_step))
+        new = state_at(next_step)  # the training step: the state to save
+        if timeline:
+            note(timeline, "save", next_step)
+        saver.save(next_step, new)
     saver.close()
+    if timeline:
+        note(timeline, "closed", None)
 
 
 def checkpoint_life(root: str, mode: str, saves: int, life: int) -> None:

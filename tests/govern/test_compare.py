@@ -9,9 +9,11 @@ from runwright.govern.compare import compare_runs
 from runwright.store import NewEvent, Store
 
 
-def _run(store, run_id, *, steps, digests=None, samples=True, complete=True, loss_shift=0.0):
+def _run(
+    store, run_id, *, steps, digests=None, samples=True, complete=True, loss_shift=0.0, spec=None
+):
     store.create_run(
-        run_id=run_id, name="cmp", spec={}, spec_hash="0" * 64, plan={}, workdir="/tmp",
+        run_id=run_id, name="cmp", spec=spec or {}, spec_hash="0" * 64, plan={}, workdir="/tmp",
         root="/tmp", state="SUCCEEDED" if complete else "RUNNING",
     )  # fmt: skip
     events = []
@@ -71,3 +73,49 @@ def test_an_unfinished_run_is_refused_by_name(store):
         RunwrightError, match=r"run b has not completed its training \(state RUNNING"
     ):
         compare_runs(store, "a", "b")
+
+
+NOT_REPLAYED = {"reproducibility": {"level": "statistical"}}
+"""These fake runs have two attempts but no replay check (tests/replay_verdicts.py asks bitwise
+runs that recovered for one)."""
+
+
+def _ranks(store, run_id, worlds, shift_rank_1_at=None):
+    """Attempts at `worlds` (generation i+1 at worlds[i]) and rank 1's reports of each step (its
+    range one sample longer at step `shift_rank_1_at`)."""
+    for generation, world in enumerate(worlds, start=1):
+        store.start_attempt(run_id, generation, world)
+    for step in range(1, 5):
+        moved = 1 if step == shift_rank_1_at else 0
+        store.append_event(
+            NewEvent(event_id=f"{run_id}-r1-{step}", run_id=run_id, generation=1,
+                     type=EventType.STEP_HEALTHY, step=step, time_unix_s=float(step),
+                     attributes={"rank": 1, "samples": [8 * (step - 1), 8 * step + moved]}),
+            fenced=False,
+        )  # fmt: skip
+
+
+def test_runs_of_different_world_sizes_are_compared_by_coverage(store):
+    """An elastic run that shrank (world 2 then 1) against a fixed one (world 2): the ledger and
+    the global batches decide; the parameters are compared by distance, which needs the final
+    checkpoints (none here: named as missing, never a traceback)."""
+    _run(store, "elastic", steps=4, digests={"w": "1"}, spec=NOT_REPLAYED)
+    _run(store, "fixed", steps=4, digests={"w": "2"})
+    _ranks(store, "elastic", [2, 1])
+    _ranks(store, "fixed", [2])
+    result = compare_runs(store, "elastic", "fixed")
+    assert result.ledger_identical and result.global_batches_identical
+    assert (result.world_sizes_a, result.world_sizes_b) == ((2, 1), (2,))
+    assert "bitwise equality is not expected" in result.note
+    assert result.equivalence == "incomplete" and result.first_difference is None
+    assert any("no committed checkpoint" in m for m in result.missing), result.missing
+
+
+def test_a_global_batch_that_differs_on_one_rank_is_a_difference(store):
+    _run(store, "elastic", steps=4, digests={"w": "1"}, spec=NOT_REPLAYED)
+    _run(store, "fixed", steps=4, digests={"w": "2"})
+    _ranks(store, "elastic", [2, 1], shift_rank_1_at=3)
+    _ranks(store, "fixed", [2])
+    result = compare_runs(store, "elastic", "fixed")
+    assert result.ledger_identical and not result.global_batches_identical
+    assert (result.equivalence, result.first_difference) == ("different", "global batch:step 3")

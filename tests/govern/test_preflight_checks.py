@@ -59,15 +59,27 @@ def test_a_good_spec_passes_every_check_with_its_evidence(tiny, tmp_path):
     assert report.ok
     by_name = {check.name: check for check in report.checks}
     assert list(by_name) == [
-        "spec", "data", "data.verify", "data.read", "memory", "checkpoint.storage", "environment",
+        "spec", "data", "data.verify", "data.read", "memory", "checkpoint.storage", "trainer",
+        "environment",
     ]  # fmt: skip
     assert all(check.verdict == "pass" for check in report.checks), report.checks
+    assert by_name["trainer"].evidence == "dp 2, dp_shard 1, tp 1, pp 1, fp32"
     assert "MB/s (fsynced probe)" in by_name["checkpoint.storage"].evidence
     assert (
         "of 2 shards" in by_name["data.verify"].evidence
         or "shards" in by_name["data.verify"].evidence
     )
     assert "matches" in by_name["environment"].evidence
+
+
+def test_the_reference_trainer_refuses_pipeline_stages(tmp_path):
+    """pp > 1 resolves (the planner models it), but the reference trainer builds no stages: its
+    preflight fails with the fix, so the run never starts (issue 18)."""
+    path = spec_file(tmp_path, None, parallelism={"pp": 2}, training={"micro_batch_size": 4})
+    report = run_preflight(load_spec(path), tmp_path, tmp_path / "runs")
+    (trainer,) = [c for c in report.checks if c.name == "trainer"]
+    assert trainer.verdict == "fail" and "builds no pipeline stages" in trainer.evidence
+    assert trainer.fix.startswith("set parallelism.pp: 1")
 
 
 @pytest.mark.parametrize(

@@ -8,14 +8,15 @@ The reference GPT is GPT-2 shaped (nanoGPT), so it maps one to one:
 | `wte.weight` (V, H) | `wte.weight` | same; `lm_head` is tied to it in both |
 | `wpe.weight` (T, H) | `wpe.weight` | same; `n_positions` = T (`data.sequence_length`) |
 | `blocks.N.ln_1`, `ln_2`; `ln_f` | `h.N.ln_1`, `ln_2`; `ln_f` | same; LayerNorm eps 1e-5 |
-| `blocks.N.qkv.weight` (3H, H) | `h.N.attn.c_attn.weight` (H, 3H) | transposed (Conv1D) |
+| `blocks.N.{q,k,v}.weight` (H, H) | `h.N.attn.c_attn.weight` (H, 3H) | stacked, transposed |
 | `blocks.N.proj.weight` (H, H) | `h.N.attn.c_proj.weight` | transposed |
 | `blocks.N.fc.weight` (F, H) | `h.N.mlp.c_fc.weight` (H, F) | transposed |
 | `blocks.N.fc_out.weight` (H, F) | `h.N.mlp.c_proj.weight` (F, H) | transposed |
 
 GPT-2's Conv1D stores its weight as (in, out) and computes x @ W + b; nn.Linear stores (out, in).
 
-Biases keep their shapes. q, k and v lie in that order along qkv's output, as c_attn splits them;
+Biases keep their shapes (q, k and v's concatenated). q, k and v lie in that order along c_attn's
+output, as c_attn splits them;
 attention is scaled by 1/sqrt(head dim) in both (`scale_attn_weights`); the MLP uses exact GELU
 (`activation_function: gelu`, not GPT-2's tanh approximation `gelu_new`); dropout is applied to
 attention weights only (`attn_pdrop`; `resid_pdrop` and `embd_pdrop` are 0).
@@ -48,7 +49,7 @@ _BLOCK = {
     # runwright name in a block -> (GPT-2 name in h.N, transposed)
     "ln_1.weight": ("ln_1.weight", False),
     "ln_1.bias": ("ln_1.bias", False),
-    "qkv.weight": ("attn.c_attn.weight", True),
+    "qkv.weight": ("attn.c_attn.weight", True),  # q, k and v concatenated (_ATTENTION)
     "qkv.bias": ("attn.c_attn.bias", False),
     "proj.weight": ("attn.c_proj.weight", True),
     "proj.bias": ("attn.c_proj.bias", False),
@@ -59,6 +60,8 @@ _BLOCK = {
     "fc_out.weight": ("mlp.c_proj.weight", True),
     "fc_out.bias": ("mlp.c_proj.bias", False),
 }
+_ATTENTION = ("q", "k", "v")
+"""The reference GPT's separate projections that GPT-2's c_attn holds as one, in its order."""
 _TOP = ("wte.weight", "wpe.weight", "ln_f.weight", "ln_f.bias")
 _MAX_LISTED = 5
 
@@ -74,8 +77,8 @@ def expected_shapes(model: ModelSpec, n_positions: int) -> dict[str, tuple[int, 
     block = {
         "ln_1.weight": (h,),
         "ln_1.bias": (h,),
-        "qkv.weight": (3 * h, h),
-        "qkv.bias": (3 * h,),
+        **{f"{p}.weight": (h, h) for p in _ATTENTION},
+        **{f"{p}.bias": (h,) for p in _ATTENTION},
         "proj.weight": (h, h),
         "proj.bias": (h,),
         "ln_2.weight": (h,),
@@ -167,7 +170,9 @@ def gpt2_weights(
     out = {HF_PREFIX + name: weights[name].contiguous() for name in _TOP}
     for layer in range(model.n_layers):
         for name, (target, transposed) in _BLOCK.items():
-            tensor = weights[f"blocks.{layer}.{name}"]
+            stem, kind = name.split(".")
+            parts = _ATTENTION if stem == "qkv" else (stem,)
+            tensor = torch.cat([weights[f"blocks.{layer}.{p}.{kind}"] for p in parts])
             out[f"{HF_PREFIX}h.{layer}.{target}"] = (
                 tensor.t() if transposed else tensor
             ).contiguous()

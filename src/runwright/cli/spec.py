@@ -10,6 +10,7 @@ from runwright.cli.options import SetOption
 from runwright.cli.render import console, guarded, print_json
 from runwright.errors import RunwrightError
 from runwright.spec import JobSpec, load_spec
+from runwright.spec.elastic import elastic_layouts
 
 app = typer.Typer(help="Validate, hash and explain job specs.", no_args_is_help=True)
 
@@ -76,12 +77,14 @@ def explain(
     """Show the resolved plan: every derived value and why it has that value."""
     spec = load_spec(file, overrides)
     plan = spec.plan
+    layouts = elastic_layouts(spec)
     if json_out:
         print_json(
             {
                 "spec_hash": spec.spec_hash,
                 "plan": plan.model_dump(mode="json"),
                 "spec": spec.model_dump(mode="json"),
+                "elastic_layouts": [x.model_dump() for x in layouts],
             }
         )
         return
@@ -92,6 +95,13 @@ def explain(
     for name, value in plan.values().items():
         table.add_row(name, "-" if value is None else f"{value:,}", getattr(plan, name).reason)
     console.print(table)
+    if layouts:
+        sizes = Table(title="Elastic layouts: the global batch at every size of the range")
+        for column in ("nodes", "world size", "dp", "micro-batch", "accumulation", "global batch"):
+            sizes.add_column(column, justify="right")
+        for x in layouts:
+            sizes.add_row(*(str(v) for v in x.model_dump().values()))
+        console.print(sizes)
     for note in plan.notes:
         console.print(f"[yellow]note:[/] {note}")
     console.print(f"spec hash {spec.spec_hash}")

@@ -1,9 +1,11 @@
 """Alerts (issue 15; seed 004): the spec's rules (spec/alerts.py) evaluated on each live run's
 signals (control/alert_signals.py) by the controller, firing and clearing as events.
 
-A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop) or
-per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below, recovery_diverged),
-or per loader window (mixture_drift: every MIXTURE_WINDOW read since the last pass). It
+A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop),
+per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below), per loader window
+(mixture_drift: every MIXTURE_WINDOW read since the last pass), or per replay verdict
+(recovery_diverged: as the replay check records it, including on the controller's final pass
+after the group exited, which has no live pass to judge it in). It
 fires once its condition held for `window_steps` consecutive steps (the per-pass kinds at once),
 recorded as ALERT_FIRED with the owner, the figures and the action taken; it clears once the exit
 condition held for `clear_steps` steps, or when the run ends (ALERT_CLEARED). One open alert per
@@ -19,19 +21,23 @@ import json
 import time
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from runwright.control.alert_signals import RunSignals, StepRow
 from runwright.control.journal import Journal
 from runwright.events import EventType
 from runwright.protocol import ChannelMessage
-from runwright.spec import JobSpec
+from runwright.spec import JobSpec, spec_from_mapping
 from runwright.spec.alerts import AlertRule
 from runwright.store import RunRecord
 
 WEBHOOK_TIMEOUT_SECONDS = 3.0
 BELOW_KINDS = frozenset({"throughput_drop", "ettr_below"})
 """Kinds that fire below their threshold (a drop), not above it."""
+GROUP_ACTIONS = frozenset({"stop", "rollback", "pause"})
+"""Actions the controller carries out on the run's live worker group."""
+GroupWhen = Literal["live", "next", "ended"]
+"""Where a firing's group action goes: the group of this pass, the next pass's, or nowhere."""
 
 
 @dataclass
@@ -50,6 +56,8 @@ class RunAlerts:
     rules: tuple[AlertRule, ...]
     owner: str
     streaks: dict[str, Streak] = field(default_factory=dict)
+    pending: list["Firing"] = field(default_factory=list)
+    """Group actions of alerts fired outside `check` (a replay verdict), for its next call."""
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ class AlertEngine:
     def check(self, run: RunRecord, spec: JobSpec) -> list[Firing]:
         """Evaluate every rule on what arrived since the last check; the actions to take."""
         state = self._of(run, spec)
-        firings: list[Firing] = []
+        firings, state.pending = state.pending, []  # fired by a replay verdict since
         for row in state.signals.take():
             if row.generation < run.generation:
                 # An older group's step, read again by a controller that started (or took the
@@ -89,10 +97,26 @@ class AlertEngine:
         state.signals.drift_windows.clear()  # each judged once, by every mixture_drift rule
         return firings
 
-    def note_divergence(self, run: RunRecord, spec: JobSpec, divergence: Any) -> None:
-        """The replay check's newest verdict (control/replay_check.py): a Divergence, or None
-        when the newest restarted generation reproduced the steps before it."""
-        signals = self._of(run, spec).signals
+    def replay_verdict(self, run: RunRecord, divergence: Any, ended: bool) -> None:
+        """The replay check recorded a verdict (control/replay_check.py): a Divergence, or None
+        when a later generation reproduced the steps before it. Judged at once, not at the next
+        live pass, which a divergence found after the group exited never gets (the run's final
+        pass). A group action (stop, rollback, pause) is handed to the controller by the next
+        `check`, which only a live group gets; once the run `ended`, the event says it was not
+        taken."""
+        state = self._runs.get(run.run_id)
+        if state is None:
+            state = self._of(run, spec_from_mapping(run.spec, f"run {run.run_id}"))
+        self._note(state, divergence)
+        for rule in state.rules:
+            if rule.kind == "recovery_diverged":
+                value, about = _replay_value(rule, state.signals)
+                when: GroupWhen = "ended" if ended else "next"
+                fired = self._judge(run, state, rule, rule.name, value, about, None, True, when)
+                state.pending += [f for f in fired if f.action in GROUP_ACTIONS and not ended]
+
+    def _note(self, state: RunAlerts, divergence: Any) -> None:
+        signals = state.signals
         signals.replay_judged = True
         signals.replay_diverged = (
             None
@@ -109,9 +133,15 @@ class AlertEngine:
         state = self._runs.pop(run.run_id, None)
         if state is None:
             return
+        untaken = {f.alert_id: f.action for f in state.pending}
         for alert_id, streak in state.streaks.items():
             if streak.open_since is not None:
-                self._cleared(run, alert_id, streak, reason)
+                why = reason
+                if alert_id in untaken:
+                    why += (
+                        f"; its `{untaken[alert_id]}` was not taken: no worker group ran after it"
+                    )
+                self._cleared(run, alert_id, streak, why)
 
     def _of(self, run: RunRecord, spec: JobSpec) -> RunAlerts:
         state = self._runs.get(run.run_id)
@@ -141,6 +171,7 @@ class AlertEngine:
         about: dict[str, Any],
         step: int | None,
         once: bool = False,
+        group: GroupWhen = "live",
     ) -> list[Firing]:
         if value is None:
             return []
@@ -153,7 +184,7 @@ class AlertEngine:
         streak.cleared = streak.cleared + 1 if clearing else 0
         if streak.open_since is None and streak.held >= (1 if once else rule.window_steps):
             streak.open_since = time.time()
-            return [self._fired(run, state, rule, alert_id, value, about, step)]
+            return [self._fired(run, state, rule, alert_id, value, about, step, group)]
         if streak.open_since is not None and streak.cleared >= (1 if once else rule.clear_steps):
             self._cleared(run, alert_id, streak, f"{_figure(rule, value)} (exit: {_exit(rule)})")
         return []
@@ -167,6 +198,7 @@ class AlertEngine:
         value: float,
         about: dict[str, Any],
         step: int | None,
+        group: GroupWhen = "live",
     ) -> Firing:
         where = ""
         if "rank" in about:
@@ -192,8 +224,13 @@ class AlertEngine:
         }
         if rule.action == "notify":
             alert["action_result"] = _notify(rule.webhook or "", run, alert)
-        elif rule.action in ("stop", "rollback", "pause"):
-            alert["action_result"] = f"asked the group to {rule.action} at its next step boundary"
+        elif rule.action in GROUP_ACTIONS:
+            alert["action_result"] = {
+                "live": f"asked the group to {rule.action} at its next step boundary",
+                "next": f"handed to the controller's next pass over a live group, to {rule.action} "
+                "it (not taken if none runs again: ALERT_CLEARED then says so)",
+                "ended": f"not taken: the run had ended, no group is left to {rule.action}",
+            }[group]
         self.journal.record(run, EventType.ALERT_FIRED, op=f"fire:{alert_id}", **alert)
         return Firing(alert_id, rule.action, step)
 
@@ -248,11 +285,16 @@ def _per_pass(rule: AlertRule, signals: RunSignals, spec: JobSpec):
     elif rule.kind == "ettr_below" and now - signals.started_monotonic >= rule.after_seconds:
         yield rule.name, signals.ettr(), {}
     elif rule.kind == "recovery_diverged" and signals.replay_judged:
-        found = signals.replay_diverged
-        yield rule.name, 2.0 * rule.threshold if found else 0.0, dict(found or {})
+        yield rule.name, *_replay_value(rule, signals)
     elif rule.kind == "mixture_drift":
         for value, window in signals.drift_windows:
             yield rule.name, value, ({"window_steps": list(window)} if window else {})
+
+
+def _replay_value(rule: AlertRule, signals: RunSignals) -> tuple[float, dict[str, Any]]:
+    """recovery_diverged is an invariant: over the threshold while a divergence is live."""
+    found = signals.replay_diverged
+    return (2.0 * rule.threshold if found else 0.0), dict(found or {})
 
 
 def _figure(rule: AlertRule, value: float) -> str:

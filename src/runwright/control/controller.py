@@ -36,6 +36,7 @@ from runwright.control.leasing import (
     ControllerLeases,
     LeaseGuardedExecutor,
 )
+from runwright.control.membership import is_elastic, spec_for
 from runwright.control.outage import OutageRider
 from runwright.control.pause import PauseStep
 from runwright.control.pools import PoolExecutors, PoolsError
@@ -131,7 +132,7 @@ class Controller(GroupSupervising, LeasedDriving):
         """Admits QUEUED runs onto `inventory` (fixed, or a cluster read live) under `quotas`
         (control/admission.py); None admits at once."""
         self.alerts = AlertEngine(self.journal)
-        self.replays = ReplayVerifier(self.journal)
+        self.replays = ReplayVerifier(self.journal, on_verdict=self.alerts.replay_verdict)
         self.journal.before_finished = lambda run: (
             self.replays.close(run),
             self.alerts.close(run, f"the run ended {run.state}"),
@@ -300,7 +301,7 @@ class Controller(GroupSupervising, LeasedDriving):
         if cached is None or cached[0] != run.spec_hash:
             cached = (run.spec_hash, spec_from_mapping(run.spec, f"run {run.run_id}"))
             self._specs[run.run_id] = cached
-        return cached[1]
+        return spec_for(cached[1], self.logs.of(run.run_id)) if is_elastic(cached[1]) else cached[1]
 
     def _let_go(self, run_id: str) -> None:
         self._sup.pop(run_id, None)

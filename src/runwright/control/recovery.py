@@ -17,6 +17,7 @@ from runwright.control.executors.protocol import (
     LostSupervisor,
 )
 from runwright.control.failures import Classification, classify
+from runwright.control.membership import MembershipStep, changed_for
 from runwright.control.policy import PastFailure, decide
 from runwright.control.states import RunState
 from runwright.control.watchdog import Verdict
@@ -37,6 +38,7 @@ RECENT_EVENTS = 200
 """The newest events a diagnostics bundle keeps."""
 RECOVERY_INPUTS = (
     EventType.NAN_DETECTED,
+    EventType.LOSS_SPIKE,
     EventType.STOP_ACKNOWLEDGED,
     EventType.STOP_GRACE_EXPIRED,
     EventType.RESTORED,
@@ -147,6 +149,7 @@ class RecoverySequence:
         self.logs = logs
         """The runs' event-log views: the checks made every pass read new events only."""
         self.allocations = AllocationStep(store, journal)
+        self.membership = MembershipStep(store, journal)
 
     def recover(
         self,
@@ -165,7 +168,9 @@ class RecoverySequence:
             (
                 (int(e.attributes.get("rank", 0)), int(e.step or 0))
                 for e in current
-                if e.type == EventType.NAN_DETECTED
+                # A loss spike refused with training.loss_spike.action: rollback names its step
+                # as a NaN does: the restart skips that step's batch.
+                if e.type in (EventType.NAN_DETECTED, EventType.LOSS_SPIKE)
             ),
             None,
         )
@@ -234,6 +239,8 @@ class RecoverySequence:
             target = RunState.CANCELLED if decision.action == "stop" else RunState.FAILED
             self.journal.finish(run, target, decision.terminal_reason, decision.reason)
             return
+        # An elastic run may go on at another size (control/membership.py).
+        self.membership.after_failure(run, spec, failure, evidence.lost_hosts, executor)
         self.journal.record(
             run,
             EventType.RECOVERY_STARTED,
@@ -309,7 +316,12 @@ class RecoverySequence:
         requeue = pending.attributes.get("action") == "requeue"
         allocation = run.allocation or {}
         lost = set(lost_hosts_of(self.logs.of(run.run_id).events, run.generation))
-        if not requeue and lost & set(allocation.get("hosts") or ()):
+        resized = changed_for(self.logs.of(run.run_id).events, run.generation)
+        if not requeue and resized is not None:
+            # The executor grants the new size and the rank manifest is rebuilt for it.
+            requeue = True
+            reason = f"{reason}; elastic: {resized.attributes['reason']}: requeue"
+        elif not requeue and lost & set(allocation.get("hosts") or ()):
             # The engine may not have ended the allocation yet, but a gang missing a node
             # cannot run this generation again: ask for a new one without it.
             requeue = True

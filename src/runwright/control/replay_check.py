@@ -31,6 +31,7 @@ verdict counts as `unchecked`.
 
 import struct
 from array import array
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +81,10 @@ class Divergence:
     earlier_generation: int
     loss: float | None
     earlier_loss: float | None
+
+
+VerdictListener = Callable[[RunRecord, "Divergence | None", bool], None]
+"""(run, the live divergence or None once a later generation verified, whether the run ended)."""
 
 
 @dataclass
@@ -277,8 +282,11 @@ def _loss(value: float) -> float | None:
 class ReplayVerifier:
     """The controller's replay checks for its runs at `reproducibility.level: bitwise`."""
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, on_verdict: VerdictListener | None = None) -> None:
         self.journal = journal
+        self.on_verdict = on_verdict
+        """Told of every RECOVERY_DIVERGED and RECOVERY_VERIFIED as it is recorded, live or on
+        the run's final pass (the alert engine's `recovery_diverged` rule)."""
         self._runs: dict[str, RunReplays] = {}
         self.diverged: dict[str, Divergence | None] = {}
         """run id -> the live divergence (None once a later generation verified): the alert
@@ -315,6 +323,10 @@ class ReplayVerifier:
                 self.diverged[run.run_id] = gen.divergence
             elif type_ == EventType.RECOVERY_VERIFIED and run.run_id in self.diverged:
                 self.diverged[run.run_id] = None
+            else:
+                continue
+            if self.on_verdict is not None:
+                self.on_verdict(run, self.diverged[run.run_id], ended)
 
     def close(self, run: RunRecord) -> None:
         """The run ended: verdicts for what is left, then forget it."""

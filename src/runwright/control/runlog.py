@@ -35,6 +35,7 @@ KEPT = (
     EventType.RECOVERY_STARTED,
     EventType.RECOVERY_SUCCEEDED,
     EventType.FAILURE_CLASSIFIED,
+    EventType.MEMBERSHIP_CHANGED,
     EventType.RUN_FINISHED,
 )
 """The event types the reconcile passes read; a view folds in these and nothing else."""

@@ -22,6 +22,7 @@ from runwright.control.executors.protocol import Executor, GroupHandle
 from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.launching import GroupLauncher
+from runwright.control.membership import RESIZE_REASON
 from runwright.control.pause import PAUSE_REASON, PauseStep
 from runwright.control.recovery import RecoverySequence
 from runwright.control.replay_check import ReplayVerifier
@@ -121,7 +122,7 @@ class GroupSupervising(ABC):
             sup.watchdog.beat(message.rank)
             if message.type == EventType.STEP_HEALTHY and message.step is not None:
                 sup.stepped = True
-                sup.watchdog.step(message.rank, message.step)
+                sup.watchdog.step(message.rank, message.step, message.time_unix_s)
                 if not newest or message.step > (newest[0].step or 0):
                     newest[:] = [message]
             elif message.type == EventType.CHECKPOINT_STAGED and message.checkpoint_id:
@@ -148,7 +149,6 @@ class GroupSupervising(ABC):
         if self.replays.pending(run) and ingestor.reader.unread_bytes() == 0:
             # A verdict needs every report of the earlier generations (control/replay_check.py).
             self.replays.check(run)
-            self.alerts.note_divergence(run, spec, self.replays.diverged.get(run.run_id))
         if newest:
             m = newest[0]
             self.recovery.note_progress(run, spec, m.generation, m.step or 0, m.time_unix_s)
@@ -183,6 +183,9 @@ class GroupSupervising(ABC):
             self.stops.end(run, reason)
         elif reason == "rollback":
             self.recovery.roll_back(run, spec, sup, exit_code)
+            self._sup.pop(run.run_id, None)
+        elif reason == RESIZE_REASON and not (ack is None and exit_code == 0):
+            self.recovery.membership.regrow(run, spec, sup, exit_code)
             self._sup.pop(run.run_id, None)
         elif reason == PAUSE_REASON and not (ack is None and exit_code == 0):
             # (A group that exits 0 without acknowledging finished its last step first.)
@@ -229,6 +232,7 @@ class GroupSupervising(ABC):
             self._sup.pop(run.run_id, None)
             return
         self.stops.check(run, spec, sup)
+        self.recovery.membership.maybe_grow(run, spec, sup, self.executor_of(run))
         for firing in self.alerts.check(run, spec):
             if firing.action in ("stop", "rollback", PAUSE_REASON):
                 self.stops.on_alert(run, spec, sup, firing.action)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from runwright.control.executors.protocol import GroupHandle
 from runwright.control.liveness import Liveness
+from runwright.control.stall import StallCheck
 from runwright.control.watchdog import Verdict, Watchdog
 from runwright.spec import FailureClass
 from runwright.store import Store
@@ -29,6 +30,8 @@ class Supervision:
     """Monotonic time after which a stopping group is killed."""
     liveness: Liveness | None = None
     """Confirms the watchdog's HANG verdicts from the ranks' processes (slow is not stopped)."""
+    stall: StallCheck = field(default_factory=StallCheck)
+    """Confirms the watchdog's steady-state NO_PROGRESS suspicions (slow is not blocked)."""
     unread: Callable[[int], bool] | None = None
     """rank -> whether its channel file holds messages the controller has not read yet."""
     stepped: bool = False
@@ -45,9 +48,13 @@ class Supervision:
             )
 
     def watch(self) -> Verdict | None:
-        """The watchdog's verdict, with a HANG confirmed by the silent rank's process first."""
+        """The watchdog's verdict, with a HANG confirmed by the silent rank's process first and a
+        steady-state NO_PROGRESS by the ranks' CPU (control/stall.py)."""
         verdict = self.watchdog.check()
         assert self.liveness is not None
+        if verdict is not None and verdict.suspect:
+            return self.stall.confirm(verdict, self.rank_pids.values(), self.watchdog.world_size)
+        self.stall.clear()
         if verdict is None or verdict.failure_class is not FailureClass.HANG:
             self.liveness.clear()
             return verdict

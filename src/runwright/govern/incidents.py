@@ -182,8 +182,9 @@ def replay_verdict(events: Sequence[EventRecord], failed_generation: int) -> dic
 
 
 def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Intervention]:
-    """Cancels, pauses and resumes, rejected stale writes, budget warnings, and a terminal reason
-    that came from outside the training (cancel, preemption, budget)."""
+    """Cancels, pauses and resumes, rejected stale writes, budget warnings, the loss-spike guard's
+    skips, pauses and rollbacks, and a terminal reason that came from outside the training
+    (cancel, preemption, budget)."""
     found: list[Intervention] = []
     pause_asked_by: dict[int, str] = {}
     """generation -> who asked it to pause (the controller's move to PAUSED names no actor)."""
@@ -213,6 +214,16 @@ def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Interve
         elif event.type == EventType.BUDGET_WARNING:
             detail = ", ".join(f"{k}={v}" for k, v in sorted(a.items())) or "budget warning"
             kind = "budget_warning"
+        elif event.type in (EventType.LOSS_SPIKE_SKIPPED, EventType.LOSS_SPIKE):
+            # The loss-spike guard (training.loss_spike): the step's update was dropped, or the
+            # step failed so recovery rolls back past its batch (the incident that follows).
+            kind = f"loss_spike_{a.get('action', 'rollback')}"
+            loss, mean = number(a, "loss") or float("nan"), number(a, "mean") or float("nan")
+            detail = (
+                f"loss {loss:.4g} > {a.get('threshold_ratio')} x the mean {mean:.4g} of the "
+                f"last {a.get('window_steps')} steps: "
+                + ("rolled back past the step" if kind.endswith("rollback") else "update dropped")
+            )
         else:
             continue
         found.append(

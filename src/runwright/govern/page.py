@@ -188,6 +188,22 @@ def render_page(
                 for i in report.incidents
             ],
         ),
+        "<h2>Membership changes (elastic)</h2>",
+        table(
+            ["time", "change", "generations", "step", "old layout", "new layout", "why"],
+            [
+                (
+                    clock(m.time_unix_s),
+                    m.change,
+                    f"{m.from_generation} -> {m.to_generation}",
+                    m.step,
+                    m.layout_words("old"),
+                    m.layout_words("new"),
+                    m.reason,
+                )
+                for m in report.membership_changes
+            ],
+        ),
         "<h2>Interventions</h2>",
         table(
             ["time", "kind", "by", "gen", "step", "detail"],

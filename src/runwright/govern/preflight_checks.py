@@ -23,6 +23,8 @@ checks' verdicts are its PREFLIGHT_CHECKED event (warnings included).
   checkpoint.resume
                 with `checkpoint.resume_from`, the newest committed checkpoint there fits the
                 run (govern/preflight_resume.py): exact, reshardable, or the mismatches
+  trainer       with the reference trainer (`module:runwright.train`), the layout it builds:
+                DDP, FSDP2, tensor parallel, FSDP2 x tp; pp > 1 fails (no pipeline stages)
   environment   the lock file the spec pins exists and hashes to its lock_hash; the versions of
                 Python, torch and runwright here, as evidence
 
@@ -45,6 +47,7 @@ from runwright.data.format.dataset import file_sha256
 from runwright.govern.preflight import check_spec, dataset_folder
 from runwright.records import Record
 from runwright.spec import JobSpec
+from runwright.spec.parallel import parallel_layout
 
 Verdict = Literal["pass", "warn", "fail"]
 PROBE_BYTES = 2**20
@@ -98,7 +101,7 @@ def run_preflight(
     checks += [_checkpoint_storage(spec, checkpoints)]
     resume = check_resume(spec, workdir, root)
     checks += [resume] if resume is not None else []
-    checks += [_environment(spec, workdir)]
+    checks += [_trainer(spec), _environment(spec, workdir)]
     return PreflightReport(
         checks=tuple(checks), effective=effective_config(spec, this_environment())
     )
@@ -286,6 +289,25 @@ def _checkpoint_storage(spec: JobSpec, folder: Path) -> Check:
             fix="less than twice the room retention needs: other runs share this volume",
         )  # fmt: skip
     return Check(name="checkpoint.storage", verdict="pass", evidence=evidence)
+
+
+REFERENCE_TRAINER = "module:runwright.train"
+
+
+def _trainer(spec: JobSpec) -> Check:
+    """The layout the reference trainer builds (train/layouts.py); another program's layouts are
+    its own to check."""
+    if spec.code.entrypoint != REFERENCE_TRAINER:
+        return Check(name="trainer", verdict="pass", evidence="not the reference trainer")
+    layout = parallel_layout(spec)
+    evidence = ", ".join(f"{k} {v}" for k, v in layout.items())
+    if spec.parallelism.pp > 1:
+        return Check(
+            name="trainer", verdict="fail",
+            evidence=f"{evidence}: the reference trainer builds no pipeline stages",
+            fix="set parallelism.pp: 1 (use tp or dp_mode: fsdp2 to split the model instead)",
+        )  # fmt: skip
+    return Check(name="trainer", verdict="pass", evidence=f"{evidence}, {spec.training.precision}")
 
 
 def _environment(spec: JobSpec, workdir: Path) -> Check:

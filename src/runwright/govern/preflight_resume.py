@@ -16,6 +16,7 @@ from pathlib import Path
 from runwright.errors import RunwrightError
 from runwright.govern.preflight_checks import Check
 from runwright.spec import JobSpec
+from runwright.spec.parallel import parallel_layout
 
 NAME = "checkpoint.resume"
 REFERENCE_TRAINER = "module:runwright.train"
@@ -47,11 +48,7 @@ def check_resume(spec: JobSpec, workdir: Path, root: Path | None) -> Check | Non
     dataset_id, tokenizer_hash = _dataset_identity(spec, workdir, unchecked)
     current = CurrentRun(
         world_size=int(plan.world_size.value),
-        parallel_layout={
-            "dp": int(plan.dp.value or 1),
-            "tp": spec.parallelism.tp,
-            "pp": spec.parallelism.pp,
-        },
+        parallel_layout=parallel_layout(spec),
         tokenizer_hash=tokenizer_hash,
         data_manifest_id=dataset_id,
         model_schema=_model_schema(spec, unchecked),

@@ -30,6 +30,7 @@ from runwright.govern.evidence import (
     mixture_rows,
 )
 from runwright.govern.incidents import Incident, Intervention, incidents, interventions
+from runwright.govern.membership import MembershipChange, membership_changes
 from runwright.govern.page import render_page
 from runwright.observe import figures
 from runwright.observe.accounting import CostSplit, account
@@ -246,6 +247,8 @@ class RunReport(Record):
     """Checkpoints with parents."""
     incidents: list[Incident] = Field(default_factory=list)
     """Failures with classification and recovery."""
+    membership_changes: list[MembershipChange] = Field(default_factory=list)
+    """An elastic run's size changes, with the old and new layouts."""
     interventions: list[Intervention] = Field(default_factory=list)
     """Cancels, stale writes rejected, budget events."""
     attempts: list[dict[str, Any]] = Field(default_factory=list)
@@ -372,6 +375,7 @@ def collect_report(
         data_quarantine=quarantine_rows(events),
         checkpoint_lineage=checkpoint_lineage(store.checkpoints.list(run.run_id), events),
         incidents=incidents(events, timeline.steps, split.recoveries),
+        membership_changes=membership_changes(events),
         interventions=interventions(run, events),
         attempts=[a.model_dump(mode="json") for a in attempts],
         cost_split=split,

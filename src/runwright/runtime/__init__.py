@@ -6,5 +6,6 @@ ingests (ARCHITECTURE.md, "Rules of the house"), in the messages of `runwright.p
 
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.context import RunContext, init
+from runwright.runtime.steploop import LossSpikeError, NonFiniteError
 
-__all__ = ["ChannelWriter", "RunContext", "init"]
+__all__ = ["ChannelWriter", "LossSpikeError", "NonFiniteError", "RunContext", "init"]

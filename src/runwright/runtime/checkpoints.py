@@ -25,6 +25,7 @@ from runwright.events import EventType
 from runwright.layout import RunPaths, checkpoint_root
 from runwright.protocol import ENV_RESTORE_AT_MOST_STEP, ENV_RESUME_FROM
 from runwright.runtime.tracing import rank_tracer
+from runwright.spec.parallel import parallel_layout
 
 if TYPE_CHECKING:
     from runwright.runtime.context import RunContext
@@ -60,11 +61,10 @@ def make_checkpointer(ctx: "RunContext", **kwargs: Any) -> Checkpointer:
         defaults = {
             "policy": spec.checkpoint,
             "spec_hash": spec.spec_hash,
-            "parallel_layout": {
-                "dp": int(spec.plan.dp.value or 1),
-                "tp": spec.parallelism.tp,
-                "pp": spec.parallelism.pp,
-            },
+            # The plan this generation resolved (an elastic run's size may differ from the spec's).
+            "parallel_layout": parallel_layout(
+                spec, int(ctx.plan.dp.value or 1) if ctx.plan else None
+            ),
         }
     root = checkpoint_root(
         RunPaths(ctx.run_dir), spec.checkpoint.location if spec is not None else None

@@ -48,6 +48,7 @@ from runwright.runtime.standby import await_activation
 from runwright.runtime.steploop import StepLoop
 from runwright.runtime.stop import StopAgreement, StopRun, StopWatcher
 from runwright.spec import JobSpec, ResolvedPlan, load_spec, spec_from_mapping
+from runwright.spec.elastic import plan_at_world
 
 if TYPE_CHECKING:
     from runwright.ckpt import Checkpointer
@@ -88,7 +89,9 @@ class RunContext:
 
     @property
     def plan(self) -> ResolvedPlan | None:
-        return self.spec.plan if self.spec else None
+        """The plan at this group's size: an elastic run restarted on fewer nodes keeps its
+        global batch with another dp, micro-batch and accumulation (spec/elastic.py)."""
+        return plan_at_world(self.spec, self.world_size) if self.spec else None
 
     def event(
         self, type_: str, *, step: int | None = None, event_id: str | None = None, **attributes: Any
@@ -388,5 +391,6 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
     if rank == 0 and spec is not None and spec.observability.trackers.switched_on:
         from runwright.observe.trackers import open_trackers
 
-        ctx._trackers = open_trackers(spec, run_id, generation, run_dir, int(spec.plan.dp.value))
+        dp = int(plan_at_world(spec, world_size).dp.value or 1)
+        ctx._trackers = open_trackers(spec, run_id, generation, run_dir, dp)
     return ctx

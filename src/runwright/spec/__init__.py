@@ -4,6 +4,7 @@
 """
 
 from runwright.spec.canonical import canonical_json, sha256_hex
+from runwright.spec.guards import LossSpikeSpec
 from runwright.spec.job import SPEC_VERSION, JobSpec
 from runwright.spec.loader import load_spec, parse_text, spec_from_mapping
 from runwright.spec.observability import (
@@ -50,6 +51,7 @@ __all__ = [
     "FailureClass",
     "GovernanceSpec",
     "JobSpec",
+    "LossSpikeSpec",
     "MLflowSpec",
     "MembershipSpec",
     "MixtureSource",

@@ -6,7 +6,9 @@ from pydantic import Field, model_validator
 
 from runwright.spec.base import Section
 from runwright.spec.canonical import canonical_json, sha256_hex
+from runwright.spec.elastic import check_elastic_range
 from runwright.spec.observability import ObservabilitySpec
+from runwright.spec.parallel import layout_problems
 from runwright.spec.placement import ParallelismSpec, ResourcesSpec
 from runwright.spec.policies import (
     BudgetSpec,
@@ -84,6 +86,10 @@ class JobSpec(Section):
         # Resolving checks every cross-section contradiction (dp vs world size, batch divisibility)
         # and raises a ValueError that names the fields and the nearest valid values.
         resolve_plan(self)
+        problems = layout_problems(self)
+        if problems:
+            raise ValueError("; ".join(problems))
+        check_elastic_range(self)
         return self
 
     def canonical_json(self) -> str:

@@ -2,7 +2,7 @@
 
 from typing import Annotated, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from runwright.spec import limits
 from runwright.spec.base import Section
@@ -15,12 +15,31 @@ class MembershipSpec(Section):
     """The membership contract: what losing a member means (seed 003, "membership contracts")."""
 
     mode: Literal["fixed", "elastic"] = "fixed"
-    """`fixed`: any lost member fails the whole group, which restarts at the same size.
-    `elastic`: the group may restart anywhere in [min_nodes, max_nodes]."""
+    """`fixed`: any lost member fails the whole group, which restarts at the same size (a lost
+    node is replaced). `elastic`: a lost node restarts the group on the remaining nodes, anywhere
+    in [min_nodes, max_nodes], from the newest committed checkpoint, with the global batch kept
+    (docs/control.md, "Elastic membership"). There is no `local_repair` (see `_no_local_repair`)."""
     min_nodes: PositiveInt | None = Field(default=None, le=limits.MAX_NODES)
-    """Smallest node count an elastic run may continue with."""
+    """Smallest node count an elastic run may continue with; fewer remaining nodes fall back to
+    the recovery policy (requeue at resources.nodes)."""
     max_nodes: PositiveInt | None = Field(default=None, le=limits.MAX_NODES)
-    """Largest node count an elastic run may grow to."""
+    """Largest node count of the elastic range; a run starts, and grows back to, resources.nodes,
+    which must lie in the range."""
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _no_local_repair(cls, value: object) -> object:
+        # Seed 003's third contract rebuilds only the lost member's communicators while the rest
+        # keeps running. torchrun (TorchElastic) cannot hot-swap a rank into live collectives: it
+        # restarts the whole group, which is what `fixed` already does with a replacement node.
+        if isinstance(value, str) and value.replace("-", "_").replace(" ", "_") == "local_repair":
+            raise ValueError(
+                "mode: local_repair is not offered: no runwright executor can replace one lost "
+                "rank inside a live collective (torchrun restarts the whole group), and `fixed` "
+                "already restarts the group at the same size on a replacement node. Use `fixed` "
+                "for that, or `elastic` with min_nodes/max_nodes to continue on fewer nodes"
+            )
+        return value
 
     @model_validator(mode="after")
     def _range(self) -> "MembershipSpec":
@@ -39,12 +58,18 @@ class ParallelismSpec(Section):
 
     dp: Degree | Literal["auto"] = "auto"
     """Data-parallel degree; `auto` = world size / (tp x pp x ep)."""
+    dp_mode: Literal["ddp", "fsdp2"] = "ddp"
+    """How the data-parallel ranks hold the model: `ddp`, a full replica each with gradients
+    all-reduced; `fsdp2`, parameters, gradients and optimizer state sharded over them
+    (`torch.distributed.fsdp.fully_shard`), the only mode that combines with tp > 1 at dp > 1
+    (a dp x tp mesh)."""
     tp: Degree = 1
-    """Tensor-parallel degree."""
+    """Tensor-parallel degree: attention heads and the feed-forward width split over tp ranks
+    (DTensor ColwiseParallel/RowwiseParallel); must divide model.n_heads and the ffn size."""
     pp: Degree = 1
-    """Pipeline-parallel degree."""
+    """Pipeline-parallel degree (the planner models it; the reference trainer refuses pp > 1)."""
     ep: Degree = 1
-    """Expert-parallel degree."""
+    """Expert-parallel degree (the reference GPT has no experts: 1)."""
     membership: MembershipSpec = Field(default_factory=MembershipSpec)
     """Membership contract."""
 

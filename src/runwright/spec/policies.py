@@ -154,7 +154,10 @@ class RecoverySpec(Section):
     heartbeat_timeout_seconds: PositiveFloat = Field(default=30.0, le=limits.MAX_SECONDS)
     """Silence after which a rank counts as hung."""
     progress_timeout_seconds: PositiveFloat = Field(default=120.0, le=limits.MAX_SECONDS)
-    """Time without a step advance (after warm-up) that counts as no progress."""
+    """Time without a step advance that counts as no progress: the start-up allowance (a rank's
+    first heartbeat; three times this until warmup_steps) and the cap of the steady-state
+    limit, which the watchdog derives from the generation's own step times and confirms from
+    the ranks' CPU (control/watchdog.py, control/stall.py)."""
     warmup_steps: int = Field(default=1, ge=0, le=limits.MAX_STEPS)
     """Steps excluded from the progress timeout (compilation, first data reads)."""
     max_total_restarts: int = Field(default=5, ge=0, le=limits.MAX_RETRIES)

@@ -7,6 +7,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_v
 
 from runwright.spec import limits
 from runwright.spec.base import Section
+from runwright.spec.guards import LossSpikeSpec
 from runwright.spec.location import dataset_location
 from runwright.spec.resolve import divisors
 
@@ -219,7 +220,11 @@ class TrainingSpec(Section):
     schedule: ScheduleSpec = Field(default_factory=ScheduleSpec)
     """Learning-rate schedule."""
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    """Compute precision; fp16 adds a gradient scaler."""
+    """Compute precision of forward and backward (torch.autocast; parameters, gradients and
+    optimizer state stay fp32): bf16 on CPU or GPU; fp16 on GPU only, with a gradient scaler
+    (torch.amp.GradScaler) whose state every checkpoint saves."""
+    loss_spike: LossSpikeSpec = Field(default_factory=LossSpikeSpec)
+    """The loss-spike guard: threshold, window, action (skip, rollback, pause)."""
     seed: int = Field(default=0, ge=0, le=limits.MAX_SEED)
     """Seed of model initialisation and dropout."""
     log_every_steps: PositiveInt = Field(default=1, le=limits.MAX_STEPS)

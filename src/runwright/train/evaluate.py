@@ -48,9 +48,14 @@ def eval_rows(
 
 @torch.no_grad()
 def evaluate(
-    model: torch.nn.Module, rows: torch.Tensor, micro_batch: int, device: torch.device
+    model: torch.nn.Module,
+    rows: torch.Tensor,
+    micro_batch: int,
+    device: torch.device,
+    group: dist.ProcessGroup | None = None,
 ) -> tuple[float, int]:
-    """(mean loss per predicted token over every rank's rows, tokens predicted)."""
+    """(mean loss per predicted token over every rank's rows, tokens predicted). `group`: the dp
+    ranks, whose rows differ (tp peers read the same rows; the default is every rank)."""
     was_training = model.training
     model.eval()
     total = torch.zeros(2, dtype=torch.float64, device=device)
@@ -63,6 +68,6 @@ def evaluate(
         ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum")
         total += torch.stack([ce.double(), torch.tensor(labels.numel(), device=device).double()])
     if dist.is_available() and dist.is_initialized():
-        dist.all_reduce(total)
+        dist.all_reduce(total, group=group)
     model.train(was_training)
     return float(total[0] / total[1]), int(total[1])

@@ -10,7 +10,7 @@ the dataset's eval split every `training.eval_every_steps` (train/evaluate.py).
 """
 
 import argparse
-import contextlib
+import math
 import sys
 import time
 
@@ -18,7 +18,6 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.distributed.elastic.multiprocessing.errors import record
-from torch.nn.parallel import DistributedDataParallel
 
 import runwright
 from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
@@ -26,31 +25,11 @@ from runwright.data import DataLoader
 from runwright.events import EventType
 from runwright.train.evaluate import eval_rows, evaluate
 from runwright.train.faults import ShardDamage
+from runwright.train.layouts import apply_layout
 from runwright.train.model import GPT
+from runwright.train.precision import Precision, PrecisionRecord
 from runwright.train.schedule import lr_multiplier
-
-
-class SyncTimer:
-    """Seconds spent in gradient all-reduce this step (it overlaps backward)."""
-
-    def __init__(self, world_size: int) -> None:
-        self.world_size = world_size
-        self.seconds = 0.0
-
-
-def timed_allreduce(
-    timer: SyncTimer, bucket: dist.GradBucket
-) -> torch.futures.Future[torch.Tensor]:
-    """DDP's default gradient hook (average over ranks: divide, then all-reduce), timed."""
-    started = time.perf_counter()
-    tensor = bucket.buffer().div_(timer.world_size)
-    future = dist.all_reduce(tensor, async_op=True).get_future()
-
-    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-        timer.seconds += time.perf_counter() - started
-        return fut.value()[0]
-
-    return future.then(done)
+from runwright.train.spike import SpikeGuard, add_spike_arguments
 
 
 @record
@@ -101,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="the generation in which --nan-at-step and --block-at-step fire",
     )
+    add_spike_arguments(parser)
     args = parser.parse_args(argv)
 
     # -- who am I ----------------------------------------------------------------------------
@@ -126,12 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     total_steps = int(plan.total_steps.value)
     # e.g. 16 samples / (dp 2) = 8 rows per rank = 2 micro-batches of 4
 
-    # -- data ----------------------------------------------------------------------------------
+    # -- model over the ranks: ddp, fsdp2, tp or fsdp2 x tp (train/layouts.py) ----------------
+    torch.manual_seed(spec.training.seed)
+    model = GPT(spec.model, max_positions=spec.data.sequence_length).to(device)
+    layout = apply_layout(model, spec, device, dp)  # the plan of this size (elastic runs)
+    precision = Precision(spec.training.precision, device)
+    guard = SpikeGuard(spec.training.loss_spike)
+
+    # -- data: by dp rank, so the tp ranks of one dp group read the same batch ------------------
     loader = DataLoader(
         spec.data.dataset,
         spec.data,
         global_batch_samples=int(plan.global_batch_samples.value),
-        dp_rank=ctx.rank,
+        dp_rank=layout.dp_rank,
         dp_size=dp,
         tokenizer_sha256=spec.tokenizer.hash,
         # checkpoint.resume: exact continues the sample sequence; coverage/distribution accept
@@ -147,12 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             f"tokenizer's {manifest.tokenizer.vocab_size} ids; raise it"
         )
 
-    # -- model and optimizer ------------------------------------------------------------------
-    torch.manual_seed(spec.training.seed)
-    model = GPT(spec.model, max_positions=spec.data.sequence_length).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[ctx.local_rank] if cuda else None)
-    sync = SyncTimer(dist.get_world_size())
-    ddp.register_comm_hook(sync, timed_allreduce)
+    # -- optimizer ----------------------------------------------------------------------------
     opt = spec.training.optimizer
     optimizer = torch.optim.AdamW(
         model.parameters(), lr=opt.lr, betas=opt.betas, weight_decay=opt.weight_decay
@@ -167,8 +149,10 @@ def main(argv: list[str] | None = None) -> int:
         data_manifest_id=manifest.dataset_id, tokenizer_hash=manifest.tokenizer.sha256
     )
     state = TrainState(
-        model=model, optimizer=optimizer, scheduler=scheduler, data_loader=loader, counters=counters
-    )
+        model=model, optimizer=optimizer, scheduler=scheduler, scaler=precision.scaler,
+        data_loader=loader, counters=counters,
+        extra={"precision": PrecisionRecord(precision.name), "loss_spike": guard},
+    )  # fmt: skip
     restored = ckpt.restore(state)
     step = restored.step if restored else 0
 
@@ -179,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             str(loader.dataset.folder),
             spec.data.sequence_length,
             spec.training.eval_sequences,
-            ctx.rank,
+            layout.dp_rank,
             dp,
         )
         if every
@@ -219,37 +203,49 @@ def main(argv: list[str] | None = None) -> int:
         # whatever dp and the micro-batch split are: sum over ranks of (CE sum) / global count.
         local_loss_tokens = rows["loss_mask"].sum()
         global_loss_tokens = local_loss_tokens.clone()
-        dist.all_reduce(global_loss_tokens)
-        sync.seconds = 0.0
+        dist.all_reduce(global_loss_tokens, group=layout.dp_group)  # tp peers hold the same rows
+        layout.grad_sync_seconds = 0.0
         if ctx.rank == args.slow_rank:
             with loop.phase("forward"):  # its peers spend this in grad_sync, waiting for it
                 time.sleep(args.slow_seconds)
         loss_sum = torch.zeros((), device=device)
         for i in range(accumulation):
             part = {k: v[i * micro : (i + 1) * micro] for k, v in rows.items()}
-            # Gradients accumulate locally; DDP all-reduces once, on the last micro-batch.
-            last = i == accumulation - 1
-            with contextlib.nullcontext() if last else ddp.no_sync():
-                with loop.phase("forward"):
-                    logits = ddp(part["tokens"], part["position_ids"], part["segment_ids"])
+            # Gradients accumulate locally and sync once, on the last micro-batch.
+            with layout.accumulating(last=i == accumulation - 1):
+                with loop.phase("forward"), precision.autocast():
+                    logits = layout.model(part["tokens"], part["position_ids"], part["segment_ids"])
                     ce = F.cross_entropy(
-                        logits.flatten(0, 1), part["labels"].flatten(), reduction="none"
+                        logits.flatten(0, 1).float(), part["labels"].flatten(), reduction="none"
                     )
-                    # DDP averages gradients over dp ranks; multiply by dp to undo it.
+                    # DDP and FSDP2 average gradients over dp ranks; multiply by dp to undo it.
                     loss = (ce * part["loss_mask"].flatten()).sum() * dp / global_loss_tokens
+                    if faulty and step == args.spike_at_step:
+                        loss = loss * args.spike_factor  # fault injection: a loss spike
                 with loop.phase("backward"):
-                    loss.backward()
+                    precision.backward(loss)
             loss_sum += loss.detach() / dp
-        loop.add_phase_seconds("grad_sync", sync.seconds)
+        loop.add_phase_seconds("grad_sync", layout.grad_sync_seconds)
         if faulty and step == args.nan_at_step and ctx.rank == args.nan_rank:
             loss_sum = loss_sum * float("nan")  # the all-reduce spreads it: every rank refuses
         dist.all_reduce(loss_sum)
-        grad_norm = torch.nn.utils.clip_grad_norm_(
-            model.parameters(), opt.grad_clip_norm or float("inf")
-        )
-        loop.guard(step, loss=loss_sum, grad_norm=grad_norm)
+        loss_sum /= layout.tp  # every tp rank of a dp group computed the same loss
+        precision.unscale(optimizer)
+        grad_norm = layout.clip_grad_norm(list(model.parameters()), opt.grad_clip_norm or math.inf)
+        # An fp16 overflow is the scaler's to handle (it drops the step and lowers its scale).
+        overflowed = precision.scaler is not None and not math.isfinite(float(grad_norm))
+        loop.guard(step, loss=loss_sum, grad_norm=None if overflowed else grad_norm)
+        loss_value = float(loss_sum)
+        mean = guard.spiked(loss_value)
+        if mean is not None:  # the loss-spike guard: this step's update is not applied
+            guard.refuse(ctx, step, loss_value, mean)
+            optimizer.zero_grad(set_to_none=True)
+            scheduler.step()
+            loop.complete(step, skipped=True, loss=loss_value, samples=sample_range)
+            continue
+        guard.accept(loss_value)
         with loop.phase("optimizer"):
-            optimizer.step()
+            precision.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
         counters["tokens_seen"] += batch.device_tokens
@@ -276,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
             if saved is not None and saved.status in (SaveStatus.COMMITTED, SaveStatus.QUEUED):
                 saved_step = step
         if eval_set is not None and every and step % every == 0:
-            eval_loss, predicted = evaluate(model, eval_set, micro, device)
+            eval_loss, predicted = evaluate(model, eval_set, micro, device, layout.dp_group)
             if ctx.rank == 0:
                 bound = saved.checkpoint_id if saved is not None and saved_step == step else None
                 ctx.report(

@@ -19,9 +19,14 @@ class Block(nn.Module):
     def __init__(self, spec: ModelSpec) -> None:
         super().__init__()
         h = spec.d_model
-        self.n_heads = spec.n_heads
+        self.head_dim = h // spec.n_heads
         self.ln_1 = nn.LayerNorm(h)
-        self.qkv = nn.Linear(h, 3 * h)
+        # Separate projections (not one fused qkv) so tensor parallelism can shard each by
+        # heads with a plain ColwiseParallel: rank r holds heads r*n/tp .. (r+1)*n/tp - 1 of
+        # q, k and v alike (train/layouts.py). The HF export concatenates them (ckpt/hf_gpt2.py).
+        self.q = nn.Linear(h, h)
+        self.k = nn.Linear(h, h)
+        self.v = nn.Linear(h, h)
         self.proj = nn.Linear(h, h)
         self.ln_2 = nn.LayerNorm(h)
         self.fc = nn.Linear(h, spec.ffn_size)
@@ -29,13 +34,16 @@ class Block(nn.Module):
         self.dropout = spec.dropout
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        b, t, h = x.shape
-        q, k, v = self.qkv(self.ln_1(x)).split(h, dim=2)
-        # (B, T, H) -> (B, heads, T, H / heads)
-        q, k, v = (z.view(b, t, self.n_heads, h // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        b, t, _ = x.shape
+        a = self.ln_1(x)
+        q, k, v = self.q(a), self.k(a), self.v(a)
+        # The heads this rank holds: all of them, or n_heads / tp under tensor parallelism.
+        heads = q.shape[-1] // self.head_dim
+        # (B, T, heads x head_dim) -> (B, heads, T, head_dim)
+        q, k, v = (z.view(b, t, heads, self.head_dim).transpose(1, 2) for z in (q, k, v))
         drop = self.dropout if self.training else 0.0
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=drop)
-        x = x + self.proj(y.transpose(1, 2).reshape(b, t, h))
+        x = x + self.proj(y.transpose(1, 2).reshape(b, t, heads * self.head_dim))
         return x + self.fc_out(F.gelu(self.fc(self.ln_2(x))))
 
 

@@ -73,6 +73,10 @@ def main() -> int:
     # A non-deterministic op on purpose: each process perturbs its inputs by its own pid, so a
     # replayed step differs from the failed generation's (control/replay_check.py).
     parser.add_argument("--nondeterministic", action="store_true")
+    # A long step that computes (rank 0 spins in its main thread while its peers wait in the
+    # gradient all-reduce): slow, not blocked (control/stall.py).
+    parser.add_argument("--busy-at-step", type=int)
+    parser.add_argument("--busy-seconds", type=float, default=0.0)
     args = parser.parse_args()
 
     ctx = runwright.runtime.init()
@@ -103,6 +107,10 @@ def main() -> int:
         loss = torch.nn.functional.mse_loss(model(x), y)
         if step == args.nan_at_step and ctx.rank == 1 and fire_once(args.once_dir, "nan"):
             loss = loss * float("nan")
+        if step == args.busy_at_step and ctx.rank == 0:
+            busy_until = time.monotonic() + args.busy_seconds
+            while time.monotonic() < busy_until:
+                pass
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         loop.guard(step, loss=loss, grad_norm=grad_norm)

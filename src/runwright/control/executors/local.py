@@ -579,6 +579,11 @@ class LocalExecutor:
             "devices_per_node, or submit to a pool whose executor has GPUs (--pools)"
         )
 
+    def nodes_available(self, spec: JobSpec) -> int | None:
+        """Nodes of the spec's shape it could start now (control/membership.py): every node is
+        an agent on this machine, so all of them unless the machine cannot run the shape."""
+        return spec.resources.nodes if self.refusal(spec) is None else 0
+
     def request_allocation(
         self,
         *,

@@ -25,6 +25,8 @@ import sqlalchemy as sa
 
 SLOWEST_FILES = (
     "tests/control/test_recovery.py",
+    "tests/control/test_elastic.py",
+    "tests/train/test_layouts.py",
     "tests/control/test_admission.py",
     "tests/test_newcomer.py",
     "tests/control/test_multinode.py",

@@ -5,8 +5,9 @@ After each test, every SQLite store the test wrote (a `state.db` in pytest's tem
 modified since the test began) is read, and the test fails when
 - a run recorded RECOVERY_DIVERGED, unless the test is marked `replay_diverges` (it makes a
   replayed step differ on purpose);
-- a run at `reproducibility.level: bitwise` SUCCEEDED after more than one attempt and its last
-  generation carries no verdict (the check did not run on the recovery that finished it).
+- a run at `reproducibility.level: bitwise` SUCCEEDED after more than one attempt, an earlier
+  generation reported steps, and its last generation carries no verdict (the check did not run
+  on the recovery that finished it).
 RECOVERY_UNVERIFIED passes: it says why nothing could be compared (a reshard, a rollback that
 skipped the steps on purpose, a script that reports no loss), which the controller decides.
 
@@ -120,7 +121,15 @@ def problems(store: Path) -> list[tuple[str, bool]]:
             (attempts,) = db.execute(
                 "SELECT count(*) FROM attempts WHERE run_id = ?", (run_id,)
             ).fetchone()
-            if level == "bitwise" and attempts > 1 and generation not in verdicts.get(run_id, {}):
+            (trained_before,) = db.execute(
+                "SELECT count(*) FROM events WHERE run_id = ? AND type = 'STEP_HEALTHY' "
+                "AND generation < ?",
+                (run_id, generation),
+            ).fetchone()
+            # A restart after generations that never trained (a launch lost before the first
+            # step) replays nothing anyone reported: no verdict is due.
+            due = level == "bitwise" and attempts > 1 and trained_before > 0
+            if due and generation not in verdicts.get(run_id, {}):
                 found.append(
                     (
                         f"{store}: run {run_id} SUCCEEDED after {attempts} attempts with no replay "

@@ -28,6 +28,7 @@ from runwright.control.controller import Controller
 from runwright.control.processes import is_alive
 from runwright.errors import StoreUnavailableError
 from runwright.govern.compare import compare_runs
+from runwright.observe.rank_steps import is_folded, reports
 from runwright.protocol import HEARTBEAT
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
@@ -117,6 +118,10 @@ def check_run(store: Store, root: Path, run_id: str, reference_id: str) -> None:
     attempts = [a.generation for a in store.attempts(run_id)]
     assert sorted(launches) == attempts and set(launches.values()) == {1}, (launches, attempts)
     stored = Counter(e.event_id for e in events)
+    # A step's per-rank reports are kept in one row (observe/rank_steps.py): each counts too.
+    stored.update(
+        f"{run_id}:{report.event_id}" for e in events if is_folded(e) for report in reports(e)
+    )
     assert max(stored.values()) == 1
     missing = {
         m

@@ -96,6 +96,15 @@ NO_SAMPLES = (
 NO_LOSS = "loss: neither run reported a loss with its steps (ctx.step_healthy(step, loss=...))"
 
 
+def _is_range(samples: object) -> bool:
+    """Whether a step's `samples` is the loader's [first, end) range of global sample ids."""
+    return (
+        isinstance(samples, list | tuple)
+        and len(samples) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) for v in samples)
+    )
+
+
 def _global_batches(events: list[EventRecord]) -> dict[int, tuple[tuple[int, int], ...]]:
     """step -> the global sample ids of its batch, as merged [first, end) ranges: the union of
     what every rank of the newest generation that trained the step reported."""
@@ -103,8 +112,8 @@ def _global_batches(events: list[EventRecord]) -> dict[int, tuple[tuple[int, int
     ranges: dict[tuple[int, int], set[tuple[int, int]]] = {}
     for e in per_rank(events):
         samples = e.attributes.get("samples")
-        if e.type != EventType.STEP_HEALTHY or e.step is None or not samples:
-            continue
+        if e.type != EventType.STEP_HEALTHY or e.step is None or not _is_range(samples):
+            continue  # a script's own `samples` (a count, say) says nothing of which ones
         newest[e.step] = max(newest.get(e.step, 0), e.generation)
         ranges.setdefault((e.step, e.generation), set()).add((int(samples[0]), int(samples[1])))
     return {step: _merged(ranges[(step, gen)]) for step, gen in sorted(newest.items())}

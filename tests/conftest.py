@@ -27,6 +27,7 @@ SLOWEST_FILES = (
     "tests/control/test_recovery.py",
     "tests/control/test_elastic.py",
     "tests/train/test_layouts.py",
+    "tests/train/test_layout_restores.py",
     "tests/control/test_admission.py",
     "tests/test_newcomer.py",
     "tests/control/test_multinode.py",

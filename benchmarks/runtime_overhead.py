@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -67,7 +68,7 @@ from torch.nn.parallel import DistributedDataParallel
 import runwright
 import runwright.runtime
 from runwright.spec import JobSpec
-from runwright.train.loop import SyncTimer, timed_allreduce
+from runwright.train.layouts import timed_allreduce
 from runwright.train.model import GPT
 from runwright.train.schedule import lr_multiplier
 
@@ -139,7 +140,7 @@ class Probe:
 
 
 def probed_hook(
-    state: tuple[SyncTimer | None, list[Probe]], bucket: dist.GradBucket
+    state: tuple[SimpleNamespace | None, list[Probe]], bucket: dist.GradBucket
 ) -> torch.futures.Future[torch.Tensor]:
     """The gradient all-reduce inside the current block's probe: the trainer's timed hook, or
     on the bare side PyTorch's own Python form of DDP's default (divide, all-reduce), so that
@@ -278,7 +279,7 @@ def bare_block(s: Setup, steps: Iterator[int], count: int, clocks: Clocks) -> Bl
 
 
 def instrumented_block(
-    s: Setup, loop: Any, steps: Iterator[int], sync: SyncTimer, count: int, clocks: Clocks
+    s: Setup, loop: Any, steps: Iterator[int], sync: SimpleNamespace, count: int, clocks: Clocks
 ) -> Block:
     probe = s.probe[0] = Probe()
     rows_global = len(s.batches[0]["tokens"]) * s.trainer.world_size
@@ -289,11 +290,11 @@ def instrumented_block(
             batch = s.batches[step % len(s.batches)]
         with probe.phase(loop.phase, "h2d"):
             rows = {k: v.to("cpu") for k, v in batch.items()}
-        sync.seconds = 0.0
+        sync.grad_sync_seconds = 0.0
         loss_sum, grad_norm = s.trainer.forward_backward(
             rows, s.micro, lambda n: probe.phase(loop.phase, n)
         )
-        probe.call("add_phase_seconds", loop.add_phase_seconds, "grad_sync", sync.seconds)
+        probe.call("add_phase_seconds", loop.add_phase_seconds, "grad_sync", sync.grad_sync_seconds)
         probe.call("guard", loop.guard, step, loss=loss_sum, grad_norm=grad_norm)
         with probe.phase(loop.phase, "optimizer"):
             s.trainer.optimizer_step()
@@ -399,7 +400,8 @@ def worker(args: argparse.Namespace) -> None:
     micro = int(spec.plan.micro_batch_size.value)
     rows = int(spec.plan.global_batch_samples.value) // int(spec.plan.dp.value)
     batches = synthetic_batches(spec, rows, seed=spec.data.seed + ctx.rank)
-    sync = SyncTimer(world)
+    # What the trainer's hook reads and adds to (train/layouts.Layout): the dp degree, seconds.
+    sync = SimpleNamespace(dp=world, grad_sync_seconds=0.0)
     probe = [Probe()]
     bare = Setup(Trainer(spec, world, hook_state=(None, probe)), batches, micro, probe)
     inst = Setup(Trainer(spec, world, hook_state=(sync, probe)), batches, micro, probe)

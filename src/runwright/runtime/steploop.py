@@ -131,7 +131,10 @@ class StepLoop:
             # would hide the error that ended the loop.
             vote.finish()
         finally:
-            self._timeline.flush()
+            # A loop left unfinished is closed when it is collected, which may be after the
+            # run closed its timeline: there is nothing left to flush then.
+            if not self._timeline.closed:
+                self._timeline.flush()
 
     def phase(self, name: str) -> "PhaseTimer":
         """`with loop.phase(name):` adds the block's seconds to the step's phase `name`."""

@@ -138,6 +138,20 @@ def _tensor_parallel(model: nn.Module, mesh: DeviceMesh) -> None:
         parallelize_module(block, mesh, BLOCK_PLAN)
 
 
+def timed_allreduce(state: Layout, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP's default gradient hook (average over the dp ranks: divide, then all-reduce), with
+    its seconds added to `state.grad_sync_seconds` (the step's grad_sync phase)."""
+    started = time.perf_counter()
+    tensor = bucket.buffer().div_(state.dp)
+    future = dist.all_reduce(tensor, async_op=True).get_future()
+
+    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+        state.grad_sync_seconds += time.perf_counter() - started
+        return fut.value()[0]
+
+    return future.then(done)
+
+
 def _ddp(model: nn.Module, device: torch.device, dp: int) -> Layout:
     cuda = device.type == "cuda"
     ddp = DistributedDataParallel(model, device_ids=[device.index] if cuda else None)
@@ -145,20 +159,6 @@ def _ddp(model: nn.Module, device: torch.device, dp: int) -> Layout:
         name="ddp", model=ddp, dp=dp, dp_rank=dist.get_rank(), tp=1,
         dp_group=dist.group.WORLD, _ddp=ddp,
     )  # fmt: skip
-
-    def timed_allreduce(
-        state: Layout, bucket: dist.GradBucket
-    ) -> torch.futures.Future[torch.Tensor]:
-        """DDP's default gradient hook (average over ranks: divide, then all-reduce), timed."""
-        started = time.perf_counter()
-        tensor = bucket.buffer().div_(state.dp)
-        future = dist.all_reduce(tensor, async_op=True).get_future()
-
-        def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
-            state.grad_sync_seconds += time.perf_counter() - started
-            return fut.value()[0]
-
-        return future.then(done)
 
     ddp.register_comm_hook(layout, timed_allreduce)
     return layout

@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 
 import pytest
-import yaml
+from runwright_tests_tiny import tiny_gpt
 
 from runwright.control.controller import Controller
 from runwright.control.executors.local import generation_processes, node_tags
@@ -25,7 +25,6 @@ from runwright.store import Store
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).parents[2]
-TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
 STEPS, EVERY = 16, 4
 
 
@@ -37,22 +36,11 @@ def tiny_dataset(tmp_path_factory):
 def tiny_spec(built, membership):
     """The reference trainer at its smallest on 2 nodes x 1 rank: 4 rows of 32 tokens a step,
     micro-batch 2 (at dp 2: 1 micro-batch per rank; at dp 1: 2, accumulated)."""
-    data = yaml.safe_load(TINY_GPT.read_text())
-    data["model"].update(
-        n_layers=1, d_model=32, n_heads=2, vocab_size=built.manifest.tokenizer.vocab_size
-    )
-    data["data"].update(
-        dataset=str(built.folder),
-        manifest_id=built.dataset_id,
-        sequence_length=32,
-        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
-    )
-    data["training"].update(global_batch_samples=4, micro_batch_size=2, steps=STEPS)
+    data = tiny_gpt(built, steps=STEPS, devices=1, every_steps=EVERY)
+    data["data"]["manifest_id"] = built.dataset_id
     data["training"]["schedule"]["warmup_steps"] = 2
-    data["checkpoint"].update(
-        interval={"policy": "steps", "every_steps": EVERY}, keep_every_steps=None
-    )
-    data["resources"].update(nodes=2, devices_per_node=1)
+    data["checkpoint"]["keep_every_steps"] = None
+    data["resources"]["nodes"] = 2
     data["parallelism"]["membership"] = membership
     # Slow enough that the kill lands before the last checkpoint on a busy machine.
     data["code"]["args"] = ["--step-sleep", "0.3"]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from runwright_tests_tiny import tiny_gpt
 
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
@@ -33,7 +34,6 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).parents[2]
 SKELETON = REPO / "src" / "runwright" / "demo" / "skeleton.yaml"
-TINY_GPT = REPO / "src" / "runwright" / "demo" / "tiny_gpt.yaml"
 SMALL_TRAIN = Path(__file__).parent / "scripts" / "small_train.py"
 HOST = socket.gethostname()
 
@@ -122,22 +122,11 @@ def tiny_dataset(tmp_path_factory):
 
 def tiny_gpt_spec(built, steps=12, every=4):
     """The reference trainer at its smallest: one layer, 32-wide, 4 rows of 32 tokens a step."""
-    data = yaml.safe_load(TINY_GPT.read_text())
-    data["model"].update(
-        n_layers=1, d_model=32, n_heads=2, vocab_size=built.manifest.tokenizer.vocab_size
-    )
-    data["data"].update(
-        dataset=str(built.folder),
-        manifest_id=built.dataset_id,
-        sequence_length=32,
-        mixture={"sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}]},
-    )
-    data["training"].update(global_batch_samples=4, micro_batch_size=2, steps=steps)
+    data = tiny_gpt(built, steps=steps, devices=1, every_steps=every)
+    data["data"]["manifest_id"] = built.dataset_id
     data["training"]["schedule"]["warmup_steps"] = 2
-    data["checkpoint"].update(
-        interval={"policy": "steps", "every_steps": every}, keep_every_steps=None
-    )
-    data["resources"].update(nodes=2, devices_per_node=1)
+    data["checkpoint"]["keep_every_steps"] = None
+    data["resources"]["nodes"] = 2
     data["recovery"].update(heartbeat_timeout_seconds=30, progress_timeout_seconds=120)
     return spec_from_mapping(data)
 

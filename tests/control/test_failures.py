@@ -173,3 +173,15 @@ def test_a_rank_silent_after_its_own_nan_is_a_nan_not_a_hang(tmp_path):
         watchdog_rank=1,
     )
     assert without_nan.failure_class is FailureClass.HANG
+
+
+def test_a_spike_rollback_is_named_a_loss_spike_not_a_non_finite_loss(tmp_path):
+    """training.loss_spike.action: rollback ends the group like a NaN does (the restart skips the
+    step's batch), but the incident says what the guard saw: a finite loss over its threshold."""
+    spike = {"loss": 9.5, "mean": 2.0, "threshold_ratio": 4.0, "window_steps": 20}
+    rolled = run_classify(tmp_path, exit_code=1, nan_rank_step=(0, 5), spike=spike)
+    assert rolled.failure_class is FailureClass.NAN_INF and rolled.step == 5
+    assert rolled.message.startswith("loss spike at step 5: loss 9.5 over")
+    assert rolled.evidence == "LOSS_SPIKE event"
+    nan = run_classify(tmp_path, exit_code=1, nan_rank_step=(0, 5))
+    assert nan.message == "non-finite loss or gradient at step 5"

@@ -19,6 +19,7 @@ import builtins
 import re
 import signal
 from pathlib import Path
+from typing import Any
 
 import runwright
 from runwright.ckpt import errors as ckpt_errors
@@ -263,11 +264,13 @@ def classify(
     ranks_started: int,
     world_size: int,
     preempted_killed: bool = False,
+    spike: dict[str, Any] | None = None,
 ) -> Classification:
     """`evidence` is what the executor read of the ended group (`Executor.evidence`); its `lost`
     is what the executor found and did when the supervisor ended without an exit status
     (exit_code EXIT_LOST). `preempted_killed`: the preempted group was killed after its stop
-    grace rather than stopping at a boundary."""
+    grace rather than stopping at a boundary. `spike`: the LOSS_SPIKE that names
+    `nan_rank_step` (a finite loss the spike guard refused), None for a non-finite one."""
 
     def verdict(
         cls: FailureClass,
@@ -315,6 +318,16 @@ def classify(
         )
     if nan_rank_step is not None:
         rank, step = nan_rank_step
+        if spike is not None:
+            return verdict(
+                FailureClass.NAN_INF,
+                rank,
+                f"loss spike at step {step}: loss {spike.get('loss')} over "
+                f"training.loss_spike.threshold_ratio {spike.get('threshold_ratio')} x the mean "
+                f"{spike.get('mean')} of the last {spike.get('window_steps')} steps (rollback)",
+                "LOSS_SPIKE event",
+                step=step,
+            )
         return verdict(
             FailureClass.NAN_INF,
             rank,

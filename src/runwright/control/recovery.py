@@ -164,15 +164,20 @@ class RecoverySequence:
         # STEP_HEALTHY rows is not read whole at the moment it fails.
         events = self.store.events(run.run_id, types=RECOVERY_INPUTS)
         current = [e for e in events if e.generation == run.generation]
-        nan = next(
+        bad_step = next(
             (
-                (int(e.attributes.get("rank", 0)), int(e.step or 0))
+                e
                 for e in current
                 # A loss spike refused with training.loss_spike.action: rollback names its step
                 # as a NaN does: the restart skips that step's batch.
                 if e.type in (EventType.NAN_DETECTED, EventType.LOSS_SPIKE)
             ),
             None,
+        )
+        nan = (
+            (int(bad_step.attributes.get("rank", 0)), int(bad_step.step or 0))
+            if bad_step is not None
+            else None
         )
         # Preempted: it stopped at a boundary for it, or was killed when it could not in time
         # (then it resumes from its last committed checkpoint, still requeued behind the run
@@ -204,6 +209,9 @@ class RecoverySequence:
             watchdog_detail=verdict.detail if verdict else "",
             watchdog_rank=verdict.rank if verdict else None,
             nan_rank_step=nan,
+            spike=bad_step.attributes
+            if bad_step is not None and bad_step.type == EventType.LOSS_SPIKE
+            else None,
             preempted=bool(stops),
             preempted_killed=EventType.STOP_ACKNOWLEDGED not in stops,
             evidence=evidence,

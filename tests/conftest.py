@@ -285,6 +285,8 @@ def _s3_server_module():
 _helper_module("runwright_tests_tiny", "tiny_trainer.py")
 # Headless Chromium for the browser tests (tests/browser.py).
 _helper_module("runwright_tests_browser", "browser.py")
+# The suite-wide replay-verdict check (tests/replay_verdicts.py), and its own test.
+_helper_module("runwright_tests_verdicts", "replay_verdicts.py")
 
 
 def require_s3() -> None:

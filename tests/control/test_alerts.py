@@ -3,10 +3,7 @@ a live run makes hard to stage on purpose (a checkpoint durability lag, a non-fi
 the notify action against a real HTTP receiver, and rules a spec gets wrong."""
 
 import itertools
-import json
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
@@ -96,33 +93,17 @@ def test_a_non_finite_report_fires_at_once_and_clears_on_a_healthy_step_past_it(
     assert len(alert_events(store, EventType.ALERT_CLEARED)) == 1
 
 
-def test_notify_posts_the_alert_and_records_what_the_receiver_said(world):
+def test_notify_posts_the_alert_and_records_what_the_receiver_said(world, webhook):
     store, run, engine = world
-    received: list[dict] = []
-
-    class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self):
-            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_port}/hook"
-        spec = spec_with([{"name": "stall", "kind": "input_stall", "threshold": 0.5,
-                           "window_steps": 2, "action": "notify", "webhook": url}])  # fmt: skip
-        for step in (1, 2):
-            for rank in (0, 1):
-                healthy = message(EventType.STEP_HEALTHY, rank=rank, step=step,
-                                  step_seconds=1.0, data_wait_seconds=0.8)  # fmt: skip
-                engine.observe(run, spec, healthy)
-            engine.check(run, spec)
-    finally:
-        server.shutdown()
+    url, received = webhook
+    spec = spec_with([{"name": "stall", "kind": "input_stall", "threshold": 0.5,
+                       "window_steps": 2, "action": "notify", "webhook": url}])  # fmt: skip
+    for step in (1, 2):
+        for rank in (0, 1):
+            healthy = message(EventType.STEP_HEALTHY, rank=rank, step=step,
+                              step_seconds=1.0, data_wait_seconds=0.8)  # fmt: skip
+            engine.observe(run, spec, healthy)
+        engine.check(run, spec)
     (fired,) = alert_events(store, EventType.ALERT_FIRED)
     assert fired["action_result"] == f"notified {url}: HTTP 204"
     (posted,) = received

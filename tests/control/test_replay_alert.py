@@ -7,12 +7,9 @@ controller reads a word of it, so the verdict is recorded on the pass that finds
 and no live pass follows."""
 
 import itertools
-import json
 import os
 import signal
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import pytest
@@ -119,25 +116,6 @@ def test_a_verdict_between_passes_hands_its_stop_to_the_next_live_pass(engines):
     (firing,) = alerts.check(run, spec)  # the next live pass: the controller stops the group
     assert (firing.alert_id, firing.action) == ("diverged_stop", "stop")
     assert alerts.check(run, spec) == []  # handed over once, and not fired again
-
-
-@pytest.fixture
-def webhook():
-    received: list[dict] = []
-
-    class Receiver(BaseHTTPRequestHandler):
-        def do_POST(self):
-            received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args):
-            pass
-
-    server = HTTPServer(("127.0.0.1", 0), Receiver)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}/hook", received
-    server.shutdown()
 
 
 @pytest.mark.integration

@@ -118,3 +118,23 @@ def test_a_consumer_that_fails_gets_the_message_again(tmp_path):
     handled += [m.step for m in reader.poll()]
     assert handled == [1, 2, 3, 4]
     writer.close()
+
+
+def test_the_telemetry_line_decodes_as_the_same_message_as_send(tmp_path):
+    """The step loop writes STEP_HEALTHY with `telemetry` (the json module, cheaper on a cold
+    cache); the controller must read it exactly as a `send` of the same report, and a value json
+    cannot encode (NaN) goes through `send`."""
+    attributes = {"loss": 2.5, "samples": [8, 12], "phases": {"forward": 0.01}, "skipped": False}
+    a = ChannelWriter(tmp_path / "a", generation=3, rank=1)
+    b = ChannelWriter(tmp_path / "b", generation=3, rank=1)
+    a.telemetry("STEP_HEALTHY", step=7, event_id="g3-r1-step7", world_size=2, attributes=attributes)
+    b.send("STEP_HEALTHY", step=7, event_id="g3-r1-step7", world_size=2, attributes=attributes)
+    a.telemetry("STEP_HEALTHY", step=8, event_id="g3-r1-step8", attributes={"loss": float("nan")})
+    a.close()
+    b.close()
+    telemetry, nan = ChannelReader(tmp_path / "a").poll()
+    (sent,) = ChannelReader(tmp_path / "b").poll()
+    fields = {"time_unix_s"}
+    assert telemetry.model_dump(exclude=fields) == sent.model_dump(exclude=fields)
+    assert (nan.step, nan.event_id) == (8, "g3-r1-step8")
+    assert nan.attributes["loss"] is None or nan.attributes["loss"] != nan.attributes["loss"]

@@ -71,18 +71,7 @@ class ChannelWriter:
                 time_unix_s=time.time(),
                 **fields,
             )
-            self._file.write(encode_message(message))
-            self._file.flush()
-            # Events are facts the run's history depends on; a heartbeat is worth no fsync and
-            # telemetry waits for the next one (DEFERRED_SYNC_TYPES above).
-            if self._fsync_events and type_ in DEFERRED_SYNC_TYPES:
-                now = time.monotonic()
-                if self._unsynced_since is None:
-                    self._unsynced_since = now
-                elif now - self._unsynced_since >= TELEMETRY_SYNC_SECONDS:
-                    self._fsync_locked()
-            elif self._fsync_events and type_ != HEARTBEAT:
-                self._fsync_locked()
+            self._write_locked(encode_message(message), type_)
             sync_now = type_ == HEARTBEAT and self._unsynced_since is not None
         if sync_now:
             self.sync()
@@ -124,14 +113,24 @@ class ChannelWriter:
             return
         with self._lock:
             self._counter += 1
-            self._file.write(line)
-            self._file.flush()
-            if self._fsync_events:
-                now = time.monotonic()
-                if self._unsynced_since is None:
-                    self._unsynced_since = now
-                elif now - self._unsynced_since >= TELEMETRY_SYNC_SECONDS:
-                    self._fsync_locked()
+            self._write_locked(line, type_)
+
+    def _write_locked(self, line: str, type_: str) -> None:
+        """Append one encoded line (the lock held). Events are facts the run's history depends
+        on and are fsynced; a heartbeat is worth no fsync, and telemetry waits for the next one
+        (DEFERRED_SYNC_TYPES above) or TELEMETRY_SYNC_SECONDS."""
+        self._file.write(line)
+        self._file.flush()
+        if not self._fsync_events or type_ == HEARTBEAT:
+            return
+        if type_ not in DEFERRED_SYNC_TYPES:
+            self._fsync_locked()
+            return
+        now = time.monotonic()
+        if self._unsynced_since is None:
+            self._unsynced_since = now
+        elif now - self._unsynced_since >= TELEMETRY_SYNC_SECONDS:
+            self._fsync_locked()
 
     def _fsync_locked(self) -> None:
         os.fsync(self._file.fileno())

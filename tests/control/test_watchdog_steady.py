@@ -90,3 +90,17 @@ def test_a_step_that_waited_for_a_save_is_not_a_step_time():
             dog.saves_changed(False)
         dog.step(0, step, at_unix_s=1e9 + step * 0.3 + (30 if step >= 4 else 0))
     assert len(dog.step_seconds) == 5 and max(dog.step_seconds) < 0.31
+
+
+def test_a_rank_that_acknowledged_a_stop_is_judged_by_the_progress_timeout():
+    """A rank that stopped on request exits while the launcher collects the group: its silence
+    past the heartbeat timeout is no hang, past the progress timeout it still is."""
+    rec = RecoverySpec(heartbeat_timeout_seconds=4, progress_timeout_seconds=60)
+    dog = Watchdog(rec, world_size=2, started_monotonic=0.0)
+    dog.beats = {0: 100.0, 1: 100.0}
+    dog.last_step, dog.last_advance = 5, 100.0
+    assert dog.check(now=110.0).failure_class is FailureClass.HANG
+    dog.finishing(0)
+    dog.finishing(1)
+    assert dog.check(now=110.0) is None
+    assert dog.check(now=161.0).failure_class is FailureClass.HANG

@@ -119,3 +119,16 @@ def test_a_global_batch_that_differs_on_one_rank_is_a_difference(store):
     result = compare_runs(store, "elastic", "fixed")
     assert result.ledger_identical and not result.global_batches_identical
     assert (result.equivalence, result.first_difference) == ("different", "global batch:step 3")
+
+
+def test_runs_of_different_world_sizes_without_id_ranges_are_not_called_equivalent(store):
+    """Across world sizes the global batches are the coverage proof: a script that reports its
+    `samples` as a count gives none, and the comparison says so rather than passing on nothing."""
+    _run(store, "elastic", steps=4, digests={"w": "1"}, samples=False, spec=NOT_REPLAYED)
+    _run(store, "fixed", steps=4, digests={"w": "2"}, samples=False)
+    for run_id, worlds in (("elastic", [2, 1]), ("fixed", [2])):
+        for generation, world in enumerate(worlds, start=1):
+            store.start_attempt(run_id, generation, world)
+    result = compare_runs(store, "elastic", "fixed")
+    assert result.equivalence == "incomplete"
+    assert any(m.startswith("global batches: a run of another world size") for m in result.missing)

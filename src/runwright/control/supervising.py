@@ -132,11 +132,9 @@ class GroupSupervising(ABC):
                 sup.saves_in_flight.discard(message.checkpoint_id)
                 sup.watchdog.saves_changed(bool(sup.saves_in_flight))
             elif message.type == EventType.STOP_ACKNOWLEDGED:
-                # The rank saves (if asked) and exits on purpose: like a rank past the plan's
-                # last step, its silence while the launcher collects the group is judged by the
-                # progress timeout (on a busy machine the launcher may take longer than a
-                # heartbeat timeout: a preempted run was recovered as hung).
-                sup.watchdog.finished.add(message.rank)
+                # On a busy machine the launcher may take longer than a heartbeat timeout to
+                # collect a group that stopped on request (a preempted run was recovered as hung).
+                sup.watchdog.finishing(message.rank)
             elif message.type == EventType.WORKER_STARTED:
                 sup.started_ranks.add(message.rank)
                 # A pid names a process on the rank's own host only (a Slurm node elsewhere).

@@ -94,6 +94,11 @@ class Watchdog:
     def beat(self, rank: int) -> None:
         self.beats[rank] = time.monotonic()
 
+    def finishing(self, rank: int) -> None:
+        """`rank` exits on purpose (it acknowledged a stop): its silence from here is judged by
+        the progress timeout, as that of a rank past the plan's last step."""
+        self.finished.add(rank)
+
     def step(self, rank: int, step: int, at_unix_s: float | None = None) -> None:
         """`rank` reported `step` healthy at `at_unix_s` (its own clock), if known."""
         self.beat(rank)

@@ -93,6 +93,10 @@ NO_SAMPLES = (
     "ledger: neither run reported the sample range of its steps; the library reports it for a "
     "script that reads through runwright.data.DataLoader"
 )
+NO_ID_RANGES = (
+    "global batches: a run of another world size reported no sample id ranges with its steps "
+    "([first, end), as runwright.data.DataLoader adds them), so coverage cannot be compared"
+)
 NO_LOSS = "loss: neither run reported a loss with its steps (ctx.step_healthy(step, loss=...))"
 
 
@@ -176,6 +180,9 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
         None,
     )
     batches_a, batches_b = _global_batches(events_a), _global_batches(events_b)
+    if reshaped and not (batches_a and batches_b):
+        # Across world sizes the global batches are the coverage proof: none is no proof.
+        missing.append(NO_ID_RANGES)
     batch_step = next(
         (
             s

@@ -44,8 +44,7 @@ def request_number(events: list[EventRecord]) -> int:
     """The current request's number: one more than the newest request the run gave back
     (ALLOCATION_FAILED or ALLOCATION_RELEASED, each written before the run leaves for the queue
     again). So it counts the times the run entered ALLOCATING, and every controller reading the
-    log agrees on it (a second QUEUED -> ALLOCATING in one generation and step writes no second
-    STATE_CHANGED: its event id is the first one's)."""
+    log agrees on it."""
     given_back = [
         int(e.attributes["request"])
         for e in events

@@ -1,7 +1,9 @@
 """The controller's writes to the run record and event log, each with an operation id.
 
 An event id `<run>:g<generation>:<TYPE>:<op>[@<step>]` names the action, so the same action taken
-again by a restarted (or a second) controller is one event, not two.
+again by a restarted (or a second) controller is one event, not two. A state change is guarded by
+the store's compare-and-set instead, so its op carries the time the move stamped on the record:
+every applied move is its own STATE_CHANGED, even one repeated in the same generation and step.
 """
 
 import time
@@ -92,9 +94,14 @@ class Journal:
         cannot leave it unrecorded, and a retried move (ALREADY_APPLIED) writes nothing."""
 
         def events(moved: RunRecord) -> list[NewEvent]:
+            # The compare-and-set makes each applied move write once; its id names this move
+            # by the time the transaction stamped on the record, so a move repeated in one
+            # generation and step (RUNNING <-> CHECKPOINTING for a second save, a second
+            # QUEUED -> ALLOCATING) is a second event, never folded into the first one's id.
             changed = self.event(
                 moved,
                 EventType.STATE_CHANGED,
+                op=f"{run.state}>{target}:t{round(moved.updated_unix_s * 1e6)}",
                 from_state=run.state,
                 to_state=str(target),
                 reason=str(reason) if reason else None,

@@ -12,9 +12,9 @@ script installed itself is called on every signal too.
 
 All ranks of a data-parallel group must stop at the same step or the others would block in the
 next collective. Two boundaries agree on it:
-- the step loop (`StepLoop`, the full integration) all-reduces a flag at every boundary,
-  overlapped with the next step (`OverlappedStopVote`: the vote cast at boundary N decides at
-  N+1);
+- the step loop (`StepLoop`, the full integration) all-reduces a flag every few boundaries
+  (about a quarter second of steps), overlapped with the steps between two votes
+  (`OverlappedStopVote`: the vote cast at one voting boundary decides at the next);
 - `step_healthy` (the two-line integration) may be called by some ranks only, so it cannot take
   part in a collective: `StopAgreement` writes the step every rank stops after into torchrun's
   store with compare-and-set (the first rank to see a stop at step s names s + 1, after which the
@@ -139,8 +139,9 @@ def _vote_device() -> Any:
     return torch.device("cpu")
 
 
-def _encode_vote(local: StopRequest | None) -> Any:
-    """The rank's vote as [reason index + 1 (0: go on), save]: MAX picks a defined reason."""
+def _encode_vote(local: StopRequest | None, stride: int = 1) -> Any:
+    """The rank's vote as [reason index + 1 (0: go on), save, the stride it proposes]: MAX picks
+    a defined reason and one stride for every rank."""
     import torch
 
     # A reason this rank does not know (a newer controller's) still stops the group.
@@ -148,17 +149,21 @@ def _encode_vote(local: StopRequest | None) -> Any:
     reason = "controller" if not known else (local.reason if local else "")
     code = 0 if local is None else STOP_REASONS.index(reason) + 1
     save = int(local.save) if local else 0
-    return torch.tensor([code, save], dtype=torch.int64, device=_vote_device())
+    return torch.tensor([code, save, stride], dtype=torch.int64, device=_vote_device())
 
 
-def _decode_vote(flag: Any, local: StopRequest | None) -> StopRequest | None:
-    # One device-to-host copy for both fields (on NCCL each int(flag[i]) would be a sync).
-    code, save = flag.tolist()
+def _decode_vote(flag: Any, local: StopRequest | None) -> tuple[StopRequest | None, int]:
+    """(the stop the group agreed on, else None; the stride it agreed on)."""
+    # One device-to-host copy for all fields (on NCCL each int(flag[i]) would be a sync).
+    code, save, stride = flag.tolist()
     if code == 0:
-        return None
+        return None, max(1, stride)
     if local is not None:
-        return local
-    return StopRequest(reason=STOP_REASONS[code - 1], save=bool(save), requested_unix_s=time.time())
+        return local, 1
+    request = StopRequest(
+        reason=STOP_REASONS[code - 1], save=bool(save), requested_unix_s=time.time()
+    )
+    return request, 1
 
 
 def _distributed() -> bool:
@@ -167,16 +172,29 @@ def _distributed() -> bool:
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
+VOTE_EVERY_SECONDS = 0.25
+"""How often the step loop's stop vote runs: about every quarter second of steps, so a stop is
+agreed within about half a second (the stop file is read every `STOP_FILE_POLL_SECONDS` too)."""
+MAX_VOTE_STRIDE = 16
+"""The most steps between two votes. The stride is fixed a vote ahead, from step times measured
+before it, so a run whose steps turn slow (an evaluation, a save) waits at most this many of them
+for its stop."""
+
+
 class OverlappedStopVote:
-    """The step loop's stop vote, overlapped with the next step.
+    """The step loop's stop vote, overlapped with the steps that follow it and cast every few
+    steps.
 
     A blocking all-reduce at every boundary costs a round trip per step and, on NCCL, reading
     its result waits for the device to finish the step, so the host can never run a step ahead.
-    Here the vote cast at boundary N is read at boundary N+1: the all-reduce runs while step N+1
-    is computed (and on a device, reading it waits only for step N). Every rank reads the same
-    vote at the same boundary, so all still stop after the same step; a stop takes effect one
-    step later than a blocking vote would. Without a process group (or with one rank) the
-    local request decides at once."""
+    Here the vote cast at one voting boundary is read at the next: the all-reduce runs while the
+    steps between them are computed (and on a device, reading it waits only for the step before
+    it). A gloo all-reduce in flight also costs its background thread CPU while it waits for the
+    slower rank, a cost per vote: so votes are `stride` boundaries apart, about
+    `VOTE_EVERY_SECONDS` of steps (at most `MAX_VOTE_STRIDE`). The stride is part of the vote
+    (each rank proposes one from its own step time, the MAX wins), so every rank reads the same
+    vote at the same boundary and all still stop after the same step. Without a process group
+    (or with one rank) the local request decides at once, at every boundary."""
 
     def __init__(self) -> None:
         self._pending: tuple[Any, Any, StopRequest | None] | None = None
@@ -186,9 +204,17 @@ class OverlappedStopVote:
         self._flag: Any = None
         """The vote tensor, reused once its all-reduce was read: a boundary costs no
         allocation and no device lookup (cold, each was a few percent of the boundary)."""
+        self.stride = 1
+        """Boundaries from one vote to the next, as the group last agreed."""
+        self._until_vote = 0
+        """Boundaries left before the next vote (0: this one votes)."""
+        self._last_vote_at = 0.0
+        self._step_seconds = 0.0
+        """This rank's step time, measured between votes."""
 
     def boundary(self, local: StopRequest | None) -> StopRequest | None:
-        """The stop every rank agrees on at this boundary, else None (and a new vote cast)."""
+        """The stop every rank agrees on at this boundary, else None (and, at a voting
+        boundary, a new vote cast)."""
         if self._all_reduce is None:
             if not _distributed():
                 return local
@@ -196,21 +222,31 @@ class OverlappedStopVote:
 
             self._all_reduce = dist.all_reduce
             self._max = dist.ReduceOp.MAX
+        if self._until_vote > 0:
+            self._until_vote -= 1
+            return None
+        now = time.monotonic()
+        if self._last_vote_at:
+            self._step_seconds = (now - self._last_vote_at) / self.stride
+        self._last_vote_at = now
         if self._pending is not None:
             work, flag, voted = self._pending
             self._pending = None
             work.wait()
-            decided = _decode_vote(flag, voted)
+            decided, self.stride = _decode_vote(flag, voted)
             if decided is not None:
                 return decided
             self._flag = flag
+        proposal = _stride_for(self._step_seconds)
         if local is None and self._flag is not None:
             flag, self._flag = self._flag, None
-            flag.zero_()  # [0, 0]: go on
+            flag.zero_()  # [0, 0, ...]: go on
+            flag[2] = proposal
         else:
-            flag = _encode_vote(local)
+            flag = _encode_vote(local, proposal)
         work = self._all_reduce(flag, op=self._max, async_op=True)
         self._pending = (work, flag, local)
+        self._until_vote = self.stride - 1
         return None
 
     def finish(self) -> None:
@@ -220,6 +256,13 @@ class OverlappedStopVote:
             work = self._pending[0]
             self._pending = None
             work.wait()
+
+
+def _stride_for(step_seconds: float) -> int:
+    """The boundaries between votes this rank proposes: about `VOTE_EVERY_SECONDS` of steps."""
+    if step_seconds <= 0:
+        return 1
+    return max(1, min(MAX_VOTE_STRIDE, int(VOTE_EVERY_SECONDS / step_seconds)))
 
 
 class AgreedStop(NamedTuple):

@@ -178,3 +178,24 @@ def test_fold_keeps_every_figure_time_and_id():
     ]
     assert back[0].attributes == {"loss": 0.5, "note": None}
     assert back[1].attributes["data_lost"] == {"a": 1}
+
+
+def test_a_refused_folded_row_counts_every_rank_it_spoke_for(running_run):
+    """A fenced-off generation's folded step row is one write of four reports: its rejection
+    says so, and the stale-write tally (status, the report) counts the four."""
+    sent = [RankReport(r, f"g0-r{r}-step3", 10.0 + r, {"loss": 1.0}) for r in range(WORLD)]
+    row = NewEvent(
+        event_id="run-a:g0:step3",
+        run_id="run-a",
+        generation=0,  # the run is at generation 1: this writer was fenced off
+        type="STEP_HEALTHY",
+        step=3,
+        world_size=WORLD,
+        time_unix_s=13.0,
+        attributes=fold(0, 3, sent),
+    )
+    assert running_run.append_events([row]) == [Outcome.STALE_GENERATION]
+    (rejection,) = running_run.events("run-a", types=["STALE_WRITE_REJECTED"])
+    assert rejection.attributes["reports"] == WORLD
+    (tally,) = running_run.stale_write_tally("run-a")
+    assert (tally.writer_generation, tally.rejected_type, tally.count) == (0, "STEP_HEALTHY", 4)

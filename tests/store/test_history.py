@@ -56,6 +56,8 @@ def _event_rows(run_id: str, count: int, first: int = 0, kinds=KINDS) -> list[di
                         "writer_generation": n % 3,
                         "rejected_type": "STEP_HEALTHY",
                         "run_generation": 2,
+                        # a folded step row of four ranks, every other time
+                        **({"reports": 4} if n % 2 else {}),
                     }
                     if stale
                     else {"rank": n % 2}
@@ -114,7 +116,15 @@ def test_the_indexed_reads_give_what_filtering_the_whole_log_gave(store_url):
         stale = [e for e in log if e.type == EventType.STALE_WRITE_REJECTED]
         tally = store.stale_write_tally("run-a")
         assert [(t.writer_generation, t.count) for t in tally] == [
-            (w, sum(1 for e in stale if e.attributes["writer_generation"] == w)) for w in (0, 1, 2)
+            (
+                w,
+                sum(
+                    e.attributes.get("reports", 1)
+                    for e in stale
+                    if e.attributes["writer_generation"] == w
+                ),
+            )
+            for w in (0, 1, 2)
         ]
         for row in tally:
             mine = [e for e in stale if e.attributes["writer_generation"] == row.writer_generation]

@@ -143,7 +143,11 @@ def postmortem(store: Store, run_id: str) -> Postmortem:
         verdict=_verdict(run.state, run.terminal_reason, found),
         incidents=found,
         timeline=[_moment(e, zero) for e in events if e.type in STORY],
-        stale_writes_refused=sum(1 for e in events if e.type == EventType.STALE_WRITE_REJECTED),
+        stale_writes_refused=sum(
+            e.attributes.get("reports", 1)
+            for e in events
+            if e.type == EventType.STALE_WRITE_REJECTED
+        ),
         actions=_actions(events),
         diagnostics=[
             str(e.attributes["path"])

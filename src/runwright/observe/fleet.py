@@ -157,7 +157,7 @@ class RunFold:
         elif kind == EventType.ADMISSION_PENDING:
             self.pending_reason = str(attrs.get("code") or "unknown")
         elif kind == EventType.STALE_WRITE_REJECTED:
-            self.stale_writes += 1
+            self.stale_writes += float(attrs.get("reports") or 1)  # a folded row: its ranks
         elif kind == EventType.NAN_DETECTED:
             self.nans += 1
         elif kind == EventType.ALERT_FIRED:

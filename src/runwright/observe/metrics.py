@@ -134,7 +134,7 @@ class RunMetrics:
         elif event.type == EventType.WORKER_GROUP_LAUNCHED and number(attrs, "world_size"):
             self.world_size.set(number(attrs, "world_size") or 0.0)
         elif event.type == EventType.STALE_WRITE_REJECTED:
-            self.stale_writes.inc()
+            self.stale_writes.inc(number(attrs, "reports") or 1.0)  # a folded row: its ranks
         elif event.type == EventType.NAN_DETECTED:
             self.nans.inc()
         elif event.type == EventType.BUDGET_WARNING:

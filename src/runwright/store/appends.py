@@ -98,7 +98,11 @@ def insert_new(conn: sa.Connection, batch: Sequence[NewEvent | EventRow]) -> int
 
 
 def rejection(event: NewEvent | EventRow, current: int) -> NewEvent:
-    """The STALE_WRITE_REJECTED event recording that `event` was refused; one per rejected id."""
+    """The STALE_WRITE_REJECTED event recording that `event` was refused; one per rejected id.
+    A folded step row (several ranks' STEP_HEALTHY in one, observe/rank_steps.py: its `ranks`
+    attribute) is one write of that many reports: `reports` says how many, so a tally counts
+    what the ranks sent, not how the ingest stored it."""
+    reports = len(event.attributes.get("ranks") or ()) or 1
     return NewEvent(
         event_id=f"stale:{event.event_id}",
         run_id=event.run_id,
@@ -111,5 +115,6 @@ def rejection(event: NewEvent | EventRow, current: int) -> NewEvent:
             "writer_generation": event.generation,
             "run_generation": current,
             "rejected_event_id": event.event_id,
+            **({"reports": reports} if reports > 1 else {}),
         },
     )

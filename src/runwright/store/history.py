@@ -27,7 +27,7 @@ class StaleWriteTally(Record):
     run_generation: int
     """The newest generation that held the run while they were rejected."""
     count: int
-    """How many were rejected."""
+    """How many reports were rejected (a folded step row counts each rank it spoke for)."""
     first_step: int | None
     """The lowest step among them (None when none carried a step)."""
     last_step: int | None
@@ -87,7 +87,7 @@ def stale_write_tally(conn: sa.Connection, run_id: str) -> list[StaleWriteTally]
             writer.label("writer_generation"),
             kind.label("rejected_type"),
             sa.func.max(holder).label("run_generation"),
-            sa.func.count().label("count"),
+            sa.func.sum(sa.func.coalesce(attributes["reports"].as_integer(), 1)).label("count"),
             sa.func.min(events.c.step).label("first_step"),
             sa.func.max(events.c.step).label("last_step"),
             sa.func.min(events.c.time_unix_s).label("first_unix_s"),

@@ -139,6 +139,8 @@ class Ingestor:
         """Store one batch's events and the steps it completes in one append, and do the
         follow-ups of those it stored; `ended`: the group is gone, store every held step."""
         reported, steps = [], []
+        held = []  # per message: None a heartbeat, True held with its step, False reported
+        fold_steps = self.fold_steps
         for message in batch:
             if message.type == HEARTBEAT:
                 # One liveness write per generation and poll, however many beats were read; a
@@ -146,10 +148,13 @@ class Ingestor:
                 self._beats[message.generation] = max(
                     self._beats.get(message.generation, 0.0), message.time_unix_s
                 )
-            elif self.fold_steps and holdable(message):
+                held.append(None)
+            elif fold_steps and holdable(message):
                 steps.append(message)
+                held.append(True)
             else:
                 reported.append(message)
+                held.append(False)
         staged = self.steps.stage(steps, ended=ended)
         flushed = sorted(staged.flush)
         folded = step_rows(self.store, self.run_id, [staged.held[k] for k in flushed])
@@ -184,10 +189,10 @@ class Ingestor:
         by_id = dict(zip(ids, outcomes, strict=True))
         stored = iter(outcomes)
         found: list[Outcome | None] = []
-        for m in batch:
-            if m.type == HEARTBEAT:
+        for m, kind in zip(batch, held, strict=True):
+            if kind is None:
                 found.append(None)
-            elif not (self.fold_steps and holdable(m)):
+            elif not kind:
                 found.append(next(stored))
             elif (key := (m.generation, m.step or 0)) in staged.flush:
                 row = folded[key]  # None: stored parts already cover it

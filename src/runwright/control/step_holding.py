@@ -105,11 +105,12 @@ class StepHolder:
         copied: set[Key] = set()
         newest = self.newest_generation
         for m in messages:
-            assert m.step is not None
-            key = (m.generation, m.step)
+            generation, step, rank = m.generation, m.step, m.rank
+            assert step is not None
+            key = (generation, step)
             entry = held.get(key)
             if entry is None:
-                entry = held[key] = HeldStep(m.generation, m.step, m.world_size, now)
+                entry = held[key] = HeldStep(generation, step, m.world_size, now)
                 copied.add(key)
             elif key not in copied:  # copy on write: the holder's own entry stays as it was
                 entry = held[key] = HeldStep(
@@ -120,12 +121,11 @@ class StepHolder:
                     dict(entry.reports),
                 )
                 copied.add(key)
-            newest = max(newest, m.generation)
+            if generation > newest:
+                newest = generation
             # One report per rank and step: a second copy is the same message read again.
-            entry.reports.setdefault(
-                m.rank,
-                RankReport(m.rank, m.event_id, m.time_unix_s, m.attributes),
-            )
+            if rank not in entry.reports:
+                entry.reports[rank] = RankReport(rank, m.event_id, m.time_unix_s, m.attributes)
         flush: dict[Key, str] = {}
         for key, entry in held.items():
             if ended or entry.generation < newest:

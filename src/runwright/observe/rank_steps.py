@@ -25,8 +25,7 @@ every part of a step gives each rank's report once.
 
 import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from runwright.events import EventType
 from runwright.observe.records import Event
@@ -41,9 +40,10 @@ def default_id(generation: int, rank: int, step: int) -> str:
     return f"g{generation}-r{rank}-step{step}"
 
 
-@dataclass(frozen=True)
-class RankReport:
-    """One rank's STEP_HEALTHY as the channel delivered it: what a folded row keeps of it."""
+class RankReport(NamedTuple):
+    """One rank's STEP_HEALTHY as the channel delivered it: what a folded row keeps of it. A
+    tuple rather than a frozen dataclass: the ingest builds one per report, and a frozen
+    dataclass's __init__ sets each field through object.__setattr__."""
 
     rank: int
     event_id: str

@@ -44,6 +44,36 @@ SLOWEST_FILES = (
 a long file left for last keeps one worker busy while the other has nothing to do."""
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """With RUNWRIGHT_TEST_CPU_LOG=PATH, one JSON line per test: its wall seconds and the CPU
+    seconds it and the processes it reaped used. A suite whose tests mostly wait (CPU well under
+    wall) would finish sooner with more workers than cores; one whose tests compute would not."""
+    path = os.environ.get("RUNWRIGHT_TEST_CPU_LOG")
+    if not path:
+        return (yield)
+    import json
+    import resource
+    import time
+
+    def cpu() -> float:
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return own.ru_utime + own.ru_stime + reaped.ru_utime + reaped.ru_stime
+
+    wall, used = time.monotonic(), cpu()
+    try:
+        return (yield)
+    finally:
+        line = {
+            "test": item.nodeid,
+            "wall_s": round(time.monotonic() - wall, 3),
+            "cpu_s": round(cpu() - used, 3),
+        }
+        with open(path, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Under `-n 2 --dist loadgroup` (make test), a test file is one unit of work for one worker:

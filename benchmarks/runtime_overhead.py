@@ -10,8 +10,8 @@ micro-batches of 4) two ways:
   bare          forward, backward, clip, AdamW step: plain PyTorch (DDP when there are 2 ranks,
                 with PyTorch's Python all-reduce hook, the untimed twin of the trainer's)
   instrumented  the same step inside `runwright.runtime` as src/runwright/train/loop.py uses it:
-                `init()` with its heartbeat thread, one `ctx.step_loop` (stop vote at every
-                boundary), `loop.phase(...)` around each phase, the timed DDP comm hook,
+                `init()` with its heartbeat thread, one `ctx.step_loop` (stop vote every ~0.25 s of
+                steps), `loop.phase(...)` around each phase, the timed DDP comm hook,
                 `loop.guard`, `loop.complete(...)` with the trainer's metrics
 
 Why the old rounds could not resolve 1 % (a 7-point interval) and what each choice removes:

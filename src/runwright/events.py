@@ -249,9 +249,6 @@ class EventType(StrEnum):
     present (index, utilization_percent, memory_used/total_bytes, temperature_celsius,
     power_watts, sm/memory_clock_mhz, ecc_corrected/uncorrected_errors, xid_events_total, xids).
     The step is the rank's newest healthy one."""
-    NODE_DRAINED = "NODE_DRAINED"
-    """The controller took a node out of the scheduler's offer because a sample of this run
-    crossed a health threshold (control/node_health.py): host, reason, gpu, and the counts."""
 
 
 class NewEvent(Record):

@@ -206,6 +206,17 @@ class NodeHealthLedger:
             return None
 
 
+def record_sample(
+    root: Path, run_id: str, attributes: dict[str, Any], at_unix_s: float
+) -> list[HealthReading] | None:
+    """The controller's hook for one ingested SYSTEM_SAMPLE: its GPU evidence into the ledger
+    under `root`; the host's new history when it said something new."""
+    host = attributes.get("host")
+    if not isinstance(host, str) or not host:
+        return None
+    return NodeHealthLedger(root).record(host, readings_of(attributes, run_id, at_unix_s))
+
+
 def _news(reading: HealthReading, last: HealthReading | None) -> bool:
     if reading.hardware_xids:
         return True

@@ -81,7 +81,7 @@ def _node(event: Event) -> str:
 
 
 def _by_folder(value: Any, key: str) -> dict[str, float]:
-    out: dict[str, float] = Field(default_factory=dict)
+    out: dict[str, float] = {}
     if isinstance(value, Mapping):
         for role in FOLDERS:
             found = value.get(role)

@@ -16,7 +16,8 @@ Who samples, and why here:
 
 Each sample is stamped with the rank's newest healthy step and the writer's clock, so it sits on
 the run's time axis beside the step timeline (observe/system_series.py). The first sample is
-taken one interval after start, because its rates need two readings; the cost of each sample
+taken one interval after start (its rates need two readings) and the last one as the process
+closes its run context; the cost of each sample
 (CPU seconds of this process spent taking it) travels in the sample, so the overhead is visible
 in the run's own data (benchmarks/system_sampler.py measures it apart).
 """
@@ -58,6 +59,7 @@ class SystemSampler:
         self.reader = HostReader(folders)
         self.gpus = open_gpus()
         self.samples = 0
+        self._before = self.reader.read()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="runwright-system", daemon=True)
 
@@ -66,14 +68,16 @@ class SystemSampler:
         return self
 
     def _run(self) -> None:
-        before = self.reader.read()
         while not self._stop.wait(self.interval_seconds):
-            try:
-                before = self.sample(before)
-            except (OSError, psutil.Error):
-                # /proc or a counter unreadable this once (a folder unmounted, a container's
-                # limits): skip the sample; the next one measures from a fresh reading.
-                before = self.reader.read()
+            self._sample_once()
+
+    def _sample_once(self) -> None:
+        try:
+            self._before = self.sample(self._before)
+        except (OSError, psutil.Error):
+            # /proc or a counter unreadable this once (a folder unmounted, a container's
+            # limits): skip the sample; the next one measures from a fresh reading.
+            self._before = self.reader.read()
 
     def sample(self, before: Any) -> Any:
         """Take and send one sample against the `before` reading; returns the new reading."""
@@ -97,9 +101,14 @@ class SystemSampler:
         return after
 
     def stop(self) -> None:
+        """Stop the thread and take a last sample (the node as the process ends), so a run
+        shorter than the interval still has its node on record: one sample more per process
+        at most, so the rate bound holds."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self._sample_once()
         if self.gpus is not None:
             self.gpus.close()
 

@@ -52,7 +52,7 @@ def test_a_run_samples_its_node_into_the_store_and_prometheus(tmp_path):
         assert point.node == host and event.attributes["node"] == 0
         assert started <= point.time_unix_s <= time.time()
         assert point.step is not None and 0 <= point.step <= STEPS
-        assert 0.5 <= (point.interval_seconds or 0) <= 30  # 1 s asked; a busy machine is late
+        assert 0 < (point.interval_seconds or 0) <= 30  # 1 s asked; a busy machine is late
         assert 0.0 <= (point.cpu_percent or -1) <= 100.0
         assert point.memory_total_bytes == memory
         assert 0 < (point.memory_used_bytes or 0) < memory
@@ -61,13 +61,20 @@ def test_a_run_samples_its_node_into_the_store_and_prometheus(tmp_path):
         assert (point.net_sent_bytes_per_second or 0) >= 0
         assert 0 <= (point.sample_cpu_seconds or 0) < 1.0
         assert not point.gpus
+    # The rate bound: a second apart at least, but for the last (taken as rank 0 closes).
+    assert all((p.interval_seconds or 0) >= 0.9 for p in points[:-1])
     # On the step timeline's axis: the samples' steps rise with their time.
     steps = [p.step for p in points]
     assert steps == sorted(steps) and steps[-1] > 0
 
     events = store.events(run.run_id)
     text = run_metrics(events).exposition()
-    assert f'runwright_node_memory_total_bytes{{node="{host}"}} {float(memory)}' in text
+    (total,) = [
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(f'runwright_node_memory_total_bytes{{node="{host}"}} ')
+    ]
+    assert total == memory
     assert f'runwright_node_cpu_ratio{{node="{host}"}}' in text
     assert f'runwright_node_disk_used_bytes{{folder="checkpoints",node="{host}"}}' in text
     fleet = FleetMetrics()

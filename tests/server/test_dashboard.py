@@ -198,7 +198,12 @@ def test_pages_answer_only_what_the_token_may_see(world):
     with server.client(tokens["admin"]) as api:  # ... and the same node in /metrics
         scraped = api.get("/metrics").text
         labels = f'node="{socket.gethostname()}",project="default",run_id="{short}"'
-        assert f"runwright_node_memory_total_bytes{{{labels}}} {float(memory)}" in scraped
+        (total,) = [
+            float(line.rsplit(" ", 1)[1])
+            for line in scraped.splitlines()
+            if line.startswith(f"runwright_node_memory_total_bytes{{{labels}}} ")
+        ]
+        assert total == memory
         assert f'runwright_node_disk_used_bytes{{folder="run",{labels}}}' in scraped
     with _cookie_client(server, tokens["viewer"]) as viewer:
         seen = viewer.get(f"/ui/api/runs/{short}")

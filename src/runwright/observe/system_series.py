@@ -131,6 +131,27 @@ def system_points(events: Iterable[Event]) -> list[SystemPoint]:
     return sorted(points, key=lambda p: (p.time_unix_s, p.node))
 
 
+def system_line(attributes: Mapping[str, Any]) -> str:
+    """A sample in one short line, for event listings: `vm cpu 45% mem 5.1/25.3 GB gpus 8
+    hottest 71 C ecc_uncorrected 0 xids 0`."""
+    parts = [str(attributes.get("host") or "?")]
+    cpu = number(attributes, "cpu_percent")
+    if cpu is not None:
+        parts.append(f"cpu {cpu:.0f}%")
+    used, total = (number(attributes, f"memory_{k}_bytes") for k in ("used", "total"))
+    if used is not None and total:
+        parts.append(f"mem {used / 1e9:.1f}/{total / 1e9:.1f} GB")
+    gpus = _gpus(attributes.get("gpus"))
+    if gpus:
+        temps = [g.temperature_celsius for g in gpus if g.temperature_celsius is not None]
+        parts.append(f"gpus {len(gpus)}")
+        if temps:
+            parts.append(f"hottest {max(temps):.0f} C")
+        parts.append(f"ecc_uncorrected {sum(g.ecc_uncorrected_errors or 0 for g in gpus):.0f}")
+        parts.append(f"xids {sum(len(g.xids) for g in gpus)}")
+    return " ".join(parts)
+
+
 @dataclass
 class SystemFold:
     """The newest sample of each node and the byte and Xid counters, folded one event at a

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from runwright.control.ingest import Ingestor
 from runwright.control.node_health import (
     HARDWARE_XIDS,
     MAX_READINGS,
@@ -19,7 +20,10 @@ from runwright.control.node_health import (
     readings_of,
     record_sample,
 )
+from runwright.events import EventType
+from runwright.layout import run_paths
 from runwright.observe import nvml
+from runwright.runtime import ChannelWriter
 from runwright.sched.admission import admit
 from runwright.sched.inventory import Inventory, Node
 from runwright.sched.requests import AdmissionInput, GangRequest
@@ -136,3 +140,24 @@ def test_the_policy_comes_from_the_inventory_file_with_clear_errors(tmp_path):
     bad.write_text("nodes: []\nnode_health: {hardware_xids: 0}\n")
     with pytest.raises(NodeHealthError, match=r"node_health\.hardware_xids: .*>= 1"):
         load_drain_policy(bad)
+
+
+def test_the_controller_ingest_feeds_the_ledger(running_run, tmp_path):
+    """A GPU node's samples through the real channel and ingest into the store, and into the
+    ledger under the run's root: the first with news, a repeat without."""
+    store = running_run
+    writer = ChannelWriter(run_paths(tmp_path, "run-a").channel, generation=1, rank=0)
+    gpus = [{"index": 0, "ecc_corrected_errors": 4, "xids": [13]}, {"index": 1}]
+    for n in (1, 2):
+        writer.telemetry(
+            EventType.SYSTEM_SAMPLE,
+            step=n,
+            event_id=f"g1-r0-sys{n}",
+            attributes={"host": "a07", "node": 0, "gpus": gpus},
+        )
+    writer.close()
+    Ingestor(store, store.get_run("run-a")).poll()
+    assert len(store.events("run-a", types=[EventType.SYSTEM_SAMPLE])) == 2
+    (only,) = NodeHealthLedger(tmp_path).read()["a07"]
+    assert (only.gpu, only.ecc_corrected_errors, only.hardware_xids) == (0, 4, ())
+    assert only.run_id == "run-a"

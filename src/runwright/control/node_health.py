@@ -212,9 +212,16 @@ def record_sample(
     """The controller's hook for one ingested SYSTEM_SAMPLE: its GPU evidence into the ledger
     under `root`; the host's new history when it said something new."""
     host = attributes.get("host")
-    if not isinstance(host, str) or not host:
-        return None
-    return NodeHealthLedger(root).record(host, readings_of(attributes, run_id, at_unix_s))
+    readings = readings_of(attributes, run_id, at_unix_s)
+    if not isinstance(host, str) or not host or not any(_says_something(r) for r in readings):
+        return None  # a healthy GPU (no errors, no Xid): the ledger file is not even read
+    return NodeHealthLedger(root).record(host, readings)
+
+
+def _says_something(reading: HealthReading) -> bool:
+    return bool(
+        reading.hardware_xids or reading.ecc_corrected_errors or reading.ecc_uncorrected_errors
+    )
 
 
 def _news(reading: HealthReading, last: HealthReading | None) -> bool:

@@ -301,7 +301,13 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
             ".filter(t => (t.name || '').startsWith('rank')).length"
         )
         assert ranks == 2 and page.locator("#checkpoints table").count() == 1
+        # The system layer: the node's table row and its CPU line on the shared time axis.
         assert socket.gethostname() in page.locator("#system table").inner_text()
+        node_lines = page.evaluate(
+            "document.getElementById('chart-nodes').data"
+            ".filter(t => (t.name || '').endsWith(' CPU')).map(t => t.y.length)"
+        )
+        assert len(node_lines) == 1 and node_lines[0] >= 2, node_lines  # one node, 1 s samples
         # The system layer's straggler score reads what the alert read (busy time).
         scores = page.evaluate("window.dashboard.data.steps.straggler_score")
         assert max(s for s in scores if s is not None) > STRAGGLER.threshold, scores

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from runwright.control.controller import Controller
 from runwright.control.ingest import Ingestor
 from runwright.control.node_health import (
     HARDWARE_XIDS,
@@ -20,6 +21,7 @@ from runwright.control.node_health import (
     readings_of,
     record_sample,
 )
+from runwright.control.states import RunState
 from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.observe import nvml
@@ -27,6 +29,8 @@ from runwright.runtime import ChannelWriter
 from runwright.sched.admission import admit
 from runwright.sched.inventory import Inventory, Node
 from runwright.sched.requests import AdmissionInput, GangRequest
+from runwright.spec import spec_from_mapping
+from runwright.store import Store
 
 NOW = 1_800_000_000.0
 DAY = 86_400.0
@@ -161,3 +165,37 @@ def test_the_controller_ingest_feeds_the_ledger(running_run, tmp_path):
     (only,) = NodeHealthLedger(tmp_path).read()["a07"]
     assert (only.gpu, only.ecc_corrected_errors, only.hardware_xids) == (0, 4, ())
     assert only.run_id == "run-a"
+
+
+def test_the_queue_says_a_run_waits_for_a_node_drained_by_its_gpu_evidence(tmp_path):
+    """Under the controller (what `runwright controller --inventory` builds): a run that needs
+    both nodes waits once one of them reported a hardware Xid, and its state detail (what
+    `runwright status` and `runwright queue` print) names the node and why."""
+    store = Store.open(tmp_path)
+    nodes = Inventory(
+        nodes=tuple(Node(name=n, device_type="cpu", device_count=2, cpus=2) for n in ("n1", "n2"))
+    )
+    gated = HealthGatedInventory(nodes, NodeHealthLedger(tmp_path), DrainPolicy())
+    controller = Controller(store, tmp_path, inventory=gated)
+    record_sample(
+        tmp_path, "earlier-run", {"host": "n2", "gpus": [{"index": 1, "xids": [79]}]}, NOW
+    )
+    spec = spec_from_mapping(
+        {
+            "name": "wide",
+            "code": {"entrypoint": "train.py"},
+            "training": {"global_batch_samples": 8, "steps": 4},
+            "resources": {"nodes": 2, "devices_per_node": 2},
+        }
+    )
+    run, _ = controller.submit(spec, tmp_path)
+    controller.journal.move(store.get_run(run.run_id), RunState.QUEUED, "JOB_ACCEPTED")
+    assert controller.admission is not None
+    controller.admission.advance(store.get_run(run.run_id), controller.logs.of(run.run_id).events)
+    waiting = store.get_run(run.run_id)
+    assert waiting.state == "QUEUED"
+    assert "(2 more on drained or unhealthy nodes)" in waiting.state_detail
+    assert "[n2 drained: GPU 1: 1 hardware Xid event(s) (79) in the last 24 h" in (
+        waiting.state_detail
+    )
+    store.close()

@@ -238,6 +238,18 @@ class EventType(StrEnum):
     INTERVAL_CHOSEN = "INTERVAL_CHOSEN"
     """The checkpoint interval was derived (Young/Daly) from measured cost and failure rate."""
 
+    # -- a worker: the node's system sampler (issue 24) -------------------------------------------
+    SYSTEM_SAMPLE = "SYSTEM_SAMPLE"
+    """One node's system layer over the last interval, from the thread of its local rank 0
+    (runtime/system_sampler.py; per-second telemetry, its fsync deferred like STEP_HEALTHY's):
+    host, node, interval_seconds, cpu_percent, load1, cpu_count, memory_used_bytes,
+    memory_total_bytes, swap_used_bytes, disk_usage and disk_io by folder role (`run`,
+    `checkpoints`: used_bytes, total_bytes, read/write_bytes_per_second),
+    net_sent/recv_bytes_per_second, net_errors, sample_cpu_seconds, and `gpus` where NVML is
+    present (index, utilization_percent, memory_used/total_bytes, temperature_celsius,
+    power_watts, sm/memory_clock_mhz, ecc_corrected/uncorrected_errors, xid_events_total, xids).
+    The step is the rank's newest healthy one."""
+
 
 class NewEvent(Record):
     """An event to append. `event_id` is the idempotency key: appending it twice is a no-op."""

@@ -89,7 +89,8 @@ def test_init_outside_the_control_plane(tmp_path, monkeypatch):
     finally:
         ctx.close()
     messages = list(ChannelReader(RunPaths(ctx.run_dir).channel).poll())
-    assert [m.type for m in messages] == ["WORKER_STARTED", "STEP_HEALTHY"]
+    # The node's system sampler (local rank 0) takes its last sample as the context closes.
+    assert [m.type for m in messages] == ["WORKER_STARTED", "STEP_HEALTHY", "SYSTEM_SAMPLE"]
     assert messages[0].attributes["pid"] == os.getpid()
 
 

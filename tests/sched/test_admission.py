@@ -136,7 +136,7 @@ def test_drained_nodes_are_never_offered_and_the_reason_counts_them(make_cluster
     assert decision.outcome == "pending" and not decision.reason.never_fits
     assert decision.reason.words == (
         "needs 16 devices of type H100 in pool default; 8 are free "
-        "(8 more on drained or unhealthy nodes)"
+        "(8 more on drained or unhealthy nodes) [i0n1 drained: maintenance]"
     )
     small = admit(inventory, AdmissionInput(pending=(GangRequest(run_id="s", devices=8),)))
     assert shares(small.of("s")) == {"i0n0": 8}

@@ -12,11 +12,13 @@ that is a failure.
 
 import contextlib
 import os
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from runwright_tests_browser import FLAGS, assert_not_blank, playwright_chromium
 from runwright_tests_tiny import TINY_DATA, tiny_gpt
@@ -55,6 +57,7 @@ def _spec(dataset, steps: int, args: list[str], ranks: int = 1) -> dict:
                     eval_sequences=4)  # fmt: skip
     data["code"]["args"] = args
     data["governance"]["tags"] = {"team": "dash"}
+    data["observability"] = {"system_sample_seconds": 1}  # the system layer's table and series
     return data
 
 
@@ -177,11 +180,31 @@ def test_pages_answer_only_what_the_token_may_see(world):
         assert len(full["checkpoints"]) >= 1 and full["checkpoints"][0]["durability_lag_seconds"]
         assert {r["source"] for r in full["mixture"]} == {"notes", "records"}
         assert [a["alert_id"] for a in full["alerts"]] == ["straggler:rank0"]
+        # The system layer (issue 24): the node's newest sample on the run page's node table,
+        # from its one sampler (local rank 0), with plausible values; no GPU on this machine.
+        (node,) = full["system"]
+        memory = psutil.virtual_memory().total
+        assert node["node"] == socket.gethostname() and 0 <= node["cpu_percent"] <= 100
+        assert 0 < node["memory_used_bytes"] < node["memory_total_bytes"] == memory
+        assert node["run_disk_used_bytes"] > 0 and node["gpus"] == 0
+        assert 0 <= node["step"] <= 4 and node["xid_events"] == 0
+        samples = [e for e in full["events"] if e["type"] == EventType.SYSTEM_SAMPLE]
+        assert samples and {e["attributes"]["rank"] for e in samples} == {0}
         assert (
             admin.get("/ui/static/plotly.min.js")
             .headers["content-type"]
             .startswith("text/javascript")
         )
+    with server.client(tokens["admin"]) as api:  # ... and the same node in /metrics
+        scraped = api.get("/metrics").text
+        labels = f'node="{socket.gethostname()}",project="default",run_id="{short}"'
+        (total,) = [
+            float(line.rsplit(" ", 1)[1])
+            for line in scraped.splitlines()
+            if line.startswith(f"runwright_node_memory_total_bytes{{{labels}}} ")
+        ]
+        assert total == memory
+        assert f'runwright_node_disk_used_bytes{{folder="run",{labels}}}' in scraped
     with _cookie_client(server, tokens["viewer"]) as viewer:
         seen = viewer.get(f"/ui/api/runs/{short}")
         assert seen.status_code == 200 and SAMPLE not in seen.text
@@ -278,6 +301,13 @@ def test_live_run_page_and_compare_view_in_chromium(world, tmp_path):
             ".filter(t => (t.name || '').startsWith('rank')).length"
         )
         assert ranks == 2 and page.locator("#checkpoints table").count() == 1
+        # The system layer: the node's table row and its CPU line on the shared time axis.
+        assert socket.gethostname() in page.locator("#system table").inner_text()
+        node_lines = page.evaluate(
+            "document.getElementById('chart-nodes').data"
+            ".filter(t => (t.name || '').endsWith(' CPU')).map(t => t.y.length)"
+        )
+        assert len(node_lines) == 1 and node_lines[0] >= 2, node_lines  # one node, 1 s samples
         # The system layer's straggler score reads what the alert read (busy time).
         scores = page.evaluate("window.dashboard.data.steps.straggler_score")
         assert max(s for s in scores if s is not None) > STRAGGLER.threshold, scores

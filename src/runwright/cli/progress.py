@@ -22,6 +22,9 @@ from runwright.store import EventRecord
 
 PROGRESS_ONLY = frozenset({EventType.STEP_HEALTHY})
 """Event types that move the progress line instead of printing a line each."""
+QUIET = frozenset({EventType.SYSTEM_SAMPLE})
+"""Telemetry not printed while a run is driven (a node's sample every few seconds): the
+dashboard, /metrics and `runwright events` show it."""
 PLAIN_EVERY_SECONDS = 10.0
 """Longest gap between two plain progress lines (not on a terminal)."""
 
@@ -67,6 +70,8 @@ class SubmitProgress:
     def on_event(self, event: EventRecord) -> None:
         if event.type in PROGRESS_ONLY and event.step is not None:
             self._advance(event)
+            return
+        if event.type in QUIET:
             return
         if event.type == EventType.RESTORED:
             self._started = None  # a new generation: the rate restarts from its restored step

@@ -205,6 +205,16 @@ def controller_cmd(
             nodes = SlurmPoolsInventory(load_pools(pools_path(resolved, pools)))
         else:
             nodes = listed
+        from runwright.control.node_health import (
+            HealthGatedInventory,
+            NodeHealthLedger,
+            load_drain_policy,
+        )
+
+        # Nodes whose GPUs reported ECC errors or hardware Xids past the file's `node_health:`
+        # thresholds are drained (docs/sched.md).
+        policy = load_drain_policy(None if str(inventory) == "slurm" else inventory)
+        nodes = HealthGatedInventory(nodes, NodeHealthLedger(resolved), policy)
     controller = Controller(
         st,
         resolved,

@@ -31,6 +31,7 @@ from runwright.ckpt.catalog import CommittedCheckpoint, read_committed
 from runwright.ckpt.fence import open_fence
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.control.channel import ChannelReader
+from runwright.control.node_health import record_sample
 from runwright.control.step_holding import StepHolder, holdable, step_rows
 from runwright.events import EventType
 from runwright.layout import run_paths
@@ -78,6 +79,7 @@ class Ingestor:
     def __init__(self, store: Store, run: RunRecord) -> None:
         self.store = store
         self.run_id = run.run_id
+        self.root = Path(run.root)
         self.paths = run_paths(Path(run.root), run.run_id)
         self.checkpoint_root = run_checkpoint_root(run)
         """The run's checkpoint root, folder or URL (`layout.checkpoint_root`)."""
@@ -295,6 +297,9 @@ class Ingestor:
                 highest[message.generation] = max(highest.get(message.generation, 0), message.step)
             elif message.type == EventType.CHECKPOINT_COMMITTED and message.checkpoint_id:
                 self._committed(message)
+            elif message.type == EventType.SYSTEM_SAMPLE and message.attributes.get("gpus"):
+                # A GPU's ECC counts and Xids go to the node's health history (the drain input).
+                record_sample(self.root, self.run_id, message.attributes, message.time_unix_s)
             elif message.type == EventType.DATA_STAGE_READY:
                 dataset = message.attributes.get("dataset_id")
                 tokenizer = message.attributes.get("tokenizer_hash")

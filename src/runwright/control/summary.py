@@ -7,6 +7,7 @@ from typing import Any
 from runwright.control.leasing import describe_lease
 from runwright.control.states import TERMINAL, RunState
 from runwright.events import EventType
+from runwright.observe.system_series import system_line
 from runwright.store import EventRecord, StaleWriteTally, Store
 
 # What the controller does next from each non-terminal state, in words.
@@ -314,6 +315,8 @@ def event_line(event: "EventRecord | Mapping[str, Any]") -> str:
         ranks, columns = attrs["ranks"], attrs.get("columns") or {}
         first = " ".join(f"{k}={_short(v[0])}" for k, v in sorted(columns.items()) if v)
         text = f"ranks={len(ranks)} rank {ranks[0] if ranks else '-'}: {first}"
+    elif kind == EventType.SYSTEM_SAMPLE:
+        text = system_line(attrs)
     else:
         text = " ".join(f"{k}={_short(v)}" for k, v in sorted(attrs.items()))
     step = f" step {data['step']}" if data.get("step") is not None else ""

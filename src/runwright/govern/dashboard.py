@@ -9,9 +9,10 @@ time is Unix seconds; the page formats them.
 
 from typing import Any
 
-from runwright.events import EventType
+from runwright.events import EventRecord, EventType
 from runwright.govern.effective import Difference
 from runwright.observe.figures import straggler_scores
+from runwright.observe.system_series import SystemFold, SystemPoint, system_points
 from runwright.observe.timeline import StepPoint, Timeline
 
 EVENTS_SHOWN = 200
@@ -144,11 +145,74 @@ def chart_data(
         "steps": step_series(timeline),
         "evaluations": [e.model_dump(mode="json") for e in timeline.evaluations],
         "checkpoints": checkpoint_saves(report, timeline),
+        "system": system_nodes(events),
+        "system_series": system_series(events),
         "mixture": report.get("mixture") or [],
         "drift": drift_windows(events),
         "cost_split": {k: report["cost_split"][k] for k in ("wall_seconds", "cost")}
         | {"device_hour_price": report["cost_split"]["device_hour_price"]},
     }
+
+
+def _samples(events: list[dict[str, Any]]) -> list[SystemPoint]:
+    return system_points(
+        EventRecord.model_validate(e) for e in events if e.get("type") == EventType.SYSTEM_SAMPLE
+    )
+
+
+def system_series(events: list[dict[str, Any]]) -> dict[str, dict[str, list[Any]]]:
+    """Node -> its samples over time (the system layer's chart): CPU busy share and the mean
+    GPU utilisation, in percent. The first MAX_RANK_LINES nodes by name: beyond, the lines could
+    not be told apart (the node table and /metrics have every node)."""
+    series: dict[str, dict[str, list[Any]]] = {}
+    for p in _samples(events):
+        if p.node not in series and len(series) >= MAX_RANK_LINES:
+            continue
+        line = series.setdefault(
+            p.node, {"time_unix_s": [], "step": [], "cpu_percent": [], "gpu_percent": []}
+        )
+        util = [g.utilization_percent for g in p.gpus if g.utilization_percent is not None]
+        line["time_unix_s"].append(p.time_unix_s)
+        line["step"].append(p.step)
+        line["cpu_percent"].append(p.cpu_percent)
+        line["gpu_percent"].append(sum(util) / len(util) if util else None)
+    return dict(sorted(series.items()))
+
+
+def system_nodes(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each node's newest SYSTEM_SAMPLE as one table row (observe/system_series.py), its
+    GPUs summed up: the hottest, the ECC errors and Xids of all of them."""
+    fold = SystemFold()
+    for event in events:
+        if event.get("type") == EventType.SYSTEM_SAMPLE:
+            fold.observe(EventRecord.model_validate(event))
+    rows = []
+    for node, p in sorted(fold.latest.items()):
+        gpus = p.gpus
+        rows.append(
+            {
+                "node": node,
+                "step": p.step,
+                "time_unix_s": p.time_unix_s,
+                "cpu_percent": p.cpu_percent,
+                "memory_used_bytes": p.memory_used_bytes,
+                "memory_total_bytes": p.memory_total_bytes,
+                "run_disk_used_bytes": p.disk_used_bytes.get("run"),
+                "checkpoint_write_bytes_per_second": p.disk_write_bytes_per_second.get(
+                    "checkpoints"
+                ),
+                "net_sent_bytes_per_second": p.net_sent_bytes_per_second,
+                "net_recv_bytes_per_second": p.net_recv_bytes_per_second,
+                "gpus": len(gpus),
+                "gpu_max_temperature_celsius": max(
+                    (g.temperature_celsius for g in gpus if g.temperature_celsius is not None),
+                    default=None,
+                ),
+                "ecc_uncorrected_errors": sum(g.ecc_uncorrected_errors or 0 for g in gpus),
+                "xid_events": sum(v for (n, _), v in fold.xids.items() if n == node),
+            }
+        )
+    return rows
 
 
 def run_view(

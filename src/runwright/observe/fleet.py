@@ -36,6 +36,7 @@ from runwright.events import EventType
 from runwright.observe.metrics import STEP_SECONDS_BUCKETS
 from runwright.observe.rank_steps import unfold
 from runwright.observe.records import Event
+from runwright.observe.system_series import SystemFold, system_families
 from runwright.observe.timeline import TOKEN_KINDS, number
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "CANCELLED", "FAILED"})
@@ -123,6 +124,8 @@ class RunFold:
     alerts_fired: Counter[tuple[str, str]] = field(default_factory=Counter)
     settled_unix_s: float | None = None
     """When a read of this finished run last found nothing new (None: not settled)."""
+    system: SystemFold = field(default_factory=SystemFold)
+    """Each node's newest SYSTEM_SAMPLE and its byte and Xid counters."""
 
     def observe(self, event: Event) -> None:
         """Fold one event; unknown types change nothing."""
@@ -165,6 +168,8 @@ class RunFold:
             severity = str(attrs.get("severity") or "unknown")
             self.alerts_fired[(rule, severity)] += 1
             self.open_alerts[str(attrs.get("alert_id") or rule)] = (rule, severity)
+        elif kind == EventType.SYSTEM_SAMPLE:
+            self.system.observe(event)
         elif kind == EventType.ALERT_CLEARED:
             self.open_alerts.pop(str(attrs.get("alert_id") or attrs.get("rule") or ""), None)
 
@@ -400,6 +405,7 @@ class _Families:
                 fired.add_metric([f.run_id, f.project, rule, severity], n)
         yield firing
         yield fired
+        yield from system_families(run, (([f.run_id, f.project], f.system) for f in folds))
 
 
 def _pending_reason(fold: RunFold) -> str:

@@ -7,13 +7,15 @@ rank or sample id (seed 000: "keep run/step high-cardinality facts in traces and
 use controlled aggregation dimensions"). One registry describes one run.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import Metric
 
 from runwright.events import EventType
 from runwright.observe.rank_steps import unfold
 from runwright.observe.records import Event
+from runwright.observe.system_series import SystemFold, system_families
 from runwright.observe.timeline import TOKEN_KINDS, number
 
 # Step-time buckets in seconds: from a tiny CPU model (10 ms) to a large synchronous step (2 min).
@@ -97,6 +99,9 @@ class RunMetrics:
         self.loss = Gauge("runwright_loss", "Latest training loss (rank mean).", registry=r)
         self.lr = Gauge("runwright_learning_rate", "Latest learning rate.", registry=r)
         self.last_step = Gauge("runwright_last_step", "Highest healthy step.", registry=r)
+        self.system = SystemFold()
+        """Each node's newest SYSTEM_SAMPLE (node-labelled gauges and counters)."""
+        r.register(_SystemCollector(self.system))
         self._committed: set[str] = set()
         self._last_failure_class = "unknown"
         self._current_state: str | None = None
@@ -139,6 +144,8 @@ class RunMetrics:
             self.nans.inc()
         elif event.type == EventType.BUDGET_WARNING:
             self.budget_warnings.inc()
+        elif event.type == EventType.SYSTEM_SAMPLE:
+            self.system.observe(event)
 
     def _step(self, event: Event) -> None:
         attrs = event.attributes
@@ -173,6 +180,16 @@ class RunMetrics:
     def exposition(self) -> str:
         """The registry in the Prometheus text exposition format (version 0.0.4)."""
         return render(self.registry)
+
+
+class _SystemCollector:
+    """Renders a run's system fold in its registry (prometheus_client calls `collect`)."""
+
+    def __init__(self, fold: SystemFold) -> None:
+        self.fold = fold
+
+    def collect(self) -> Iterator[Metric]:
+        return system_families([], [([], self.fold)])
 
 
 def run_metrics(events: Iterable[Event], state: str | None = None) -> RunMetrics:

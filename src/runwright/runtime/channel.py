@@ -28,7 +28,9 @@ from runwright.protocol import HEARTBEAT, PROTOCOL_VERSION, ChannelMessage, enco
 # the next STEP_HEALTHY once the oldest unsynced line is TELEMETRY_SYNC_SECONDS old (the bound
 # when heartbeats are off). A power loss can drop at most those last seconds of telemetry, never
 # a CHECKPOINT_*, STOP_*, RESTORED or NAN_DETECTED event.
-DEFERRED_SYNC_TYPES = frozenset({EventType.STEP_HEALTHY})
+# A node's SYSTEM_SAMPLE (one per interval, from its sampler thread) is telemetry of the same
+# kind and takes the same path.
+DEFERRED_SYNC_TYPES = frozenset({EventType.STEP_HEALTHY, EventType.SYSTEM_SAMPLE})
 TELEMETRY_SYNC_SECONDS = 5.0
 
 

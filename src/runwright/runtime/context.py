@@ -53,6 +53,7 @@ from runwright.spec.elastic import plan_at_world
 if TYPE_CHECKING:
     from runwright.ckpt import Checkpointer
     from runwright.observe.trackers import TrackerSink
+    from runwright.runtime.system_sampler import SystemSampler
 
 DEFAULT_HEARTBEAT_SECONDS = 2.0
 
@@ -86,6 +87,8 @@ class RunContext:
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
     _trackers: "TrackerSink | None" = field(default=None, repr=False)
     """Rank 0's copy of the step metrics to the spec's trackers (TensorBoard, MLflow)."""
+    _system: "SystemSampler | None" = field(default=None, repr=False)
+    """The node's system sampler, in its local rank 0 only (runtime/system_sampler.py)."""
 
     @property
     def plan(self) -> ResolvedPlan | None:
@@ -253,6 +256,8 @@ class RunContext:
                 self._heartbeat.join(timeout=5)
             if self._trackers is not None:
                 self._trackers.close(completed=self.completed)
+            if self._system is not None:
+                self._system.stop()
             self.channel.close()
             tracing.flush()
 
@@ -386,6 +391,11 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
     if heartbeat:
         interval = spec.recovery.heartbeat_interval_seconds if spec else DEFAULT_HEARTBEAT_SECONDS
         ctx.start_heartbeat(interval)
+    from runwright.runtime.system_sampler import start_system_sampler
+
+    ctx._system = start_system_sampler(
+        ctx, entry.node if entry is not None else (None if node < 0 else node)
+    )
     events.attach(ctx.report)
     atexit.register(ctx.close)
     if rank == 0 and spec is not None and spec.observability.trackers.switched_on:

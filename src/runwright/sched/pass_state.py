@@ -430,6 +430,9 @@ class PassState:
             why = diagnose(
                 shape, eligible, self.count, request.device_type, self.kind_word, request.pool, out
             )
+        if why.code == "capacity" and out:
+            down = [self.nodes[n] for n in sorted(every.nodes) if not self.nodes[n].offered]
+            why = reasons.out_of_service_named(why, [(n.name, n.health) for n in down])
         floor = request.min_device_memory_bytes
         if floor and why.code == "capacity":
             largest = max(self.nodes[n].device_memory_bytes for n in every.nodes)

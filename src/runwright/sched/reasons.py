@@ -10,7 +10,7 @@ or its checkpoint cannot load at its size): those are refused at submit.
 One constructor per code, so the words of each reason live in one place and tests read them.
 """
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 
@@ -128,6 +128,21 @@ def capacity(
             f"needs {devices} devices{_of_type(device_type)} in pool {pool}; {free} are free{more}"
         ),
     )
+
+
+NAMED_OUT_OF_SERVICE = 3
+"""Drained or unhealthy nodes a capacity reason names with their reasons (the rest counted)."""
+
+
+def out_of_service_named(reason: PendingReason, nodes: list[tuple[str, Any]]) -> PendingReason:
+    """`reason` with the first NAMED_OUT_OF_SERVICE out-of-service nodes (name, NodeHealth)
+    named with why: "node a07 drained: GPU 3: 2 uncorrected ECC errors ..."."""
+    named = [f"{name} {h.state}: {h.reason}" for name, h in nodes if h.reason]
+    if not named:
+        return reason
+    more = len(named) - NAMED_OUT_OF_SERVICE
+    text = "; ".join(named[:NAMED_OUT_OF_SERVICE]) + (f"; {more} more" if more > 0 else "")
+    return reason.model_copy(update={"words": f"{reason.words} [{text}]"})
 
 
 def fast_domain(

@@ -24,6 +24,9 @@ nodes:
 quotas:                            # optional; a pool no quota names is unmetered
   - {project: vision, pool: default, devices: 64}
   - {project: speech, pool: default, devices: 32, borrowing_limit_devices: 16}
+node_health:                       # optional; the controller's drain thresholds (defaults shown)
+  {uncorrected_ecc_errors: 1, corrected_ecc_errors: 10000, hardware_xids: 1,
+   window_seconds: 86400}
 ```
 
 `quotas` are Kueue's nominal quotas (sched/quota.py): in a pool with quotas, a project holds up
@@ -111,6 +114,7 @@ def load_scheduler_file(path: Path) -> tuple[Inventory | str, Quotas]:
             "at least name, device_type and device_count (or `nodes: slurm` for the Slurm "
             "pools' nodes, read live)"
         )
+    raw.pop("node_health", None)  # the controller's drain policy (control/node_health.py)
     quotas = raw.pop("quotas", None) or []
     if not isinstance(quotas, list):
         raise InventoryError(

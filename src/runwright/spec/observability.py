@@ -9,6 +9,12 @@ from runwright.spec import limits
 from runwright.spec.alerts import AlertsSpec
 from runwright.spec.base import Section
 
+DEFAULT_SYSTEM_SAMPLE_SECONDS = 10.0
+MIN_SYSTEM_SAMPLE_SECONDS = 1.0
+"""The rate bound: one stored event per node per second at most (a 128-node run at the 10 s
+default stores 12.8 samples a second, about as many rows as its steps at one step a second)."""
+MAX_SYSTEM_SAMPLE_SECONDS = 3600.0
+
 _URI_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -89,3 +95,21 @@ class ObservabilitySpec(Section):
     """Steps per MIXTURE_WINDOW the reference trainer's loader reports (what each source
     contributed against the recipe's targets, which the `mixture_drift` rule reads); None: no
     windows. Shorter windows see a drift sooner and are noisier."""
+    system_sample_seconds: float | None = DEFAULT_SYSTEM_SAMPLE_SECONDS
+    """Seconds between two samples of each node's CPU, memory, disks, network and GPUs
+    (SYSTEM_SAMPLE, taken by a thread of the node's local rank 0: runtime/system_sampler.py);
+    None: no samples. Between MIN_SYSTEM_SAMPLE_SECONDS and an hour."""
+
+    @field_validator("system_sample_seconds")
+    @classmethod
+    def _bounded_rate(cls, seconds: float | None) -> float | None:
+        if seconds is not None and not (
+            MIN_SYSTEM_SAMPLE_SECONDS <= seconds <= MAX_SYSTEM_SAMPLE_SECONDS
+        ):
+            raise ValueError(
+                f"system_sample_seconds={seconds:g} is outside {MIN_SYSTEM_SAMPLE_SECONDS:g}.."
+                f"{MAX_SYSTEM_SAMPLE_SECONDS:g}; a node is sampled at most once a second (each "
+                "sample is one stored event per node), so give e.g. 10, or null to switch "
+                "sampling off"
+            )
+        return seconds

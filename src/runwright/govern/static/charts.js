@@ -26,7 +26,7 @@ window.RunCharts = (() => {
     ["State timeline", ["chart-states"]],
     ["Loss layer", ["chart-loss", "chart-grad-norm"]],
     ["Throughput layer", ["chart-tokens"]],
-    ["System layer", ["chart-ranks", "chart-straggler", "chart-checkpoints"]],
+    ["System layer", ["chart-ranks", "chart-straggler", "chart-checkpoints", "chart-nodes"]],
     ["Data layer", ["chart-wait", "chart-token-kinds", "chart-drift"]],
   ];
   const TIME_CHARTS = LAYERS.flatMap(([, ids]) => ids);
@@ -248,6 +248,22 @@ window.RunCharts = (() => {
         text: ck.map((c) => `step ${c.step}`), marker: { size: 9 } },
     ], "Checkpoint saves: stall and durability lag", "seconds", shapes, span,
     "no checkpoint committed");
+
+    // The nodes' own samples (SYSTEM_SAMPLE), on the same time axis as the steps above them.
+    const nodes = Object.entries(d.system_series || {}).flatMap(([node, n]) => {
+      const text = n.step.map((s) => `${node} at step ${s}`);
+      const x = n.time_unix_s.map(ms);
+      const lines = [{ type: "scatter", mode: "lines+markers", name: `${node} CPU`, x: x,
+        y: n.cpu_percent, text: text, marker: { size: 4 } }];
+      if (n.gpu_percent.some((v) => v !== null)) {
+        lines.push({ type: "scatter", mode: "lines+markers", name: `${node} GPU`, x: x,
+          y: n.gpu_percent, text: text, marker: { size: 4 }, line: { dash: "dash" } });
+      }
+      return lines;
+    });
+    timeChart("chart-nodes", nodes, "Nodes: CPU busy share and mean GPU utilisation", "percent",
+      shapes, span, "set observability.system_sample_seconds (on by default: 10 s)",
+      { yaxis: { title: { text: "percent" }, range: [0, 105] } });
 
     timeChart("chart-wait", [stepLine(steps, steps.input_wait_share, "input-wait share")],
       "Input-wait share (data wait / step time, summed over ranks)", "share of step time",

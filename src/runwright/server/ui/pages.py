@@ -170,6 +170,8 @@ def run(actor: Actor, record: RunRecord) -> str:
         '<section><h2>Open alerts</h2><div id="alerts"></div></section>'
         '<section id="run-charts" class="charts"></section>'
         '<section><h2>Checkpoints</h2><div id="checkpoints"></div></section>'
+        "<section><h2>Nodes <small>(newest system sample)</small></h2>"
+        '<div id="system"></div></section>'
         '<section><h2>Incidents</h2><div id="incidents"></div></section>'
         "<details><summary>Events <small>(the newest 200, newest last)</small></summary>"
         '<div id="events"></div></details>'

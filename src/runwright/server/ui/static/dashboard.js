@@ -88,6 +88,13 @@ function drawRun(d) {
   table("checkpoints", ["step", "checkpoint", "generation", "health", "parent", "stall s",
     "durability lag s", "bytes"], d.checkpoints.map((c) => [c.step, c.checkpoint_id,
     c.generation, c.status, c.parent, c.stall_seconds, c.durability_lag_seconds, c.bytes]));
+  table("system", ["node", "sampled", "at step", "CPU", "memory used", "run disk used",
+    "ckpt write B/s", "net out B/s", "net in B/s", "GPUs", "hottest GPU C", "ECC uncorrected",
+    "Xids"], (d.system || []).map((n) => [n.node, when(n.time_unix_s).toISOString(), n.step,
+    n.cpu_percent === null ? null : n.cpu_percent / 100, n.memory_used_bytes,
+    n.run_disk_used_bytes, n.checkpoint_write_bytes_per_second, n.net_sent_bytes_per_second,
+    n.net_recv_bytes_per_second, n.gpus, n.gpu_max_temperature_celsius,
+    n.ecc_uncorrected_errors, n.xid_events]).map((r) => { r[3] = pct(r[3]); return r; }));
   table("incidents", ["detected", "class", "rank", "message", "recovered", "restored step",
     "lost steps"], d.incidents.map((i) => [when(i.detected_unix_s).toISOString(),
     i.failure_class, i.rank, i.message, i.recovered, i.restored_step, i.lost_steps]));

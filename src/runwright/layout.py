@@ -7,6 +7,7 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 
 ```
 <root>/state.db                          embedded store (SQLite), unless --store names another
+<root>/node_health.json                  hosts' GPU health readings, gating the inventory
 <root>/datasets/<dataset_id>/            a built dataset: manifest.json, shards, stats, quarantine/
 <root>/datasets/recipes/                 recipes kept beside the datasets they built (the demo's)
 <root>/datasets/.work/<recipe_key>/      a build in progress: finished partitions, markers
@@ -112,6 +113,12 @@ def rank_file_name(generation: int, rank: int) -> str:
 def store_file(root: Path) -> Path:
     """The embedded store's SQLite file."""
     return root / "state.db"
+
+
+def node_health_file(root: Path) -> Path:
+    """The hosts' GPU health readings the scheduler's inventory is gated by
+    (control/node_health.py)."""
+    return root / "node_health.json"
 
 
 def datasets_dir(root: Path) -> Path:

@@ -40,10 +40,10 @@ import yaml
 from pydantic import Field, ValidationError
 
 from runwright.errors import RunwrightError
+from runwright.layout import node_health_file
 from runwright.records import Record
 from runwright.sched.inventory import ClusterView, Inventory
 
-LEDGER_FILE = "node_health.json"
 MAX_READINGS = 32
 """Readings kept per host: enough to see a GPU's errors grow, small enough to read every pass."""
 HARDWARE_XIDS = frozenset({48, 63, 64, 74, 79, 92, 94, 95, 119, 120})
@@ -145,7 +145,7 @@ class NodeHealthLedger:
     """The hosts' bounded reading histories in `<root>/node_health.json`."""
 
     def __init__(self, root: Path) -> None:
-        self.path = Path(root) / LEDGER_FILE
+        self.path = node_health_file(Path(root))
 
     def read(self) -> dict[str, list[HealthReading]]:
         try:

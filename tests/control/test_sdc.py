@@ -80,8 +80,14 @@ def test_a_replay_of_a_corrupted_generation_is_unverified_not_diverged():
             for rank in range(2):
                 loss = 1.0 / number + (0.5 if corrupt_from and number >= corrupt_from else 0)
                 replays.observe(
-                    message(EventType.STEP_HEALTHY, generation, rank, number, loss=loss,
-                            samples=[number * 4, number * 4 + 2])  # fmt: skip
+                    message(
+                        EventType.STEP_HEALTHY,
+                        generation,
+                        rank,
+                        number,
+                        loss=loss,
+                        samples=[number * 4, number * 4 + 2],
+                    )
                 )
         if corrupt_from:
             replays.observe(message(EventType.SDC_DETECTED, 1, 0, 8, known_good_step=4))

@@ -59,7 +59,8 @@ def test_equal_state_digests_equal_and_the_flipped_parameter_is_named():
 
 def test_a_non_finite_value_is_reported_and_int64_state_is_left_untouched():
     tensor = torch.tensor([1.0, float("inf")])
-    assert tensor_lanes(tensor)[1] is False
+    assert not bool(tensor_lanes(tensor)[1])
+    assert digest([("w", tensor), ("b", torch.ones(2))]).nonfinite == ("w",)
     counts = torch.tensor([3, -5], dtype=torch.int64)
     tensor_lanes(counts)
     assert counts.tolist() == [3, -5]  # the int64 view widens to itself: no in-place math

@@ -68,4 +68,3 @@ def test_a_flipped_bit_is_found_and_the_checkpoints_since_the_last_check_suspect
     assert by_step[6].folder == facts["suspect_checkpoints"][0]
     assert by_step[4].suspect is None
     assert [c.record.step for c in restore_candidates(storage, None)] == [4]
-

@@ -55,19 +55,21 @@ def _local(tensor: torch.Tensor) -> torch.Tensor:
     return to_local() if to_local is not None else tensor
 
 
-def tensor_lanes(tensor: torch.Tensor) -> tuple[torch.Tensor, bool]:
-    """(int64 [2] lanes of the tensor's raw bytes, whether every element is finite)."""
+def tensor_lanes(tensor: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(int64 [2] lanes of the tensor's raw bytes, a bool scalar: every element is finite),
+    both where the tensor lives (no synchronisation here)."""
     flat = _local(tensor).detach().contiguous().reshape(-1)
     words = flat.view(_WORDS[flat.element_size()])
-    lanes = torch.zeros(2, dtype=torch.int64, device=flat.device)
-    finite = torch.ones((), dtype=torch.bool, device=flat.device)
-    for start in range(0, words.numel(), CHUNK_ELEMENTS):
+    lanes, finite = [], []
+    for start in range(0, max(words.numel(), 1), CHUNK_ELEMENTS):
         wide = words[start : start + CHUNK_ELEMENTS].to(torch.int64)
-        lanes[0] += wide.sum()
-        lanes[1] += (wide * wide).sum()  # not in place: an int64 tensor's .to() is itself
+        # not in place: an int64 tensor's .to(torch.int64) is the tensor itself
+        lanes.append(torch.stack([wide.sum(), (wide * wide).sum()]))
         if flat.is_floating_point():
-            finite &= torch.isfinite(flat[start : start + CHUNK_ELEMENTS]).all()
-    return lanes, bool(finite)
+            finite.append(torch.isfinite(flat[start : start + CHUNK_ELEMENTS]).all())
+    summed = lanes[0] if len(lanes) == 1 else torch.stack(lanes).sum(dim=0)
+    ok = torch.stack(finite).all() if finite else torch.ones((), dtype=torch.bool)
+    return summed, ok.to(summed.device)
 
 
 @dataclass(frozen=True)
@@ -84,17 +86,20 @@ class Digest:
 
 
 def digest(tensors: Iterable[tuple[str, torch.Tensor]]) -> Digest:
-    names, rows, nonfinite = [], [], []
+    names, rows, finite = [], [], []
     for name, tensor in tensors:
-        lanes, finite = tensor_lanes(tensor)
+        lanes, ok = tensor_lanes(tensor)
         names.append(name)
         rows.append(lanes)
-        if not finite:
-            nonfinite.append(name)
-    table = torch.stack(rows).cpu() if rows else torch.zeros((0, 2), dtype=torch.int64)
+        finite.append(ok)
+    if not rows:
+        return Digest(0, torch.zeros((0, 2), dtype=torch.int64), (), ())
+    table = torch.stack(rows).cpu()  # the one synchronisation: 16 bytes per tensor
+    flags = torch.stack(finite).cpu()
+    nonfinite = tuple(name for name, ok in zip(names, flags.tolist(), strict=True) if not ok)
     folded = hashlib.blake2b(table.numpy().tobytes(), digest_size=8).digest()
     value = int.from_bytes(folded, "little", signed=True)
-    return Digest(value, table, tuple(names), tuple(nonfinite))
+    return Digest(value, table, tuple(names), nonfinite)
 
 
 def first_difference(mine: Digest, other_lanes: torch.Tensor) -> str | None:

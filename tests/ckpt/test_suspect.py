@@ -2,10 +2,14 @@
 last passing corruption check although keep_last would drop it; a failed check marks the ones
 after it SUSPECT (durably, once); the catalog lists the reason and restore skips them."""
 
+import json
+
 from ckpt_helpers import make_state, params, same_params
+from typer.testing import CliRunner
 
 from runwright.ckpt import Checkpointer, HealthVerdict, MemorySink, restore_candidates, scan
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.cli.main import app
 from runwright.spec.policies import CheckpointSpec
 
 
@@ -29,6 +33,11 @@ def test_a_failed_check_suspects_the_newer_checkpoints_and_restore_goes_back(tmp
     assert by_step[8].suspect.startswith("silent data corruption (replica_digest)")
     assert by_step[4].suspect is None
     assert [c.record.step for c in restore_candidates(storage, saver.fence)] == [4]
+    listed = CliRunner().invoke(app, ["ckpt", "list", str(tmp_path), "--json"])
+    rows = {row["step"]: row for row in json.loads(listed.output)["committed"]}
+    assert rows[8]["suspect"].startswith("silent data corruption") and rows[4]["suspect"] is None
+    table = CliRunner().invoke(app, ["ckpt", "list", str(tmp_path)])
+    assert "suspect" in table.output
 
     fresh = make_state(seed=2)
     restored = Checkpointer(str(tmp_path), policy=CheckpointSpec(), events=MemorySink())

@@ -102,12 +102,12 @@ class IntegrityCheck:
             hosts = [socket.gethostname()]
         self.hosts = hosts
         self.device = next((p.device for p in model.parameters()), torch.device("cpu"))
-        if spec.every_steps and ctx.world_size > 1 and len(self.replica_ranks) < 2:
-            if ctx.rank == 0:
-                print(
-                    "training.integrity: no replica group (every rank holds its own shard): "
-                    "nothing to compare, so the checks are recomputation and invariants only"
-                )
+        alone = ctx.world_size > 1 and len(self.replica_ranks) < 2
+        if spec.every_steps and alone and ctx.rank == 0:
+            print(
+                "training.integrity: no replica group (every rank holds its own shard): "
+                "nothing to compare, so the checks are recomputation and invariants only"
+            )
 
     def due(self, step: int) -> bool:
         return bool(self.spec.every_steps) and step % self.spec.every_steps == 0

@@ -23,7 +23,7 @@ import runwright
 from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
 from runwright.data import DataLoader
 from runwright.events import EventType
-from runwright.runtime.integrity import IntegrityCheck
+from runwright.runtime import IntegrityCheck
 from runwright.train.evaluate import eval_rows, evaluate
 from runwright.train.faults import BitFlip, ShardDamage
 from runwright.train.layouts import apply_layout

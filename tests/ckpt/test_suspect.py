@@ -26,9 +26,9 @@ def test_a_failed_check_suspects_the_newer_checkpoints_and_restore_goes_back(tmp
     storage = CheckpointStorage(str(tmp_path))
     assert sorted(c.record.step for c in scan(storage)[0]) == [4, 8]  # 4: the known-good one
 
-    marked = saver.mark_suspect("silent data corruption (replica_digest) at step 10: ...")
+    marked = saver.mark_suspect(4, "silent data corruption (replica_digest) at step 10: ...")
     assert [int(f.split("-", 1)[0]) for f in marked] == [8]
-    assert saver.mark_suspect("again") == []  # once suspect, left as it is
+    assert saver.mark_suspect(4, "again") == []  # once suspect, left as it is
     by_step = {c.record.step: c for c in scan(storage)[0]}
     assert by_step[8].suspect.startswith("silent data corruption (replica_digest)")
     assert by_step[4].suspect is None

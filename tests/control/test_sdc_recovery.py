@@ -3,8 +3,9 @@
 only); the replica check at step 8 finds it (training.integrity.every_steps 4), the run is
 classified `sdc`, the suspects' host is quarantined (the next allocation excludes it; the local
 executor has only this machine and grants it anyway), the restart restores the known-good step-4
-checkpoint (the step-6 one is suspect), trains to the end and SUCCEEDED; the report lists the
-incident. The worker side's detection alone is tests/train/test_integrity.py (default suite)."""
+checkpoint (the step-6 one is suspect), trains to the end and SUCCEEDED, with final parameters
+bit for bit those of the same run without the fault; the report lists the incident. The worker
+side's detection alone is tests/train/test_integrity.py (default suite)."""
 
 import pytest
 from runwright_tests_tiny import TINY_DATA, tiny_gpt
@@ -19,7 +20,7 @@ from runwright.store import Store
 pytestmark = pytest.mark.integration
 
 
-@pytest.mark.slow  # two generations of 2 ranks and a requeue: about 90 s on 2 busy cores
+@pytest.mark.slow  # three generations of 2 ranks (one the clean reference): about 2 minutes
 def test_a_flipped_bit_rolls_back_to_the_known_good_checkpoint_and_the_run_succeeds(tmp_path):
     dataset = build_dataset(TINY_DATA, tmp_path / "data")
     data = tiny_gpt(dataset, steps=8, name="sdc", devices=2, every_steps=2)
@@ -32,6 +33,13 @@ def test_a_flipped_bit_rolls_back_to_the_known_good_checkpoint_and_the_run_succe
         run, _ = controller.submit(spec_from_mapping(data), tmp_path)
         run = controller.drive(run.run_id)
         assert run.state == "SUCCEEDED", run.state_detail
+        clean_data = {**data, "name": "sdc-clean", "code": {**data["code"], "args": []}}
+        clean, _ = controller.submit(spec_from_mapping(clean_data), tmp_path)
+        clean = controller.drive(clean.run_id)
+        assert clean.state == "SUCCEEDED", clean.state_detail
+        (done,) = store.events(run.run_id, types=[EventType.TRAINING_COMPLETE])
+        (reference,) = store.events(clean.run_id, types=[EventType.TRAINING_COMPLETE])
+        assert done.attributes["parameter_digests"] == reference.attributes["parameter_digests"]
 
         (found,) = store.events(run.run_id, types=[EventType.SDC_DETECTED])
         assert found.step == 8 and found.attributes["known_good_step"] == 4

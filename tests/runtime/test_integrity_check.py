@@ -20,7 +20,7 @@ class Checkpoints:
         self.known_good_step: int | None = None
         self.reasons: list[str] = []
 
-    def mark_suspect(self, reason: str) -> list[str]:
+    def mark_suspect(self, after_step: int, reason: str) -> list[str]:
         self.reasons.append(reason)
         return ["0000000006-g000001-ab"]
 
@@ -87,3 +87,20 @@ def test_the_bounds_and_a_non_finite_parameter_are_invariants():
     with pytest.raises(SilentDataCorruptionError, match=r"non-finite .*\(weight\)"):
         check.check(3)
     assert [facts["kind"] for _, facts in recorder.events] == ["invariant", "invariant"]
+
+
+def test_retention_keeps_a_rollback_target_only_while_a_check_can_still_come():
+    recorder = Recorder()
+    model = torch.nn.Linear(4, 2)
+
+    def made(every: int, start: int, end: int | None) -> int | None:
+        IntegrityCheck(
+            recorder.ctx(), model=model, optimizer=None, replica_ranks=(),
+            checkpointer=recorder.checkpointer, start_step=start, end_step=end,
+            spec=IntegritySpec(every_steps=every),
+        )  # fmt: skip
+        return recorder.checkpointer.known_good_step
+
+    assert made(4, 2, 8) == 2  # the check at 4 may still fail: keep the restored step
+    assert made(4, 6, 7) is None  # the next check (8) lies past the end: retention as usual
+    assert made(0, 2, 100) is None  # checks off

@@ -247,14 +247,14 @@ class Checkpointer:
             raise self._failures.overran(*late)
         self._failures.settle(self._backlog, agree=False)
 
-    def mark_suspect(self, reason: str) -> list[str]:
+    def mark_suspect(self, after_step: int, reason: str) -> list[str]:
         """After a failed corruption check: let queued saves finish, then (rank 0) mark every
-        committed checkpoint newer than `known_good_step` suspect (ckpt/suspect.py); returns the
-        folders marked. Without a passing check yet, every checkpoint of the run is suspect."""
+        committed checkpoint newer than `after_step` (the last passing check) suspect
+        (ckpt/suspect.py); returns the folders marked."""
         self.wait()
         if self.rank != 0:
             return []
-        return mark_suspect(self.storage, self.known_good_step or 0, reason)
+        return mark_suspect(self.storage, after_step, reason)
 
     def durability_lag(self) -> DurabilityLag:
         """How far the newest durable checkpoint trails the newest staged one."""

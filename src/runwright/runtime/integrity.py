@@ -73,10 +73,12 @@ class IntegrityCheck:
         replica_ranks: tuple[int, ...],
         checkpointer: "Checkpointer | None" = None,
         start_step: int = 0,
+        end_step: int | None = None,
         spec: "IntegritySpec | None" = None,
     ) -> None:
         """`replica_ranks`: the global ranks holding the same state as this one, this one
-        included (every dp rank under DDP); () when no rank has a replica (pure sharding)."""
+        included (every dp rank under DDP); () when no rank has a replica (pure sharding).
+        `end_step`: the run's last step (a check due after it will never run)."""
         if spec is None:
             if ctx.spec is None:
                 raise RunwrightError("IntegrityCheck needs a job spec (training.integrity)")
@@ -87,11 +89,11 @@ class IntegrityCheck:
         self.checkpointer = checkpointer
         self.bitwise = ctx.spec is not None and ctx.spec.reproducibility.level == "bitwise"
         self.distributed = dist.is_available() and dist.is_initialized()
+        self.end_step = end_step
         self.known_good_step = start_step
         """The last step a check passed at; the restored state counts (every rank loaded the
         same verified bytes)."""
-        if checkpointer is not None:
-            checkpointer.known_good_step = start_step
+        self._keep_known_good(start_step)
         self.check_seconds_total = 0.0
         self.checks = 0
         self._recompute_failure: str | None = None
@@ -203,8 +205,17 @@ class IntegrityCheck:
                 tensors=tensors,
             )
         self.known_good_step = step
-        if self.checkpointer is not None:
-            self.checkpointer.known_good_step = step
+        self._keep_known_good(step)
+
+    def _keep_known_good(self, step: int) -> None:
+        """Have retention keep the newest checkpoint at or before `step`, the rollback target,
+        while a check can still find something: not with the checks off, nor once the next
+        due step lies past the run's end (retention then works as it would without checks)."""
+        if self.checkpointer is None:
+            return
+        every = self.spec.every_steps
+        coming = every and (self.end_step is None or (step // every + 1) * every <= self.end_step)
+        self.checkpointer.known_good_step = step if coming else None
 
     def _gather(self, local: torch.Tensor) -> list[torch.Tensor]:
         if not self.distributed or self.ctx.world_size == 1:
@@ -246,7 +257,11 @@ class IntegrityCheck:
     ) -> None:
         """Stop the group at this boundary (see the module doc); every rank calls it."""
         reason = f"silent data corruption ({kind}) at step {step}: {detail}"
-        marked = self.checkpointer.mark_suspect(reason) if self.checkpointer is not None else []
+        marked = (
+            self.checkpointer.mark_suspect(self.known_good_step, reason)
+            if self.checkpointer is not None
+            else []
+        )
         hosts = sorted({h for r in suspects if r < len(self.hosts) and (h := self.hosts[r])})
         if self.ctx.rank == 0:
             self.ctx.report(

@@ -165,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     step = restored.step if restored else 0
     # Silent-data-corruption checks (training.integrity): replica digests, recomputation, bounds.
     integrity = IntegrityCheck(ctx, model=model, optimizer=optimizer, checkpointer=ckpt,
-                               replica_ranks=layout.replica_ranks, start_step=step)  # fmt: skip
+                               replica_ranks=layout.replica_ranks, start_step=step,
+                               end_step=total_steps)  # fmt: skip
 
     def micro_loss(part: dict[str, torch.Tensor]) -> torch.Tensor:
         """One micro-batch's share of the global loss (also the recomputation check's)."""

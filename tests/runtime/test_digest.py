@@ -2,6 +2,8 @@
 whatever the dtype and wherever the bit; equal state gives equal digests; the vote names the
 minority, or every replica when there is no strict majority; a failed vote names the tensor."""
 
+import argparse
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -89,7 +91,7 @@ def test_the_vote_names_the_minority_or_everyone_without_a_majority(
 
 def test_the_flip_injector_refuses_bad_input_with_the_expected_form():
     assert BitFlip.parse("blocks.0.fc.weight:1@5") == BitFlip("blocks.0.fc.weight", 1, 5)
-    with pytest.raises(ValueError, match="PARAM:RANK@STEP"):
+    with pytest.raises(argparse.ArgumentTypeError, match="PARAM:RANK@STEP"):
         BitFlip.parse("blocks.0.fc.weight@5")
     model, _ = trained()
     with pytest.raises(SystemExit, match="no parameter 'nope'"):

@@ -14,6 +14,7 @@ read the shard, and a drill lands on the same step every time. What follows is
 `data.on_corrupt_shard`'s (docs/data.md). Never used unless the flag is given.
 """
 
+import argparse
 import os
 import re
 from dataclasses import dataclass
@@ -73,8 +74,8 @@ class BitFlip:
     @classmethod
     def parse(cls, text: str) -> "BitFlip":
         found = FLIP.match(text)
-        if found is None:
-            raise ValueError(
+        if found is None:  # argparse shows an ArgumentTypeError's own words
+            raise argparse.ArgumentTypeError(
                 f"--flip-bit {text!r}: expected PARAM:RANK@STEP, e.g. blocks.0.fc.weight:1@5"
             )
         return cls(found["param"], int(found["rank"]), int(found["step"]))

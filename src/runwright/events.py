@@ -237,6 +237,14 @@ class EventType(StrEnum):
     """A checkpoint failed validation on restore and an older one was tried."""
     INTERVAL_CHOSEN = "INTERVAL_CHOSEN"
     """The checkpoint interval was derived (Young/Daly) from measured cost and failure rate."""
+    SDC_DETECTED = "SDC_DETECTED"
+    """A silent-data-corruption check failed at a step boundary (runtime/integrity.py; rank 0
+    reports it, then every rank raises SilentDataCorruptionError and recovery classifies `sdc`):
+    kind (replica_digest, recompute, invariant), detail (in words), ranks (the suspects: the
+    minority of a replica vote, both of two disagreeing replicas, or the ranks whose
+    recomputation differed), hosts (theirs, quarantined by recovery), tensors (the first
+    differing parameter or optimizer-state names), known_good_step (the last passing check: the
+    rollback target), suspect_checkpoints (the folders marked SUSPECT)."""
 
     # -- a worker: the node's system sampler (issue 24) -------------------------------------------
     SYSTEM_SAMPLE = "SYSTEM_SAMPLE"

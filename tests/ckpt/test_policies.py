@@ -46,7 +46,7 @@ def test_auto_policy_records_inputs_and_uses_measured_stall():
 
 
 entries = st.lists(
-    st.tuples(st.integers(1, 10_000), st.sampled_from(list(HealthVerdict))),
+    st.tuples(st.integers(1, 10_000), st.sampled_from(list(HealthVerdict)), st.booleans()),
     min_size=1,
     max_size=30,
     unique_by=lambda e: e[0],
@@ -56,19 +56,30 @@ entries = st.lists(
 @given(entries, st.integers(1, 5), st.one_of(st.none(), st.integers(1, 50)), st.data())
 def test_retention_never_drops_what_it_must_keep(items, keep_last, every, data):
     rows = [
-        RetentionEntry(checkpoint_id=f"c{s}", folder=f"f{s}", step=s, health=h) for s, h in items
+        RetentionEntry(checkpoint_id=f"c{s}", folder=f"f{s}", step=s, health=h, suspect=x)
+        for s, h, x in items
     ]
     latest = data.draw(st.sampled_from(rows))
+    known_good = data.draw(st.one_of(st.none(), st.integers(0, 10_000)))
     plan = plan_retention(
-        rows, keep_last=keep_last, keep_every_steps=every, latest_checkpoint_id=latest.checkpoint_id
+        rows,
+        keep_last=keep_last,
+        keep_every_steps=every,
+        latest_checkpoint_id=latest.checkpoint_id,
+        known_good_step=known_good,
     )
     assert set(plan.keep) | set(plan.delete) == {r.folder for r in rows}
     assert not set(plan.keep) & set(plan.delete)
     assert latest.folder in plan.keep
     newest = sorted(rows, key=lambda r: r.step, reverse=True)
     assert {r.folder for r in newest[:keep_last]} <= set(plan.keep)
-    healthy = [r for r in newest if r.health != HealthVerdict.UNHEALTHY]
+    healthy = [r for r in newest if r.health != HealthVerdict.UNHEALTHY and not r.suspect]
     if healthy:
         assert healthy[0].folder in plan.keep
+    # The rollback target of a failed corruption check: the newest good one at or before the
+    # last passing check, however many newer ones keep_last holds.
+    checked = [r for r in healthy if known_good is not None and r.step <= known_good]
+    if checked:
+        assert checked[0].folder in plan.keep
     if every:
         assert {r.folder for r in rows if r.step % every == 0} <= set(plan.keep)

@@ -248,6 +248,10 @@ SPEC_ROWS: dict[str, tuple[Callable[[Path], Path], list[str]]] = {
         skeleton_with(at("training", loss_spike={"threshold_ratio": 1})),
         ["training.loss_spike.threshold_ratio"],
     ),
+    "integrity every -1 steps": (
+        skeleton_with(at("training", integrity={"every_steps": -1})),
+        ["training.integrity.every_steps", "0 (checks off) or a positive number of steps"],
+    ),
     "dp 2**40": (skeleton_with(at("parallelism", dp=2**40)), ["parallelism.dp"]),
     "seed 2**64": (skeleton_with(at("training", seed=2**64)), ["training.seed"]),
     "negative data seed": (skeleton_with(at("data", seed=-1)), ["data.seed"]),

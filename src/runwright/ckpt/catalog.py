@@ -3,7 +3,9 @@
 A checkpoint is committed iff `<step>-<id>/COMMITTED` parses, names the folder it is in, holds
 the sha256 of the manifest.json beside it, and the folder name, the record and the manifest agree
 on id, step and generation; a folder with a `REJECTED` marker (its publish was refused by the
-fence) is not. Records are read within `RECORD_MAX_BYTES` and only from regular files. Directory
+fence) is not. A committed folder with a `SUSPECT` marker (saved after the last passing
+silent-data-corruption check, before a failed one: ckpt/suspect.py) is listed with its reason and
+never restored. Records are read within `RECORD_MAX_BYTES` and only from regular files. Directory
 listings alone never count (seed 003: the manifest, not the listing, is the transaction boundary).
 """
 
@@ -18,6 +20,7 @@ from runwright.ckpt.manifest import (
     MANIFEST_FILE,
     RECORD_MAX_BYTES,
     REJECTED_FILE,
+    SUSPECT_FILE,
     CheckpointManifest,
     CommitRecord,
     generation_of,
@@ -37,6 +40,8 @@ class CommittedCheckpoint(Record):
     """Its commit record."""
     manifest: CheckpointManifest
     """Its manifest (hash checked against the record)."""
+    suspect: str | None = None
+    """Why a failed corruption check made it suspect (its SUSPECT marker); None: not suspect."""
 
 
 class Uncommitted(Record):
@@ -107,7 +112,17 @@ def read_committed(storage: CheckpointStorage, folder: str) -> CommittedCheckpoi
     disagreements = _disagreements(folder, parsed, record, manifest)
     if disagreements:
         return _damaged(folder, "; ".join(disagreements))
-    return CommittedCheckpoint(folder=folder, path=path, record=record, manifest=manifest)
+    suspect = None
+    if storage.exists(f"{path}/{SUSPECT_FILE}"):
+        suspect = (
+            storage.read_record(f"{path}/{SUSPECT_FILE}", RECORD_MAX_BYTES)
+            .decode(errors="replace")
+            .strip()
+            or "marked suspect"
+        )
+    return CommittedCheckpoint(
+        folder=folder, path=path, record=record, manifest=manifest, suspect=suspect
+    )
 
 
 def _why(exc: Exception) -> str:
@@ -159,8 +174,9 @@ def restore_candidates(
 ) -> list[CommittedCheckpoint]:
     """Restore order: the fence's latest pointer first, then older committed checkpoints newest
     first. Committed folders newer than the pointer are left out: only a stale writer, whose
-    publish the fence refused, can have produced them."""
-    committed, _ = scan(storage)
+    publish the fence refused, can have produced them. Suspect ones are left out too: they may
+    hold a corrupted state (ckpt/suspect.py)."""
+    committed = [c for c in scan(storage)[0] if c.suspect is None]
     latest = fence.latest() if fence is not None else None
     if latest is None:
         return committed

@@ -43,6 +43,7 @@ from runwright.ckpt.save_steps import persist_reported, retain
 from runwright.ckpt.snapshot import SnapshotPool
 from runwright.ckpt.state import TrainState, capture, data_cursor_of
 from runwright.ckpt.storage import CheckpointStorage
+from runwright.ckpt.suspect import mark_suspect
 from runwright.ckpt.verify import VerifyMode
 from runwright.events import EventType
 from runwright.spec.policies import CheckpointSpec
@@ -83,6 +84,9 @@ class Checkpointer:
         self.events: EventSink = events if events is not None else LoggingSink()
         self.last_state: TrainState | None = None
         """The state last saved or restored: what the run holds (its close digests it)."""
+        self.known_good_step: int | None = None
+        """The step of the last passing corruption check (runtime/integrity.py): retention keeps
+        the newest checkpoint at or before it, the rollback target should a later check fail."""
         self._ranks = Ranks()
         self.distributed = self._ranks.distributed
         self.rank = self._ranks.rank
@@ -242,6 +246,15 @@ class Checkpointer:
         ):
             raise self._failures.overran(*late)
         self._failures.settle(self._backlog, agree=False)
+
+    def mark_suspect(self, after_step: int, reason: str) -> list[str]:
+        """After a failed corruption check: let queued saves finish, then (rank 0) mark every
+        committed checkpoint newer than `after_step` (the last passing check) suspect
+        (ckpt/suspect.py); returns the folders marked."""
+        self.wait()
+        if self.rank != 0:
+            return []
+        return mark_suspect(self.storage, after_step, reason)
 
     def durability_lag(self) -> DurabilityLag:
         """How far the newest durable checkpoint trails the newest staged one."""
@@ -421,7 +434,7 @@ class Checkpointer:
             self._parent = snap.checkpoint_id
             self._committed_step = max(self._committed_step or 0, snap.step)
             if self.rank == 0:
-                retain(self.storage, self.fence, self.policy, self._emit)
+                retain(self.storage, self.fence, self.policy, self._emit, self.known_good_step)
         # an inline save also blocked the step while retention deleted older checkpoints
         stall = stall_now()
         return SaveResult(

@@ -131,6 +131,8 @@ class ListedCheckpoint(Record):
     """Health verdict at save time."""
     latest: bool
     """Whether the latest pointer names it."""
+    suspect: str | None = None
+    """Why a failed corruption check made it suspect (restore skips it); None: not suspect."""
 
 
 class Inventory(Record):
@@ -182,6 +184,7 @@ def inventory(root: str) -> Inventory:
             total_bytes=c.manifest.total_bytes,
             health=c.manifest.health,
             latest=latest is not None and latest.checkpoint_id == c.record.checkpoint_id,
+            suspect=c.suspect,
         )
         for c in committed
     ]

@@ -17,6 +17,9 @@ from runwright.records import Record
 MANIFEST_FILE = "manifest.json"
 COMMIT_FILE = "COMMITTED"
 REJECTED_FILE = "REJECTED"
+SUSPECT_FILE = "SUSPECT"
+"""Beside a committed checkpoint saved after a silent-data-corruption check last passed, when a
+later check failed (ckpt/suspect.py): restore and retention no longer count it as good."""
 FORMAT_VERSION = 1
 CHECKSUM_ALGORITHM = DEFAULT_CHECKSUM
 RECORD_MAX_BYTES = 64 << 20

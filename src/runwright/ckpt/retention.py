@@ -1,9 +1,11 @@
 """Which committed checkpoints to keep: pure planning, then a crash-safe delete.
 
 Rules: keep the newest `keep_last`; keep every checkpoint whose step is a multiple of
-`keep_every_steps`; always keep the newest checkpoint whose health verdict is not UNHEALTHY (the
-newest that passed validation) and the one the fence's latest pointer names, whatever the other
-rules say. Deleting removes the commit record first (fsynced), so a crash mid-delete leaves
+`keep_every_steps`; always keep the newest checkpoint whose health verdict is not UNHEALTHY and
+that is not suspect (the newest that passed validation), the newest one at or before the last
+passing silent-data-corruption check (`known_good_step`: the rollback target should a later check
+fail, ckpt/suspect.py), and the one the fence's latest pointer names, whatever the other rules
+say. Deleting removes the commit record first (fsynced), so a crash mid-delete leaves
 residue that restore ignores, never a committed checkpoint with missing shards. A delete storage
 refuses (a volume turned read-only) is reported and skipped: the commit that triggered retention
 stands, and the next commit's retention plans again.
@@ -33,6 +35,8 @@ class RetentionEntry(Record):
     """Its step."""
     health: HealthVerdict = HealthVerdict.UNKNOWN
     """Health verdict from its manifest."""
+    suspect: bool = False
+    """A failed corruption check marked it suspect (ckpt/suspect.py)."""
 
 
 class RetentionPlan(Record):
@@ -50,6 +54,7 @@ def plan_retention(
     keep_last: int,
     keep_every_steps: int | None = None,
     latest_checkpoint_id: str | None = None,
+    known_good_step: int | None = None,
 ) -> RetentionPlan:
     ordered = sorted(entries, key=lambda e: e.step, reverse=True)
     keep: dict[str, str] = {}
@@ -59,9 +64,15 @@ def plan_retention(
         for entry in ordered:
             if entry.step % keep_every_steps == 0:
                 keep.setdefault(entry.folder, f"step is a multiple of {keep_every_steps}")
-    validated = next((e for e in ordered if e.health != HealthVerdict.UNHEALTHY), None)
-    if validated is not None:
-        keep.setdefault(validated.folder, "newest checkpoint that passed validation")
+    good = [e for e in ordered if e.health != HealthVerdict.UNHEALTHY and not e.suspect]
+    if good:
+        keep.setdefault(good[0].folder, "newest checkpoint that passed validation")
+    if known_good_step is not None:
+        checked = next((e for e in good if e.step <= known_good_step), None)
+        if checked is not None:
+            keep.setdefault(
+                checked.folder, f"known-good: the corruption check passed at step {known_good_step}"
+            )
     for entry in ordered:
         if entry.checkpoint_id == latest_checkpoint_id:
             keep.setdefault(entry.folder, "named by the latest pointer")
@@ -104,6 +115,7 @@ def apply_retention(
     *,
     keep_last: int,
     keep_every_steps: int | None = None,
+    known_good_step: int | None = None,
 ) -> list[Deleted | NotDeleted]:
     """Plan retention over the committed checkpoints on storage and delete what it drops."""
     committed, _ = scan(storage)
@@ -115,12 +127,14 @@ def apply_retention(
                 folder=c.folder,
                 step=c.record.step,
                 health=c.manifest.health,
+                suspect=c.suspect is not None,
             )
             for c in committed
         ],
         keep_last=keep_last,
         keep_every_steps=keep_every_steps,
         latest_checkpoint_id=latest.checkpoint_id if latest is not None else None,
+        known_good_step=known_good_step,
     )
     done: list[Deleted | NotDeleted] = []
     for folder in plan.delete:

@@ -57,11 +57,21 @@ def persist_reported(
     )
 
 
-def retain(storage: CheckpointStorage, fence: Fence, policy: CheckpointSpec, emit: Emit) -> None:
+def retain(
+    storage: CheckpointStorage,
+    fence: Fence,
+    policy: CheckpointSpec,
+    emit: Emit,
+    known_good_step: int | None = None,
+) -> None:
     """Apply the retention policy (rank 0): CHECKPOINT_DELETED for each checkpoint deleted,
     RETENTION_FAILED for each one storage refused to delete (it is left for the next pass)."""
     for done in apply_retention(
-        storage, fence, keep_last=policy.keep_last, keep_every_steps=policy.keep_every_steps
+        storage,
+        fence,
+        keep_last=policy.keep_last,
+        keep_every_steps=policy.keep_every_steps,
+        known_good_step=known_good_step,
     ):
         refused = isinstance(done, NotDeleted)
         kind = EventType.RETENTION_FAILED if refused else EventType.CHECKPOINT_DELETED

@@ -57,7 +57,7 @@ def list_(target: Target, root: Path | None = RootOption, json_out: Json = False
             str(row.step),
             str(row.generation),
             f"{row.total_bytes / 2**20:.1f}",
-            row.health.value,
+            "suspect" if row.suspect else row.health.value,  # restore skips it
             "*" if row.latest else "",
         )
     console.print(table)

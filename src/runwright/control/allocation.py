@@ -55,11 +55,13 @@ def request_number(events: list[EventRecord]) -> int:
 
 
 def lost_hosts(events: list[EventRecord]) -> tuple[str, ...]:
-    """Every node the run lost so far, oldest first: the next request avoids them."""
+    """Every node the run lost so far, and every node a corruption check quarantined
+    (control/sdc.py), oldest first: the next request avoids them."""
     found: dict[str, None] = {}
     for e in events:
         if e.type in (EventType.FAILURE_CLASSIFIED, EventType.ALLOCATION_FAILED):
             found.update(dict.fromkeys(e.attributes.get("lost_hosts") or ()))
+            found.update(dict.fromkeys(e.attributes.get("quarantined_hosts") or ()))
     return tuple(found)
 
 

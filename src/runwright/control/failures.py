@@ -35,6 +35,9 @@ DETERMINISTIC = frozenset(
 # Exception names and message fragments, checked in order against the first failing rank's error.
 PATTERNS: list[tuple[FailureClass, re.Pattern[str]]] = [
     (FailureClass.OOM, re.compile(r"OutOfMemoryError|out of memory|MemoryError", re.I)),
+    # Without the group's SDC_DETECTED (control/sdc.py reads it first), its ranks' error; before
+    # nan_inf, whose words ("non-finite") an invariant's message may carry.
+    (FailureClass.SDC, re.compile(r"SilentDataCorruptionError")),
     (FailureClass.NAN_INF, re.compile(r"NonFiniteError|LossSpikeError|non-finite", re.I)),
     (
         FailureClass.DATA,

@@ -19,6 +19,7 @@ from runwright.control.executors.protocol import (
 from runwright.control.failures import Classification, classify
 from runwright.control.membership import MembershipStep, changed_for
 from runwright.control.policy import PastFailure, decide
+from runwright.control.sdc import classify_sdc, detection, known_good_step, quarantined_hosts
 from runwright.control.states import RunState
 from runwright.control.watchdog import Verdict
 from runwright.events import EventType
@@ -43,6 +44,7 @@ RECOVERY_INPUTS = (
     EventType.STOP_GRACE_EXPIRED,
     EventType.RESTORED,
     EventType.FAILURE_CLASSIFIED,
+    EventType.SDC_DETECTED,
 )
 """The event types `RecoverySequence.recover` classifies and decides from."""
 
@@ -87,7 +89,8 @@ def lost_hosts_of(events: list[EventRecord], generation: int) -> list[str]:
         str(host)
         for e in events
         if e.type == EventType.FAILURE_CLASSIFIED and e.generation == generation
-        for host in e.attributes.get("lost_hosts") or ()
+        for key in ("lost_hosts", "quarantined_hosts")  # a suspect node leaves as a lost one
+        for host in e.attributes.get(key) or ()
     ]
 
 
@@ -219,6 +222,9 @@ class RecoverySequence:
             ranks_started=len(sup.started_ranks),
             world_size=spec.resources.world_size,
         )
+        sdc = detection(current, run.generation)
+        if sdc is not None:  # the group's own corruption verdict (control/sdc.py)
+            failure = classify_sdc(sdc, failure, run.last_step)
         restored = restored_step_of(events, run.generation)
         self.journal.record(
             run,
@@ -232,6 +238,7 @@ class RecoverySequence:
             last_step=run.last_step,
             restored_step=restored,
             lost_hosts=list(evidence.lost_hosts) or None,
+            quarantined_hosts=quarantined_hosts(sdc) if sdc is not None else None,
             error_lines=list(failure.error_lines) or None,
             **({"node": failure.node, "host": failure.host} if failure.node is not None else {}),
         )
@@ -259,6 +266,7 @@ class RecoverySequence:
             detected_unix_s=detected,
             not_before_unix_s=time.time() + decision.backoff_seconds,
             skip_steps=list(decision.skip_steps) if decision.skip_steps else None,
+            restore_at_most_step=known_good_step(sdc) if sdc is not None else None,
         )
 
     def roll_back(

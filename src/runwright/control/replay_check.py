@@ -17,7 +17,9 @@ other generations, and records one verdict per restarted generation:
   the restore did not reproduce the run (a non-deterministic op, a restore that lost state). The
   default `recovery_diverged` alert rule fires on it.
 - RECOVERY_UNVERIFIED: nothing could be compared, and why: the world size changed (a reshard
-  changes what each rank computes), the replay was skipped on purpose (an alert's rollback), or
+  changes what each rank computes), the replay was skipped on purpose (an alert's rollback), the
+  earlier generation ran on a state a corruption check found corrupted (SDC_DETECTED: its
+  reports are no reference; control/sdc.py), or
   no report of the replayed steps was kept (see below).
 
 Order does not matter: a controller that starts (or takes the run over) re-reads the channel
@@ -122,9 +124,15 @@ class RunReplays:
         """The spec's, for a message that does not say its group's."""
         self.generations: dict[int, GenerationReports] = {}
         self.commits: list[int] = []
+        self.corrupted: dict[int, int] = {}
+        """generation -> the known-good step its SDC_DETECTED named."""
         """Committed checkpoint steps seen, ascending (the newest two bound what is kept)."""
 
     def observe(self, message: ChannelMessage) -> None:
+        if message.type == EventType.SDC_DETECTED:
+            known_good = message.attributes.get("known_good_step")
+            self.corrupted[message.generation] = int(known_good or 0)
+            return
         if message.type == EventType.CHECKPOINT_COMMITTED and message.step is not None:
             if message.step not in self.commits:
                 self.commits = sorted([*self.commits, message.step])[-2:]
@@ -234,6 +242,14 @@ class RunReplays:
             why = (
                 f"the world size changed ({sorted({e.world_size for e in earlier})} -> "
                 f"{gen.world_size}): each rank computes a different share after a reshard"
+            )
+            return EventType.RECOVERY_UNVERIFIED, {**base, "reason": why}
+        tainted = [e for e in earlier if e.generation in self.corrupted and e.last_step > restored]
+        if tainted:
+            why = (
+                f"generation {tainted[0].generation} trained past step "
+                f"{self.corrupted[tainted[0].generation]} on a state a corruption check found "
+                "corrupted (sdc): its reports are no reference"
             )
             return EventType.RECOVERY_UNVERIFIED, {**base, "reason": why}
         if gen.divergence is not None:

@@ -40,6 +40,7 @@ INCIDENT_TYPES = (
     EventType.ORPHAN_KILLED,
     EventType.STORE_UNAVAILABLE,
     EventType.CONTROLLER_TAKEOVER,
+    EventType.SDC_DETECTED,
 )
 INCIDENT_KEYS = (
     "failure_class",
@@ -61,6 +62,8 @@ INCIDENT_KEYS = (
     "code",
     "engine_id",
     "lost_hosts",
+    "quarantined_hosts",
+    "known_good_step",
     "error_lines",
     "old_holder",
     "new_holder",

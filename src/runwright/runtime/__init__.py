@@ -2,10 +2,26 @@
 
 `runtime/` never opens the store; it reports through the file channel that the controller
 ingests (ARCHITECTURE.md, "Rules of the house"), in the messages of `runwright.protocol`.
+The corruption checks (`IntegrityCheck`, runtime/integrity.py) need torch and are imported on
+first use (runwright/lazy.py).
 """
 
+from runwright.lazy import lazy_exports
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.context import RunContext, init
 from runwright.runtime.steploop import LossSpikeError, NonFiniteError
 
-__all__ = ["ChannelWriter", "LossSpikeError", "NonFiniteError", "RunContext", "init"]
+_LAZY = {"IntegrityCheck": "integrity", "SilentDataCorruptionError": "integrity"}
+"""public name -> the submodule that defines it, imported on first use."""
+
+__all__ = [
+    "ChannelWriter",
+    "IntegrityCheck",
+    "LossSpikeError",
+    "NonFiniteError",
+    "RunContext",
+    "SilentDataCorruptionError",
+    "init",
+]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -5,6 +5,7 @@
 
 from runwright.spec.canonical import canonical_json, sha256_hex
 from runwright.spec.guards import LossSpikeSpec
+from runwright.spec.integrity import IntegritySpec
 from runwright.spec.job import SPEC_VERSION, JobSpec
 from runwright.spec.loader import load_spec, parse_text, spec_from_mapping
 from runwright.spec.observability import (
@@ -50,6 +51,7 @@ __all__ = [
     "EnvironmentSpec",
     "FailureClass",
     "GovernanceSpec",
+    "IntegritySpec",
     "JobSpec",
     "LossSpikeSpec",
     "MLflowSpec",

@@ -109,6 +109,8 @@ class FailureClass(StrEnum):
     NODE_LOST = "node_lost"
     PREEMPTION = "preemption"
     INFRASTRUCTURE = "infrastructure"
+    SDC = "sdc"
+    """Silent data corruption: a replica, recomputation or invariant check failed."""
 
 
 class ClassPolicy(Section):
@@ -136,6 +138,10 @@ def _default_class_policies() -> dict[FailureClass, ClassPolicy]:
         FailureClass.STORAGE: ClassPolicy(max_retries=3, backoff_seconds=5.0),
         FailureClass.NODE_LOST: ClassPolicy(max_retries=3),
         FailureClass.PREEMPTION: ClassPolicy(max_retries=100, consumes_error_budget=False),
+        # Corruption is the hardware's, not the code's: roll back to the known-good checkpoint
+        # and retry off the quarantined node, but a third detection in one run means the fault
+        # follows the run (a bad part everywhere, or a bug that breaks replica equality).
+        FailureClass.SDC: ClassPolicy(max_retries=2),
         # The platform's own faults (a lost supervisor, a store, launch or rendezvous error) are
         # not the run's: they do not spend its error budget, and their own limit leaves room for
         # a few on one run; max_restarts_without_progress still stops a platform that never lets

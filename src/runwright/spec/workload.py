@@ -8,6 +8,7 @@ from pydantic import Field, PositiveFloat, PositiveInt, field_validator, model_v
 from runwright.spec import limits
 from runwright.spec.base import Section
 from runwright.spec.guards import LossSpikeSpec
+from runwright.spec.integrity import IntegritySpec
 from runwright.spec.location import dataset_location
 from runwright.spec.resolve import divisors
 
@@ -225,6 +226,8 @@ class TrainingSpec(Section):
     (torch.amp.GradScaler) whose state every checkpoint saves."""
     loss_spike: LossSpikeSpec = Field(default_factory=LossSpikeSpec)
     """The loss-spike guard: threshold, window, action (skip, rollback, pause)."""
+    integrity: IntegritySpec = Field(default_factory=IntegritySpec)
+    """Silent-data-corruption checks: replica digests, recomputation, loss and norm bounds."""
     seed: int = Field(default=0, ge=0, le=limits.MAX_SEED)
     """Seed of model initialisation and dropout."""
     log_every_steps: PositiveInt = Field(default=1, le=limits.MAX_STEPS)

@@ -1,7 +1,9 @@
 """Fault injection for tests and drills: damage a train shard at a chosen step, as a failing disk
-or a careless person might while the run trains.
+or a careless person might while the run trains; flip a bit of one replica's parameter, as a
+failing memory cell or ALU might (silent data corruption).
 
     --damage-shard SHARD:HOW@STEP     e.g. prose-train-00000:overwrite@5
+    --flip-bit PARAM:RANK@STEP        e.g. blocks.0.fc.weight:1@5
 
 Before step STEP takes its batch, every rank damages the shard's files in the dataset folder the
 loader reads (each rank its node's copy; on a shared folder the second rank's damage is the
@@ -12,11 +14,15 @@ read the shard, and a drill lands on the same step every time. What follows is
 `data.on_corrupt_shard`'s (docs/data.md). Never used unless the flag is given.
 """
 
+import argparse
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import torch
 
 DAMAGE = re.compile(r"^(?P<shard>[\w.-]+):(?P<how>overwrite|remove)@(?P<step>\d+)$")
 
@@ -49,3 +55,40 @@ class ShardDamage:
             fh.write(b"\xff" * 16)
             fh.flush()
             os.fsync(fh.fileno())
+
+
+FLIP = re.compile(r"^(?P<param>[\w.]+):(?P<rank>\d+)@(?P<step>\d+)$")
+
+
+@dataclass(frozen=True)
+class BitFlip:
+    """After step STEP's optimizer step, rank RANK flips the top mantissa bit of element 0 of
+    parameter PARAM (a name of `model.named_parameters()`), in --fault-generation only: its
+    replica now differs from the others' by one bit, the value by a factor between 2/3 and 3/2,
+    and nothing but a corruption check (training.integrity, runtime/integrity.py) sees it."""
+
+    param: str
+    rank: int
+    step: int
+
+    @classmethod
+    def parse(cls, text: str) -> "BitFlip":
+        found = FLIP.match(text)
+        if found is None:  # argparse shows an ArgumentTypeError's own words
+            raise argparse.ArgumentTypeError(
+                f"--flip-bit {text!r}: expected PARAM:RANK@STEP, e.g. blocks.0.fc.weight:1@5"
+            )
+        return cls(found["param"], int(found["rank"]), int(found["step"]))
+
+    def apply(self, model: "torch.nn.Module") -> None:
+        import torch
+
+        params = dict(model.named_parameters())
+        if self.param not in params:
+            some = ", ".join(list(params)[:6])
+            raise SystemExit(f"--flip-bit: no parameter {self.param!r}; the model has {some}, ...")
+        flat = params[self.param].detach().reshape(-1)
+        words = {2: torch.int16, 4: torch.int32, 8: torch.int64}[flat.element_size()]
+        # The highest of the mantissa's bits: bf16 has 7, fp16 10, fp32 23, fp64 52.
+        top_mantissa = {torch.bfloat16: 6, torch.float16: 9, torch.float32: 22}.get(flat.dtype, 51)
+        flat.view(words)[0] ^= 1 << top_mantissa

@@ -67,6 +67,13 @@ class Layout:
     reduce-scatter runs inside backward and is counted there."""
     _ddp: DistributedDataParallel | None = field(default=None, repr=False)
 
+    @property
+    def replica_ranks(self) -> tuple[int, ...]:
+        """The ranks holding bitwise the same parameters and optimizer state as this one (the
+        corruption checks compare them): every dp rank under DDP; () when each rank holds its
+        own shard (fsdp2 shards over every dp rank, tp splits every block)."""
+        return tuple(range(self.dp)) if self._ddp is not None and self.dp > 1 else ()
+
     @contextlib.contextmanager
     def accumulating(self, last: bool) -> Iterator[None]:
         """Gradients of every micro-batch but the last stay local: one sync per step."""

@@ -23,8 +23,9 @@ import runwright
 from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
 from runwright.data import DataLoader
 from runwright.events import EventType
+from runwright.runtime import IntegrityCheck
 from runwright.train.evaluate import eval_rows, evaluate
-from runwright.train.faults import ShardDamage
+from runwright.train.faults import BitFlip, ShardDamage
 from runwright.train.layouts import apply_layout
 from runwright.train.model import GPT
 from runwright.train.precision import Precision, PrecisionRecord
@@ -55,6 +56,13 @@ def main(argv: list[str] | None = None) -> int:
         help="fault injection: before step STEP takes its batch, every rank damages train shard "
         "SHARD (HOW: overwrite its first bytes in place, or remove its files); "
         "data.on_corrupt_shard decides what follows (train/faults.py)",
+    )
+    parser.add_argument(
+        "--flip-bit",
+        type=BitFlip.parse,
+        metavar="PARAM:RANK@STEP",
+        help="fault injection: after step STEP's update, rank RANK flips one bit of parameter "
+        "PARAM (silent data corruption, in --fault-generation only; train/faults.py)",
     )
     # Fault injection for drills (docs/drill.md), off by default: each fires once, in generation
     # --fault-generation only, so the restarted generation replays the step as a run that never
@@ -155,6 +163,20 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     restored = ckpt.restore(state)
     step = restored.step if restored else 0
+    # Silent-data-corruption checks (training.integrity): replica digests, recomputation, bounds.
+    integrity = IntegrityCheck(ctx, model=model, optimizer=optimizer, checkpointer=ckpt,
+                               replica_ranks=layout.replica_ranks, start_step=step,
+                               end_step=total_steps)  # fmt: skip
+
+    def micro_loss(part: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One micro-batch's share of the global loss (also the recomputation check's)."""
+        with precision.autocast():
+            logits = layout.model(part["tokens"], part["position_ids"], part["segment_ids"])
+            ce = F.cross_entropy(
+                logits.flatten(0, 1).float(), part["labels"].flatten(), reduction="none"
+            )
+            # DDP and FSDP2 average gradients over dp ranks; multiply by dp to undo it.
+            return (ce * part["loss_mask"].flatten()).sum() * dp / global_loss_tokens
 
     # -- the eval set (train/evaluate.py): the same rows at every evaluation ------------------
     every = spec.training.eval_every_steps
@@ -213,19 +235,17 @@ def main(argv: list[str] | None = None) -> int:
             part = {k: v[i * micro : (i + 1) * micro] for k, v in rows.items()}
             # Gradients accumulate locally and sync once, on the last micro-batch.
             with layout.accumulating(last=i == accumulation - 1):
-                with loop.phase("forward"), precision.autocast():
-                    logits = layout.model(part["tokens"], part["position_ids"], part["segment_ids"])
-                    ce = F.cross_entropy(
-                        logits.flatten(0, 1).float(), part["labels"].flatten(), reduction="none"
-                    )
-                    # DDP and FSDP2 average gradients over dp ranks; multiply by dp to undo it.
-                    loss = (ce * part["loss_mask"].flatten()).sum() * dp / global_loss_tokens
+                with loop.phase("forward"):
+                    loss = micro_loss(part)
+                    if i == 0:
+                        first = (part, loss.detach())
                     if faulty and step == args.spike_at_step:
                         loss = loss * args.spike_factor  # fault injection: a loss spike
                 with loop.phase("backward"):
                     precision.backward(loss)
             loss_sum += loss.detach() / dp
         loop.add_phase_seconds("grad_sync", layout.grad_sync_seconds)
+        integrity.recompute(step, micro_loss, *first)
         if faulty and step == args.nan_at_step and ctx.rank == args.nan_rank:
             loss_sum = loss_sum * float("nan")  # the all-reduce spreads it: every rank refuses
         dist.all_reduce(loss_sum)
@@ -236,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         overflowed = precision.scaler is not None and not math.isfinite(float(grad_norm))
         loop.guard(step, loss=loss_sum, grad_norm=None if overflowed else grad_norm)
         loss_value = float(loss_sum)
+        integrity.bounds(step, loss_value, None if overflowed else grad_norm)
         mean = guard.spiked(loss_value)
         if mean is not None:  # the loss-spike guard: this step's update is not applied
             guard.refuse(ctx, step, loss_value, mean)
@@ -248,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
             precision.step(optimizer)
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
+        flip = args.flip_bit
+        if faulty and flip is not None and step == flip.step and ctx.rank == flip.rank:
+            flip.apply(model)  # fault injection: one replica's parameter silently differs
+        integrity.check(step)  # a failure stops the group here, before the step is reported
         counters["tokens_seen"] += batch.device_tokens
         counters["loss_tokens_seen"] += batch.loss_tokens
         # Report the step before saving it: a kill between a save's commit and the report would

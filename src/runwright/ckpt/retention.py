@@ -2,11 +2,12 @@
 
 Rules: keep the newest `keep_last`; keep every checkpoint whose step is a multiple of
 `keep_every_steps`; always keep the newest checkpoint whose health verdict is not UNHEALTHY (the
-newest that passed validation) and the one the fence's latest pointer names, whatever the other
-rules say. Deleting removes the commit record first (fsynced), so a crash mid-delete leaves
-residue that restore ignores, never a committed checkpoint with missing shards. A delete storage
-refuses (a volume turned read-only) is reported and skipped: the commit that triggered retention
-stands, and the next commit's retention plans again.
+newest that passed validation), the one the fence's latest pointer names, and every one a
+retention hold names (hold.py: an escalated run's scene), whatever the other rules say.
+Deleting removes the commit record first (fsynced), so a crash mid-delete leaves residue that
+restore ignores, never a committed checkpoint with missing shards. A delete storage refuses (a
+volume turned read-only) is reported and skipped: the commit that triggered retention stands,
+and the next commit's retention plans again.
 """
 
 import time
@@ -17,6 +18,7 @@ from runwright.ckpt.catalog import scan
 from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.failures import describe
 from runwright.ckpt.fence import Fence
+from runwright.ckpt.hold import HOLD_FILE, read_hold
 from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.records import Record
@@ -50,6 +52,7 @@ def plan_retention(
     keep_last: int,
     keep_every_steps: int | None = None,
     latest_checkpoint_id: str | None = None,
+    held: frozenset[str] = frozenset(),
 ) -> RetentionPlan:
     ordered = sorted(entries, key=lambda e: e.step, reverse=True)
     keep: dict[str, str] = {}
@@ -65,6 +68,8 @@ def plan_retention(
     for entry in ordered:
         if entry.checkpoint_id == latest_checkpoint_id:
             keep.setdefault(entry.folder, "named by the latest pointer")
+        if entry.checkpoint_id in held:
+            keep.setdefault(entry.folder, "held for a person (retention hold)")
     delete = [e.folder for e in reversed(ordered) if e.folder not in keep]
     return RetentionPlan(keep=keep, delete=delete)
 
@@ -106,6 +111,12 @@ def apply_retention(
     keep_every_steps: int | None = None,
 ) -> list[Deleted | NotDeleted]:
     """Plan retention over the committed checkpoints on storage and delete what it drops."""
+    try:
+        hold = read_hold(storage)
+    except (ValueError, OSError, CheckpointError) as exc:
+        # A hold that cannot be read might name any checkpoint: delete nothing until it can.
+        return [NotDeleted(folder=HOLD_FILE, error=f"retention hold unreadable: {exc}",
+                           committed=False)]  # fmt: skip
     committed, _ = scan(storage)
     latest = fence.latest()
     plan = plan_retention(
@@ -121,6 +132,7 @@ def apply_retention(
         keep_last=keep_last,
         keep_every_steps=keep_every_steps,
         latest_checkpoint_id=latest.checkpoint_id if latest is not None else None,
+        held=frozenset(hold.checkpoint_ids) if hold is not None else frozenset(),
     )
     done: list[Deleted | NotDeleted] = []
     for folder in plan.delete:

@@ -23,6 +23,8 @@ import runwright
 from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
 from runwright.data import DataLoader
 from runwright.events import EventType
+from runwright.runtime import NonFiniteError
+from runwright.train.captures import capture_step
 from runwright.train.evaluate import eval_rows, evaluate
 from runwright.train.faults import ShardDamage
 from runwright.train.layouts import apply_layout
@@ -234,10 +236,18 @@ def main(argv: list[str] | None = None) -> int:
         grad_norm = layout.clip_grad_norm(list(model.parameters()), opt.grad_clip_norm or math.inf)
         # An fp16 overflow is the scaler's to handle (it drops the step and lowers its scale).
         overflowed = precision.scaler is not None and not math.isfinite(float(grad_norm))
-        loop.guard(step, loss=loss_sum, grad_norm=None if overflowed else grad_norm)
+        trip = {"model": model, "batch": batch, "dataset_id": manifest.dataset_id,
+                "dp_rank": layout.dp_rank, "lr": scheduler.get_last_lr()[0],
+                "precision": precision.name, "loss": loss_sum, "grad_norm": grad_norm}  # fmt: skip
+        try:
+            loop.guard(step, loss=loss_sum, grad_norm=None if overflowed else grad_norm)
+        except NonFiniteError:
+            capture_step(ctx, step, "nan_inf", **trip)  # the step, for the bundle
+            raise
         loss_value = float(loss_sum)
         mean = guard.spiked(loss_value)
         if mean is not None:  # the loss-spike guard: this step's update is not applied
+            capture_step(ctx, step, "loss_spike", window_mean=mean, **trip)
             guard.refuse(ctx, step, loss_value, mean)
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()

@@ -30,6 +30,7 @@ from runwright.train.faults import ShardDamage
 from runwright.train.layouts import apply_layout
 from runwright.train.model import GPT
 from runwright.train.precision import Precision, PrecisionRecord
+from runwright.train.probe import restore_probe
 from runwright.train.schedule import lr_multiplier
 from runwright.train.spike import SpikeGuard, add_spike_arguments
 
@@ -147,8 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     counters = {"tokens_seen": 0, "loss_tokens_seen": 0}
 
     # -- resume from the newest committed, verified checkpoint --------------------------------
+    # The restore probe (train/probe.py): a fixed batch's loss, recorded at every save and
+    # checked after the restore below, before the first step.
+    probe = restore_probe(model, str(loader.dataset.folder), spec.data.sequence_length, device)
     ckpt = ctx.checkpointer(
-        data_manifest_id=manifest.dataset_id, tokenizer_hash=manifest.tokenizer.sha256
+        data_manifest_id=manifest.dataset_id,
+        tokenizer_hash=manifest.tokenizer.sha256,
+        restore_probe=probe,
     )
     state = TrainState(
         model=model, optimizer=optimizer, scheduler=scheduler, scaler=precision.scaler,

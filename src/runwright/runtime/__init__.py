@@ -6,6 +6,15 @@ ingests (ARCHITECTURE.md, "Rules of the house"), in the messages of `runwright.p
 
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.context import RunContext, init
+from runwright.runtime.guard_capture import capture_guard_trip, input_summary
 from runwright.runtime.steploop import LossSpikeError, NonFiniteError
 
-__all__ = ["ChannelWriter", "LossSpikeError", "NonFiniteError", "RunContext", "init"]
+__all__ = [
+    "ChannelWriter",
+    "LossSpikeError",
+    "NonFiniteError",
+    "RunContext",
+    "capture_guard_trip",
+    "init",
+    "input_summary",
+]

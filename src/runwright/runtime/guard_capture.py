@@ -9,7 +9,8 @@ capture travels into bundles and tickets that the data's licence may not reach. 
 (this rank's shard of it under FSDP2/TP): shape, dtype, L2 norm, max |x| and the count of
 non-finite values, of the weights and of their gradients. Then the learning rate, the
 precision, and library versions. Bounded: at most MAX_ROWS rows and MAX_PARAMETERS parameters
-are listed (the rest are counted), so a capture of a large model stays near MAX_BYTES.
+are listed (the rest are counted), so a capture of a large model stays near MAX_BYTES. torch is
+imported on use, so `runwright.runtime` stays importable without it.
 """
 
 import hashlib
@@ -23,13 +24,13 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import torch
-
 from runwright.ckpt.storage import replace_file
 from runwright.events import EventType
 from runwright.layout import RunPaths
 
 if TYPE_CHECKING:
+    import torch
+
     from runwright.runtime.context import RunContext
 
 MAX_ROWS = 256
@@ -42,8 +43,10 @@ HASH_HEX = 16
 """64 bits of sha256 per row: enough to match a row against the dataset, not to read it."""
 
 
-def tensor_stats(value: torch.Tensor) -> dict[str, Any]:
+def tensor_stats(value: "torch.Tensor") -> dict[str, Any]:
     """L2 norm, max |x| and non-finite count of one tensor (a DTensor's local shard)."""
+    import torch
+
     local = value.to_local() if hasattr(value, "to_local") else value
     data = local.detach().float()
     finite = torch.isfinite(data)
@@ -56,7 +59,7 @@ def tensor_stats(value: torch.Tensor) -> dict[str, Any]:
     }
 
 
-def parameter_stats(named: Iterable[tuple[str, torch.nn.Parameter]]) -> dict[str, Any]:
+def parameter_stats(named: "Iterable[tuple[str, torch.nn.Parameter]]") -> dict[str, Any]:
     """Per parameter: shape, dtype, the weight's stats and its gradient's (None when absent)."""
     listed: dict[str, Any] = {}
     left_out = 0
@@ -74,10 +77,10 @@ def parameter_stats(named: Iterable[tuple[str, torch.nn.Parameter]]) -> dict[str
 
 
 def input_summary(
-    tokens: torch.Tensor,
+    tokens: "torch.Tensor",
     *,
-    loss_mask: torch.Tensor | None = None,
-    segment_ids: torch.Tensor | None = None,
+    loss_mask: "torch.Tensor | None" = None,
+    segment_ids: "torch.Tensor | None" = None,
     sources: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Per row: a sha256 prefix of its token bytes, its length (non-padding tokens) and its
@@ -104,6 +107,7 @@ def input_summary(
 
 def library_versions() -> dict[str, str | None]:
     import numpy
+    import torch
 
     import runwright
 
@@ -126,7 +130,7 @@ def capture_record(
     step: int,
     rank: int,
     generation: int,
-    model: torch.nn.Module,
+    model: "torch.nn.Module",
     inputs: dict[str, Any],
     lr: float | None,
     precision: str,
@@ -162,7 +166,7 @@ def capture_guard_trip(
     step: int,
     guard: str,
     *,
-    model: torch.nn.Module,
+    model: "torch.nn.Module",
     inputs: dict[str, Any],
     lr: float | None,
     precision: str,
@@ -197,6 +201,8 @@ def _number(value: Any) -> float | None:
 
 def _plain(value: Any) -> Any:
     """A figure as JSON takes it: tensors as floats, non-finite numbers as their name."""
+    import torch
+
     if isinstance(value, torch.Tensor):
         value = float(value.detach())
     if isinstance(value, float) and not math.isfinite(value):

@@ -7,8 +7,7 @@ from typing import Any
 import torch
 
 from runwright.data import Batch
-from runwright.runtime import RunContext
-from runwright.runtime.guard_capture import capture_guard_trip, input_summary
+from runwright.runtime import RunContext, capture_guard_trip, input_summary
 
 
 def capture_step(

@@ -379,6 +379,10 @@ class RunPaths:
         (runtime/guard_capture.py); the escalation bundle gathers it."""
         return self.diagnostics_dir(generation) / f"guard-step{step:09d}-rank{rank:05d}.json"
 
+    def guard_captures(self, generation: int, rank: int) -> list[Path]:
+        """Rank R's guard captures in generation G, oldest step first."""
+        return sorted(self.diagnostics_dir(generation).glob(f"guard-step*-rank{rank:05d}.json"))
+
     @property
     def report(self) -> Path:
         """Where `runwright report` (and the demo) writes report.json and report.html."""

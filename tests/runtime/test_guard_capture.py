@@ -13,7 +13,12 @@ from runwright.layout import RunPaths
 from runwright.protocol import decode_message
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.context import RunContext
-from runwright.runtime.guard_capture import MAX_BYTES, capture_guard_trip, input_summary
+from runwright.runtime.guard_capture import (
+    MAX_BYTES,
+    MAX_CAPTURES,
+    capture_guard_trip,
+    input_summary,
+)
 from runwright.runtime.stop import StopWatcher
 
 SECRET = 4242
@@ -97,3 +102,25 @@ def test_a_large_model_is_cut_to_the_bound(tmp_path):
     assert path.stat().st_size <= MAX_BYTES
     assert len(record["parameters"]) + record["parameters_left_out"] == 6000
     assert record["parameters_left_out"] > 0
+
+
+def test_captures_stop_at_their_bound(tmp_path):
+    ctx = context(tmp_path)
+    model = torch.nn.Linear(2, 2)
+    summary = input_summary(torch.zeros(1, 4, dtype=torch.int64))
+    written = [
+        capture_guard_trip(
+            ctx,
+            step,
+            "loss_spike",
+            model=model,
+            inputs=summary,
+            lr=None,
+            precision="fp32",
+            loss=9.0,
+        )
+        for step in range(MAX_CAPTURES + 2)
+    ]
+    ctx.channel.close()
+    assert written[-2:] == [None, None] and all(written[:MAX_CAPTURES])
+    assert len(RunPaths(tmp_path).guard_captures(3, 1)) == MAX_CAPTURES

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from runwright.ckpt.catalog import scan
+from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.hold import RetentionHold, write_hold
 from runwright.ckpt.manifest import HealthVerdict
 from runwright.ckpt.storage import CheckpointStorage, replace_file
@@ -164,16 +165,24 @@ class Escalation:
         executor: Executor,
     ) -> None:
         paths = run_paths(Path(run.root), run.run_id)
-        storage = CheckpointStorage(checkpoint_root(paths, spec.checkpoint.location))
-        held = held_checkpoints(storage)
         reason = f"{failure.failure_class}: {why}"
-        if held:
-            write_hold(
-                storage,
-                RetentionHold(checkpoint_ids=held, reason=reason, generation=run.generation),
-            )
         bundle_file = paths.diagnostics_bundle(run.generation)
-        complete_bundle(bundle_file, run, spec, why, held)
+        # The scene is kept best effort: storage that fails now must not keep the run from
+        # reaching a person; what could not be done is in ESCALATED's `problems`.
+        problems: list[str] = []
+        held: list[str] = []
+        try:
+            storage = CheckpointStorage(checkpoint_root(paths, spec.checkpoint.location))
+            held = held_checkpoints(storage)
+            if held:
+                hold = RetentionHold(checkpoint_ids=held, reason=reason, generation=run.generation)
+                write_hold(storage, hold)
+        except (OSError, CheckpointError) as exc:
+            problems.append(f"retention hold not written: {exc}")
+        try:
+            complete_bundle(bundle_file, run, spec, why, held)
+        except (OSError, ValueError, CheckpointError) as exc:
+            problems.append(f"bundle not completed: {exc}")
         owner = spec.governance.owner
         self._alert(run, spec, failure, why, owner, bundle_file)
         released = self.allocations.release(run, executor, f"escalated: {reason}")
@@ -186,6 +195,7 @@ class Escalation:
             held_checkpoints=held,
             owner=owner,
             allocation_released=released,
+            problems=problems or None,
         )
         last = f"its last healthy step is {run.last_step}" if run.last_step else "no step done"
         self.journal.move(

@@ -39,6 +39,9 @@ MAX_PARAMETERS = 1024
 """Parameters listed: every layer of a model of a few hundred blocks; the rest are counted."""
 MAX_BYTES = 1 << 20
 """About 1 MiB: 1024 parameters x 2 x ~200 bytes of figures, plus 256 rows x ~100 bytes."""
+MAX_CAPTURES = 32
+"""Captures per rank and generation: a loss-spike guard on `skip` may trip at every step of a
+bad stretch, and the first trips say what the later ones would."""
 HASH_HEX = 16
 """64 bits of sha256 per row: enough to match a row against the dataset, not to read it."""
 
@@ -171,10 +174,14 @@ def capture_guard_trip(
     lr: float | None,
     precision: str,
     **figures: Any,
-) -> Path:
+) -> Path | None:
     """Write this rank's capture of `step` (refused by `guard`: `nan_inf` or `loss_spike`) and
-    report GUARD_CAPTURED; returns the file. Called on every rank before the guard acts."""
-    path = RunPaths(ctx.run_dir).guard_capture(ctx.generation, step, ctx.rank)
+    report GUARD_CAPTURED; returns the file, or None once this rank wrote MAX_CAPTURES in
+    this generation. Called on every rank before the guard acts."""
+    paths = RunPaths(ctx.run_dir)
+    if len(paths.guard_captures(ctx.generation, ctx.rank)) >= MAX_CAPTURES:
+        return None
+    path = paths.guard_capture(ctx.generation, step, ctx.rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     record = capture_record(
         guard=guard,

@@ -24,6 +24,7 @@ from runwright.control.pause import request_resume
 from runwright.data import build_dataset
 from runwright.drill.probe_damage import falsify_probe_record
 from runwright.events import EventType
+from runwright.govern.report import collect_report
 from runwright.layout import checkpoint_root, run_paths
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
@@ -108,5 +109,9 @@ def test_an_exhausted_nan_pauses_with_its_scene_and_a_bad_restore_falls_back(tmp
         assert validated.attributes["relative_difference"] < 1e-6
         restored = store.events(run.run_id, types=[EventType.RESTORED])
         assert [(e.generation, e.step) for e in restored] == [(1, 0), (2, 2)]
+        (incident,) = collect_report(store, run.run_id)[0].incidents
+        assert incident.escalated and "retries exhausted" in incident.escalated
+        assert incident.guard_captures == (str(paths.guard_capture(1, 5, 0)),)
+        assert incident.restore_fallbacks and "probe check" in incident.restore_fallbacks[0]
     finally:
         store.close()

@@ -250,7 +250,8 @@ class EventType(StrEnum):
     ESCALATED = "ESCALATED"
     """Recovery handed the run to a person instead of failing it or retrying (recovery.on_exhausted:
     pause; control/escalation.py): reason, failure_class, bundle (the diagnostics bundle's path),
-    held_checkpoints (kept from retention until `runwright resume`), owner."""
+    held_checkpoints (kept from retention until `runwright resume`), owner,
+    allocation_released, problems (what of the scene could not be kept, e.g. storage down)."""
 
 
 class NewEvent(Record):

@@ -4,8 +4,12 @@ restore of every run of the dataset, on every rank), in fp32 and without gradien
 parameters' norm. Recorded at every save; a restore whose state does not reproduce it falls
 back to the next older checkpoint before the first step.
 
-Cost: one forward of PROBE_ROWS rows per save and per restore (the tiny test GPT: ~ms; a 7B
-model on 4 rows of 4,096 tokens: ~1 s beside a save of ~100 GB), inside the save's stall.
+Cost: one forward of PROBE_ROWS rows per save and per restore, inside the save's stall: about
+2 x parameters x PROBE_ROWS x sequence_length FLOPs (Kaplan et al. 2020, the forward's 2N per
+token). Measured on one busy CPU thread (benchmarks/restore_probe.py): 2 ms for the test GPT,
+0.36 s for 3.4 M parameters on 4 x 256 tokens, 10 s for 25.7 M on 4 x 512. A 7B model on
+4 x 4,096 tokens is ~230 TFLOP: seconds on one GPU in fp32 (unmeasured: no GPU here), beside a
+save of ~100 GB.
 """
 
 import torch

@@ -51,12 +51,14 @@ RESTART = Decision(action="restart", reason="retry 1/2")
     ("now", "history", "lines", "why"),
     [
         (FailureClass.HANG, [FailureClass.HANG], (), "a hang right after a hang"),
+        (FailureClass.NO_PROGRESS, [FailureClass.HANG], (), "a hang right after a hang"),
         (FailureClass.HANG, [FailureClass.OOM], (), None),
         (FailureClass.NAN_INF, [FailureClass.NAN_INF], (), "came back after rolling back"),
         (FailureClass.NAN_INF, [], (), None),
         (FailureClass.STORAGE, [], ("NoUsableCheckpointError: no committed",), "verification"),
         (FailureClass.DATA, [], ("PermissionError: [Errno 13] Permission denied",), "permission"),
         (FailureClass.INFRASTRUCTURE, [], ("Connection reset by peer",), None),
+        (FailureClass.DATA, [], ("ShardCorruptError: checksum mismatch in shard 3",), None),
     ],
 )
 def test_which_failures_need_a_person(now, history, lines, why):

@@ -34,7 +34,7 @@ from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.hold import RetentionHold, write_hold
 from runwright.ckpt.manifest import HealthVerdict
 from runwright.ckpt.storage import CheckpointStorage, replace_file
-from runwright.control.alerts import _notify
+from runwright.control.alerts import notify
 from runwright.control.allocation import AllocationStep
 from runwright.control.executors.protocol import Executor
 from runwright.control.failures import Classification
@@ -56,8 +56,11 @@ files past it are listed by name and size only."""
 BUNDLE_NAME = "bundle.json"
 
 VERIFICATION = re.compile(
-    r"NoUsableCheckpointError|CheckpointCorruptError|verification failed|checksum", re.I
+    r"NoUsableCheckpointError|CheckpointCorruptError|no committed checkpoint verified", re.I
 )
+HANGS = frozenset({FailureClass.HANG, FailureClass.NO_PROGRESS})
+"""A blocked collective is `hang` (a silent rank) or `no_progress` (the stall the ranks' CPU
+confirms, control/stall.py): either, twice in a row, is a repeated hang."""
 PERMISSION = re.compile(
     r"PermissionError|Permission denied|Errno 13\]|AccessDenied|403 Forbidden", re.I
 )
@@ -67,7 +70,7 @@ def needs_person(failure: Classification, history: list[PastFailure]) -> str | N
     """Why this failure needs a person now, in words; None when recovery may retry it."""
     cls = failure.failure_class
     text = "\n".join([failure.message, *failure.error_lines])
-    if cls is FailureClass.HANG and history and history[-1].failure_class is FailureClass.HANG:
+    if cls in HANGS and history and history[-1].failure_class in HANGS:
         return "a hang right after a hang: a restart would wedge the same way"
     if cls is FailureClass.NAN_INF and any(p.failure_class is cls for p in history):
         return "non-finite values came back after rolling back past the bad batch"
@@ -234,7 +237,7 @@ class Escalation:
             }
         )
         if hooks:
-            alert["action_result"] = "; ".join(_notify(url, run, alert) for url in hooks)
+            alert["action_result"] = "; ".join(notify(url, run, alert) for url in hooks)
         self.journal.record(
             run, EventType.ALERT_FIRED, op=f"fire:escalation:g{run.generation}", **alert
         )

@@ -44,6 +44,11 @@ def test_judge_names_what_differs():
     bad = judge(saved, ProbeReading(loss=2.0, parameter_norm=10.0, nonfinite_parameters=3), 1e-2)
     assert (bad.failure or "").startswith("3 parameter values")
     assert ProbeReading(loss=math.inf, parameter_norm=1.0).record() is None
+    # Another probe batch (a resume onto other data): the loss is not comparable, the norm is.
+    other = ProbeRecord(loss=2.0, parameter_norm=10.0, batch="a")
+    assert judge(other, ProbeReading(loss=6.0, parameter_norm=10.0, batch="b"), 1e-2).passed
+    assert not judge(other, ProbeReading(loss=6.0, parameter_norm=10.0, batch="a"), 1e-2).passed
+    assert not judge(other, ProbeReading(loss=2.0, parameter_norm=30.0, batch="b"), 1e-2).passed
 
 
 def test_probe_leaves_training_mode_and_rng_as_it_found_them():

@@ -116,6 +116,9 @@ class ProbeRecord(_Record):
     """The probe batch's loss."""
     parameter_norm: float = Field(ge=0)
     """L2 norm over every parameter."""
+    batch: str | None = None
+    """Which probe batch gave the loss (a digest of its rows): a restore that probes another
+    batch (a run resumed from another run's checkpoint on other data) compares only the norm."""
 
 
 class CheckpointManifest(_Record):

@@ -7,10 +7,11 @@ wrongly, a dtype cast, memory that flipped before the write). So at every save t
 measures a `RestoreProbe` on the live state (a forward on a fixed probe batch, the same batch
 every time, and the parameters' L2 norm) and records the reading in the manifest; after a load it
 measures again, before the first step, and compares (`judge`): the probe loss must be finite and
-within `tolerance` of the saved one, relative; the parameters finite and their norm within the
-same bound. A checkpoint that fails is skipped like one that fails verification (restore.py's
-walk to the next older one, RESTORE_FALLBACK with a reason starting `probe check`); one that
-passes is reported as RESTORE_VALIDATED with the figures.
+within `tolerance` of the saved one, relative (when both read the same probe batch: a run that
+resumes another run's checkpoint on other data compares the norm only); the parameters finite
+and their norm within the same bound. A checkpoint that fails is skipped like one that fails
+verification (restore.py's walk to the next older one, RESTORE_FALLBACK with a reason starting
+`probe check`); one that passes is reported as RESTORE_VALIDATED with the figures.
 
 `ModelProbe` is the probe for a `torch.nn.Module` and a loss closure; a training script passes
 one to its checkpointer (`ctx.checkpointer(probe=...)`, or `Checkpointer(probe=...)`). Every rank
@@ -42,13 +43,15 @@ class ProbeReading(Record):
     """L2 norm over every parameter (a sharded one's whole tensor)."""
     nonfinite_parameters: int = 0
     """Parameter values that are NaN or infinite (this rank's shards)."""
+    batch: str | None = None
+    """Which probe batch gave the loss (the probe's `batch` id)."""
 
     def record(self) -> ProbeRecord | None:
         """What the manifest keeps; None for a state that is not finite (nothing to compare
         a restore against: such a checkpoint is restored unchecked, as before probes)."""
         if self.nonfinite_parameters or not math.isfinite(self.loss):
             return None
-        return ProbeRecord(loss=self.loss, parameter_norm=self.parameter_norm)
+        return ProbeRecord(loss=self.loss, parameter_norm=self.parameter_norm, batch=self.batch)
 
 
 class ProbeVerdict(Record):
@@ -79,6 +82,11 @@ def relative_difference(observed: float, saved: float) -> float:
     return abs(observed - saved) / max(1.0, abs(saved))
 
 
+def same_batch(saved: ProbeRecord, observed: ProbeReading) -> bool:
+    """Whether the two losses come from the same rows (unknown ids are taken as the same)."""
+    return saved.batch is None or observed.batch is None or saved.batch == observed.batch
+
+
 def judge(saved: ProbeRecord, observed: ProbeReading, tolerance: float) -> ProbeVerdict:
     """Compare a reading after a load with the one recorded at save time."""
     failure = None
@@ -86,7 +94,10 @@ def judge(saved: ProbeRecord, observed: ProbeReading, tolerance: float) -> Probe
         failure = f"{observed.nonfinite_parameters} parameter values are NaN or infinite"
     elif not math.isfinite(observed.loss):
         failure = f"the probe loss is {observed.loss} after loading"
-    elif (d := relative_difference(observed.loss, saved.loss)) > tolerance:
+    elif (
+        same_batch(saved, observed)
+        and (d := relative_difference(observed.loss, saved.loss)) > tolerance
+    ):
         failure = (
             f"probe loss {observed.loss:.6g} after loading, {saved.loss:.6g} at save "
             f"(relative difference {d:.3g} > {tolerance:g})"
@@ -135,9 +146,17 @@ class ModelProbe:
     leaves every RNG stream as it found it, so a save or restore with a probe trains bitwise
     as one without."""
 
-    def __init__(self, model: torch.nn.Module, loss_fn: Callable[[], torch.Tensor]) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        loss_fn: Callable[[], torch.Tensor],
+        batch: str | None = None,
+    ) -> None:
+        """`batch`: an id of the rows `loss_fn` reads (a digest); a restore whose probe reads
+        other rows than the save's compares the parameter norm only."""
         self.model = model
         self.loss_fn = loss_fn
+        self.batch = batch
 
     def measure(self) -> ProbeReading:
         streams = capture_rng()
@@ -150,4 +169,6 @@ class ModelProbe:
             self.model.train(was_training)
             apply_rng(streams)
         norm, nonfinite = parameter_norm(self.model)
-        return ProbeReading(loss=loss, parameter_norm=norm, nonfinite_parameters=nonfinite)
+        return ProbeReading(
+            loss=loss, parameter_norm=norm, nonfinite_parameters=nonfinite, batch=self.batch
+        )

@@ -12,6 +12,8 @@ token). Measured on one busy CPU thread (benchmarks/restore_probe.py): 2 ms for 
 save of ~100 GB.
 """
 
+import hashlib
+
 import torch
 import torch.nn.functional as F
 
@@ -38,4 +40,5 @@ def restore_probe(
         logits = model(tokens, positions, segments)
         return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
 
-    return ModelProbe(model, loss)
+    digest = hashlib.sha256(rows.numpy().tobytes()).hexdigest()[:16]
+    return ModelProbe(model, loss, batch=f"train-rows-{digest}")

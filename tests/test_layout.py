@@ -74,6 +74,7 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         run.allocation(2).probe_answer("n7"): "probe/<host>.json",
         run.allocation(2).release_file: "release",
         run.diagnostics_bundle(3): "diagnostics/gen<G>/bundle.json",
+        run.guard_capture(3, 7, 1): "diagnostics/gen<G>/guard-step<S>-rank<R>.json",
         run.report: "report/",
     }
     for path, entry in documented.items():
@@ -83,7 +84,7 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         spelled = spelled.replace("<drill_id>", "d1")
         spelled = spelled.replace("<G>", "00003").replace("<R>", "00001").rstrip("/")
         spelled = spelled.replace("node<N>", "node00001").replace("<N>", "00002")
-        spelled = spelled.replace("<host>", "n7")
+        spelled = spelled.replace("<host>", "n7").replace("<S>", "000000007")
         assert str(path).endswith(spelled), (path, entry)
     assert attempt.folder.parent == run.attempts and attempt.generation == 3
     assert attempt.node(1).folder.parent == attempt.nodes and attempt.node(1).node == 1

@@ -258,6 +258,21 @@ class EventType(StrEnum):
     power_watts, sm/memory_clock_mhz, ecc_corrected/uncorrected_errors, xid_events_total, xids).
     The step is the rank's newest healthy one."""
 
+    # -- diagnosing a sick run (issue 24): restore validation, guard captures, escalation ------
+    RESTORE_VALIDATED = "RESTORE_VALIDATED"
+    """The restored checkpoint passed the probe check before the first step (ckpt/probe.py):
+    probe_loss and saved_probe_loss, relative_difference, tolerance, parameter_norm and
+    saved_parameter_norm, nonfinite_parameters. A failed probe check is a RESTORE_FALLBACK whose
+    reason starts with `probe check`."""
+    GUARD_CAPTURED = "GUARD_CAPTURED"
+    """A NaN/Inf or loss-spike guard tripped and the rank wrote its step capture
+    (runtime/guard_capture.py): guard, path, bytes, rank (every rank writes its own)."""
+    ESCALATED = "ESCALATED"
+    """Recovery handed the run to a person instead of failing it or retrying (recovery.on_exhausted:
+    pause; control/escalation.py): reason, failure_class, bundle (the diagnostics bundle's path),
+    held_checkpoints (kept from retention until `runwright resume`), owner,
+    allocation_released, problems (what of the scene could not be kept, e.g. storage down)."""
+
 
 class NewEvent(Record):
     """An event to append. `event_id` is the idempotency key: appending it twice is a no-op."""

@@ -47,6 +47,7 @@ learns the other's file names. It imports nothing of runwright, so every layer m
     probe/<host>.json                    each node's answer to the shared-folder check
     release                              the controller's request that the agent end
   diagnostics/gen<G>/bundle.json         failure evidence of generation G
+  diagnostics/gen<G>/guard-step<S>-rank<R>.json  a rank's capture of a step a guard refused
   report/                                report.json and report.html (runwright report)
 ```
 
@@ -379,6 +380,15 @@ class RunPaths:
     def diagnostics_bundle(self, generation: int) -> Path:
         """Generation G's failure evidence (control/recovery.py `write_diagnostics`)."""
         return self.diagnostics_dir(generation) / "bundle.json"
+
+    def guard_capture(self, generation: int, step: int, rank: int) -> Path:
+        """Rank R's capture of step S, which a NaN/Inf or loss-spike guard refused
+        (runtime/guard_capture.py); the escalation bundle gathers it."""
+        return self.diagnostics_dir(generation) / f"guard-step{step:09d}-rank{rank:05d}.json"
+
+    def guard_captures(self, generation: int, rank: int) -> list[Path]:
+        """Rank R's guard captures in generation G, oldest step first."""
+        return sorted(self.diagnostics_dir(generation).glob(f"guard-step*-rank{rank:05d}.json"))
 
     @property
     def report(self) -> Path:

@@ -190,6 +190,9 @@ def test_nan_rolls_back_and_skips_the_batch(tmp_path):
     ]
     assert set(skipped) == {6}
     assert healthy_steps(store, run.run_id, 2)[0] == 5  # rolled back to the step-4 checkpoint
+    # The script's restore probe (runtime API) validated the step-4 checkpoint before step 5.
+    (validated,) = of_type(store, run.run_id, "RESTORE_VALIDATED")
+    assert validated.generation == 2 and validated.step == 4
 
 
 def test_nan_with_fail_policy_fails(tmp_path):

@@ -9,6 +9,8 @@ first generation only). `skip` is covered beside the layouts (test_layouts.py).
   `runwright pause` leaves it.
 """
 
+import json
+
 import pytest
 from runwright_tests_tiny import TINY_DATA, tiny_gpt
 
@@ -16,6 +18,7 @@ from runwright.control.controller import Controller
 from runwright.data import build_dataset
 from runwright.events import EventType
 from runwright.govern.report import collect_report
+from runwright.layout import run_paths
 from runwright.observe.rank_steps import per_rank
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
@@ -62,7 +65,7 @@ def test_rollback_restarts_from_the_last_checkpoint_past_the_spiked_batch(world)
 
 
 def test_pause_stops_with_a_save_and_waits_for_a_person(world):
-    _, store, _ = world
+    root, store, _ = world
     # Steps of 0.2 s: the stop file is polled every 0.5 s and the vote read a step later, so
     # the group stops a few steps after the spike, well before step 16.
     run = drive(world, "pause", 16, "--step-sleep", "0.2")
@@ -73,3 +76,8 @@ def test_pause_stops_with_a_save_and_waits_for_a_person(world):
     assert store.checkpoints.list(run.run_id, status="COMMITTED")[-1].step == run.last_step
     kinds = [i.kind for i in collect_report(store, run.run_id)[0].interventions]
     assert kinds[:2] == ["loss_spike_pause", "pause"]
+    # The spiked step was captured for the bundle before its update was dropped.
+    (capture,) = run_paths(root, run.run_id).guard_captures(1, 0)
+    record = json.loads(capture.read_text())
+    assert (record["guard"], record["step"]) == ("loss_spike", 5)
+    assert record["figures"]["window_mean"] > 0 and record["inputs"]["rows"]

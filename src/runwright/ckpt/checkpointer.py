@@ -35,7 +35,8 @@ from runwright.ckpt.events import CheckpointEvent, EventSink, LoggingSink
 from runwright.ckpt.fence import Fence, PublishOutcome, open_fence
 from runwright.ckpt.gc import GcReport, collect_residue
 from runwright.ckpt.interval import IntervalChoice, IntervalPolicy
-from runwright.ckpt.manifest import HealthVerdict, checkpoint_id_for
+from runwright.ckpt.manifest import HealthVerdict, ProbeRecord, checkpoint_id_for
+from runwright.ckpt.probe import DEFAULT_TOLERANCE, RestoreProbe, validated_figures
 from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.records import DurabilityLag, SaveResult, SaveStatus
 from runwright.ckpt.save_failures import SaveFailures
@@ -70,14 +71,22 @@ class Checkpointer:
         gc_min_age_seconds: float = 3600.0,
         resume_from: str | None = None,
         restore_at_most_step: int | None = None,
+        restore_probe: RestoreProbe | None = None,
+        restore_probe_tolerance: float = DEFAULT_TOLERANCE,
     ) -> None:
         """`resume_from`: another run's checkpoint root to restore from while this one holds no
         committed checkpoint (`checkpoint.resume_from`); it is only read.
         `restore_at_most_step`: restore no checkpoint newer than this step (the controller's
-        rollback to before a bad step)."""
+        rollback to before a bad step).
+        `restore_probe`: measured at every save into the manifest and again after every load,
+        before the first step; a restore whose reading differs by more than
+        `restore_probe_tolerance` falls back to the next older checkpoint (probe.py)."""
         self.policy = policy
         self.resume_from = resume_from
         self.restore_at_most_step = restore_at_most_step
+        self.restore_probe = restore_probe
+        self.restore_probe_tolerance = restore_probe_tolerance
+        self._reading: ProbeRecord | None = None
         self.storage = CheckpointStorage(checkpoint_root)
         self.fence: Fence = fence if fence is not None else open_fence(checkpoint_root)
         self.generation = self.fence.current_generation() if generation is None else generation
@@ -158,6 +167,9 @@ class Checkpointer:
         self._failures.settle(self._backlog, agree=True)
         self.last_state = state
         started = time.perf_counter()
+        # The probe reads the state this save captures (every rank, at this boundary).
+        probe = self.restore_probe
+        self._reading = probe.measure().record() if probe is not None else None
         if self.policy.mode == "sync":
             result = self._save_inline(step, state, loss, health, started)
         else:
@@ -201,6 +213,8 @@ class Checkpointer:
                 verify=verify or self.policy.verify_on_restore,
                 smoke_check=smoke_check,
                 smoke_relative_tolerance=smoke_relative_tolerance,
+                probe=self.restore_probe,
+                probe_tolerance=self.restore_probe_tolerance,
                 on_fallback=self._emit_fallback,
                 **at_most,
             )
@@ -224,6 +238,9 @@ class Checkpointer:
             return None
         self._parent = result.checkpoint_id
         self._committed_step = result.step
+        if result.probe is not None:
+            self._emit(EventType.RESTORE_VALIDATED, result.step, result.checkpoint_id,
+                       validated_figures(result.probe))  # fmt: skip
         self._emit(
             EventType.RESTORED,
             result.step,
@@ -325,6 +342,7 @@ class Checkpointer:
             counters=dict(state.counters),
             loss=loss,
             health=health,
+            probe=self._reading,
             timings_seconds={"stage": stage_seconds},
         )
 

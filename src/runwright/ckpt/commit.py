@@ -44,6 +44,7 @@ from runwright.ckpt.manifest import (
     CommitRecord,
     FileEntry,
     HealthVerdict,
+    ProbeRecord,
 )
 from runwright.ckpt.metadata import logical_keys
 from runwright.ckpt.records import StorageFailure
@@ -104,6 +105,7 @@ class Snapshot:
     counters: dict[str, int]
     loss: float | None
     health: HealthVerdict
+    probe: ProbeRecord | None = None
     timings_seconds: dict[str, float] = field(default_factory=dict)
 
 
@@ -325,6 +327,7 @@ def _commit_as_coordinator(
         counters=snap.counters,
         health=snap.health,
         loss_at_save=snap.loss,
+        probe=snap.probe,
         rng_ranks=list(range(facts.world_size)),
         logical_keys=logical_keys(writer.metadata),
         files=sorted(entries, key=lambda e: e.name),

@@ -2,7 +2,8 @@
 stopped by what it finds.
 
 Residue is every entry of a checkpoint root that is neither one of the fence's files
-(`FENCE.lock`, `GENERATION`, `LATEST.json`; `FENCE.json` on an object store), nor the `staging/`
+(`FENCE.lock`, `GENERATION`, `LATEST.json`; `FENCE.json` on an object store; the retention
+hold `HOLD.json`, hold.py), nor the `staging/`
 folder itself, nor a committed checkpoint. `find_residue` classifies each entry (files and
 folders alike, links never followed) and `collect_residue` removes what the rules allow:
 
@@ -36,11 +37,12 @@ from pydantic import Field
 from runwright.ckpt.catalog import Uncommitted, read_committed
 from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.fence import FENCE_OBJECT, GENERATION_FILE, LATEST_FILE, LOCK_FILE
+from runwright.ckpt.hold import HOLD_FILE
 from runwright.ckpt.manifest import generation_of
 from runwright.ckpt.storage import STAGING, CheckpointStorage, EntryKind, parse_folder
 from runwright.records import Record
 
-FENCE_FILES = frozenset({LOCK_FILE, GENERATION_FILE, LATEST_FILE, FENCE_OBJECT})
+FENCE_FILES = frozenset({LOCK_FILE, GENERATION_FILE, LATEST_FILE, FENCE_OBJECT, HOLD_FILE})
 _TMP_PID = re.compile(r"\.tmp-(?P<pid>\d+)$")
 
 

@@ -112,6 +112,18 @@ class FileEntry(_Record):
     """Rank that wrote the file; None for files written by the coordinator."""
 
 
+class ProbeRecord(_Record):
+    """The restore probe's reading of the saved state (probe.py), recorded at save time."""
+
+    loss: float
+    """The probe batch's loss."""
+    parameter_norm: float = Field(ge=0)
+    """L2 norm over every parameter."""
+    batch: str | None = None
+    """Which probe batch gave the loss (a digest of its rows): a restore that probes another
+    batch (a run resumed from another run's checkpoint on other data) compares only the norm."""
+
+
 class CheckpointManifest(_Record):
     """Everything needed to decide whether, and how, a checkpoint can be restored."""
 
@@ -145,6 +157,8 @@ class CheckpointManifest(_Record):
     """Trainer's health verdict at save time; retention keeps the newest healthy one."""
     loss_at_save: float | None = None
     """Training loss at the saved step, compared by the restore smoke check."""
+    probe: ProbeRecord | None = None
+    """The restore probe's reading at save time; restore repeats it before the first step."""
     rng_ranks: list[int] = Field(default_factory=list)
     """Ranks whose RNG streams are stored (each under its own `ranks.r<rank>.rng` keys)."""
     logical_keys: dict[str, LogicalKey]

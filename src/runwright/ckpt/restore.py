@@ -43,6 +43,7 @@ from runwright.ckpt.failures import root_cause, storage_error
 from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import CheckpointManifest
 from runwright.ckpt.metadata import SafeFileSystemReader, SafeFsspecReader
+from runwright.ckpt.probe import DEFAULT_TOLERANCE, ProbeVerdict, RestoreProbe, judge
 from runwright.ckpt.ranks import Ranks
 from runwright.ckpt.state import TrainState, apply, apply_rng, capture_rng, skeleton
 from runwright.ckpt.storage import CheckpointStorage
@@ -100,6 +101,9 @@ class RestoreResult(Record):
     """How checksums were checked."""
     smoke: SmokeCheck | None = None
     """Smoke check result, if one ran."""
+    probe: ProbeVerdict | None = None
+    """The probe check that passed (probe.py), if the checkpoint recorded a reading and the
+    caller gave a probe."""
     seconds: float
     """Wall time of the restore."""
 
@@ -322,6 +326,8 @@ def restore_newest(
     smoke_check: Callable[[], float] | None,
     smoke_relative_tolerance: float,
     on_fallback: Callable[[Fallback], None],
+    probe: RestoreProbe | None = None,
+    probe_tolerance: float = DEFAULT_TOLERANCE,
     at_most_step: int | None = None,
 ) -> RestoreResult | None:
     """Load the newest committed checkpoint that verifies (and passes the smoke check) into
@@ -371,6 +377,17 @@ def restore_newest(
                     f"{checked.expected_loss:.6g} at save",
                 )
                 continue
+        verdict = None
+        if probe is not None and manifest.probe is not None:
+            # Before the first step: the loaded state must behave as the saved one did.
+            verdict = judge(manifest.probe, probe.measure(), probe_tolerance)
+            if ranks.any(not verdict.passed):
+                excluded[manifest.checkpoint_id] = Fallback(
+                    checkpoint_id=manifest.checkpoint_id,
+                    step=manifest.step,
+                    reason=f"probe check: {verdict.failure or 'failed on another rank'}",
+                )
+                continue
         return RestoreResult(
             checkpoint_id=manifest.checkpoint_id,
             step=int(progress["step"]),
@@ -382,6 +399,7 @@ def restore_newest(
             fallbacks=list(excluded.values()),
             verify_mode=verify,
             smoke=checked,
+            probe=verdict,
             seconds=elapsed(started),
         )
 

@@ -4,11 +4,12 @@ Rules: keep the newest `keep_last`; keep every checkpoint whose step is a multip
 `keep_every_steps`; always keep the newest checkpoint whose health verdict is not UNHEALTHY and
 that is not suspect (the newest that passed validation), the newest one at or before the last
 passing silent-data-corruption check (`known_good_step`: the rollback target should a later check
-fail, ckpt/suspect.py), and the one the fence's latest pointer names, whatever the other rules
-say. Deleting removes the commit record first (fsynced), so a crash mid-delete leaves
-residue that restore ignores, never a committed checkpoint with missing shards. A delete storage
-refuses (a volume turned read-only) is reported and skipped: the commit that triggered retention
-stands, and the next commit's retention plans again.
+fail, ckpt/suspect.py), the one the fence's latest pointer names, and every one a retention hold
+names (hold.py: an escalated run's scene), whatever the other rules say. Deleting removes the
+commit record first (fsynced), so a crash mid-delete leaves residue that restore ignores, never a
+committed checkpoint with missing shards. A delete storage refuses (a volume turned read-only) is
+reported and skipped: the commit that triggered retention stands, and the next commit's retention
+plans again.
 """
 
 import time
@@ -19,6 +20,7 @@ from runwright.ckpt.catalog import scan
 from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.failures import describe
 from runwright.ckpt.fence import Fence
+from runwright.ckpt.hold import HOLD_FILE, read_hold
 from runwright.ckpt.manifest import COMMIT_FILE, HealthVerdict
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.records import Record
@@ -55,6 +57,7 @@ def plan_retention(
     keep_every_steps: int | None = None,
     latest_checkpoint_id: str | None = None,
     known_good_step: int | None = None,
+    held: frozenset[str] = frozenset(),
 ) -> RetentionPlan:
     ordered = sorted(entries, key=lambda e: e.step, reverse=True)
     keep: dict[str, str] = {}
@@ -76,6 +79,8 @@ def plan_retention(
     for entry in ordered:
         if entry.checkpoint_id == latest_checkpoint_id:
             keep.setdefault(entry.folder, "named by the latest pointer")
+        if entry.checkpoint_id in held:
+            keep.setdefault(entry.folder, "held for a person (retention hold)")
     delete = [e.folder for e in reversed(ordered) if e.folder not in keep]
     return RetentionPlan(keep=keep, delete=delete)
 
@@ -118,6 +123,12 @@ def apply_retention(
     known_good_step: int | None = None,
 ) -> list[Deleted | NotDeleted]:
     """Plan retention over the committed checkpoints on storage and delete what it drops."""
+    try:
+        hold = read_hold(storage)
+    except (ValueError, OSError, CheckpointError) as exc:
+        # A hold that cannot be read might name any checkpoint: delete nothing until it can.
+        return [NotDeleted(folder=HOLD_FILE, error=f"retention hold unreadable: {exc}",
+                           committed=False)]  # fmt: skip
     committed, _ = scan(storage)
     latest = fence.latest()
     plan = plan_retention(
@@ -135,6 +146,7 @@ def apply_retention(
         keep_every_steps=keep_every_steps,
         latest_checkpoint_id=latest.checkpoint_id if latest is not None else None,
         known_good_step=known_good_step,
+        held=frozenset(hold.checkpoint_ids) if hold is not None else frozenset(),
     )
     done: list[Deleted | NotDeleted] = []
     for folder in plan.delete:

@@ -223,7 +223,7 @@ class AlertEngine:
             **about,
         }
         if rule.action == "notify":
-            alert["action_result"] = _notify(rule.webhook or "", run, alert)
+            alert["action_result"] = notify(rule.webhook or "", run, alert)
         elif rule.action in GROUP_ACTIONS:
             alert["action_result"] = {
                 "live": f"asked the group to {rule.action} at its next step boundary",
@@ -324,7 +324,7 @@ def _exit(rule: AlertRule) -> str:
     return f"value {side} {clear:g}{steps}"
 
 
-def _notify(url: str, run: RunRecord, alert: dict[str, Any]) -> str:
+def notify(url: str, run: RunRecord, alert: dict[str, Any]) -> str:
     """POST the alert; what happened, for the event."""
     body = json.dumps({"run_id": run.run_id, "project": run.project, **alert}).encode()
     request = urllib.request.Request(

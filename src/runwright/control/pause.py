@@ -16,13 +16,19 @@ the run folder plus its STOP_REQUESTED event, and whichever controller drives th
 after a takeover) holds it to `recovery.stop_grace_seconds`.
 """
 
+import contextlib
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runwright.ckpt.errors import CheckpointError
+from runwright.ckpt.hold import release_hold
+from runwright.ckpt.storage import CheckpointStorage
 from runwright.control.journal import Journal
 from runwright.control.states import RunState, advance
 from runwright.events import EventType
+from runwright.layout import checkpoint_root, run_paths
 from runwright.spec import spec_from_mapping
 from runwright.store import NewEvent, Outcome, RunRecord, Store, WriteResult
 
@@ -81,7 +87,20 @@ def request_resume(
             detail=f"the run is {run.state}, not PAUSED"
             + ("; it is stopping to pause: resume it once it is PAUSED" if asked else ""),
         )
-    return _move(store, run, RunState.QUEUED, why, actor)
+    moved = _move(store, run, RunState.QUEUED, why, actor)
+    if moved.outcome is Outcome.APPLIED:
+        release_escalation_hold(run)
+    return moved
+
+
+def release_escalation_hold(run: RunRecord) -> None:
+    """Resuming is the person's judgement that an escalated run's scene was seen: its retention
+    hold (control/escalation.py) goes, and retention rules as before. Storage that cannot be
+    reached now leaves the hold in place: it only keeps checkpoints (remove HOLD.json by hand)."""
+    spec = spec_from_mapping(run.spec)
+    location = checkpoint_root(run_paths(Path(run.root), run.run_id), spec.checkpoint.location)
+    with contextlib.suppress(OSError, CheckpointError):
+        release_hold(CheckpointStorage(location))
 
 
 def _move(

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runwright.control.allocation import AllocationStep
+from runwright.control.escalation import Escalation, escalation_reason
 from runwright.control.executors.protocol import (
     EXIT_LOST,
     AllocationState,
@@ -153,6 +154,7 @@ class RecoverySequence:
         """The runs' event-log views: the checks made every pass read new events only."""
         self.allocations = AllocationStep(store, journal)
         self.membership = MembershipStep(store, journal)
+        self.escalation = Escalation(store, journal, self.allocations)
 
     def recover(
         self,
@@ -248,8 +250,13 @@ class RecoverySequence:
         sup.end_attempt(self.store, run.run_id, exit_code, str(failure.failure_class))
         bundle = write_diagnostics(self.store, run, evidence, failure)
         self.journal.record(run, EventType.DIAGNOSTICS_WRITTEN, path=str(bundle))
-        decision = decide(spec.recovery, failure, past_failures(events), restored)
+        history = past_failures(events)
+        decision = decide(spec.recovery, failure, history, restored)
         run = self.store.get_run(run.run_id)
+        why = escalation_reason(spec.recovery, failure, history, decision)
+        if why is not None:  # recovery.on_exhausted: pause (control/escalation.py)
+            self.escalation.escalate(run, spec, failure, why, executor)
+            return
         if decision.action in ("fail", "stop"):
             target = RunState.CANCELLED if decision.action == "stop" else RunState.FAILED
             self.journal.finish(run, target, decision.terminal_reason, decision.reason)

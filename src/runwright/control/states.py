@@ -60,8 +60,9 @@ TRANSITIONS: dict[RunState, frozenset[RunState]] = {
         {S.CHECKPOINTING, S.RECOVERING, S.PAUSED, S.SUCCEEDED, S.CANCELLED, S.FAILED}
     ),
     S.CHECKPOINTING: frozenset({S.RUNNING, S.RECOVERING, S.PAUSED, S.CANCELLED, S.FAILED}),
-    # Restart in place (new generation) or give the resources back and requeue (preemption).
-    S.RECOVERING: frozenset({S.STARTING, S.QUEUED, S.CANCELLED, S.FAILED}),
+    # Restart in place (new generation), give the resources back and requeue (preemption), or
+    # escalate to a person (recovery.on_exhausted: pause, control/escalation.py).
+    S.RECOVERING: frozenset({S.STARTING, S.QUEUED, S.PAUSED, S.CANCELLED, S.FAILED}),
     # Resume: back to the queue, to be placed again and restored from the newest checkpoint.
     S.PAUSED: frozenset({S.QUEUED, S.CANCELLED, S.FAILED}),
     S.SUCCEEDED: frozenset(),

@@ -61,6 +61,12 @@ class Incident(Record):
     `reproducibility.level: bitwise`, or one that ended before its next generation reported)."""
     replay_detail: str | None = None
     """The verdict in words: what was compared, where it diverged, or why nothing was."""
+    guard_captures: tuple[str, ...] = ()
+    """The failed generation's guard-trip captures (runtime/guard_capture.py), one per rank."""
+    escalated: str | None = None
+    """Why recovery paused the run for a person instead (ESCALATED), if it did."""
+    restore_fallbacks: tuple[str, ...] = ()
+    """Checkpoints the restore after it skipped, with why (a failed probe check among them)."""
 
 
 class Intervention(Record):
@@ -119,13 +125,23 @@ def incidents(
             "last_healthy_step": max(p.step for p in before) if before else None,
             "detection_seconds": failure.time_unix_s - last.end_unix_s if last else None,
             "time_to_healthy_seconds": to_healthy.get(failure.generation),
+            "guard_captures": tuple(
+                str(e.attributes.get("path"))
+                for e in events
+                if e.type == EventType.GUARD_CAPTURED and e.generation == failure.generation
+            ),
         }
+        fallbacks: list[str] = []
         for event in events:
             if not failure.time_unix_s <= event.time_unix_s < until:
                 continue
             a = event.attributes
             if event.type == EventType.RECOVERY_STARTED and "recovery_started_unix_s" not in fields:
                 fields["recovery_started_unix_s"] = event.time_unix_s
+            elif event.type == EventType.ESCALATED and event.generation == failure.generation:
+                fields["escalated"] = str(a.get("reason"))
+            elif event.type == EventType.RESTORE_FALLBACK:
+                fallbacks.append(f"step {event.step}: {a.get('reason')}")
             elif event.type == EventType.RESTORED:
                 fields["restored_step"] = event.step
                 fields["restored_checkpoint_id"] = event.checkpoint_id
@@ -137,6 +153,7 @@ def incidents(
                 restored = _int(a.get("restored_step"))
                 if fields.get("restored_step") is None and restored is not None:
                     fields["restored_step"] = restored
+        fields["restore_fallbacks"] = tuple(fallbacks)
         fields.update(replay_verdict(events, failure.generation))
         found.append(Incident(**fields))
     return found

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from runwright.govern.charts import CHARTS_JS, inline_script, json_script, plotly_js
 from runwright.govern.dashboard import chart_data
+from runwright.govern.incidents import Incident
 from runwright.observe.accounting import CATEGORIES
 from runwright.observe.timeline import Timeline
 
@@ -183,7 +184,7 @@ def render_page(
                     i.recovery_seconds,
                     i.time_to_healthy_seconds,
                     f"{i.replay_check}: {i.replay_detail}" if i.replay_check else "",
-                    " | ".join([i.message or "", *i.error_lines[-3:]]).strip(" |"),
+                    " | ".join([i.message or "", *i.error_lines[-3:], *_diagnosis(i)]).strip(" |"),
                 )
                 for i in report.incidents
             ],
@@ -417,3 +418,12 @@ def _governance(report: "RunReport") -> list[str]:
         if g.releases
         else '<p class="sub">no releases (`runwright release create RUN`)</p>',
     ]
+
+
+def _diagnosis(incident: Incident) -> list[str]:
+    """An incident's escalation, skipped checkpoints and guard captures, in words."""
+    words = [f"escalated: {incident.escalated}"] if incident.escalated else []
+    words += [f"restore skipped {f}" for f in incident.restore_fallbacks]
+    if incident.guard_captures:
+        words.append(f"{len(incident.guard_captures)} guard capture(s) in diagnostics/")
+    return words

@@ -9,6 +9,7 @@ first use (runwright/lazy.py).
 from runwright.lazy import lazy_exports
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.context import RunContext, init
+from runwright.runtime.guard_capture import capture_guard_trip, input_summary
 from runwright.runtime.steploop import LossSpikeError, NonFiniteError
 
 _LAZY = {"IntegrityCheck": "integrity", "SilentDataCorruptionError": "integrity"}
@@ -21,7 +22,9 @@ __all__ = [
     "NonFiniteError",
     "RunContext",
     "SilentDataCorruptionError",
+    "capture_guard_trip",
     "init",
+    "input_summary",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -193,7 +193,9 @@ class RunContext:
 
     def checkpointer(self, **kwargs: Any) -> "Checkpointer":
         """A `runwright.ckpt.Checkpointer` bound to this run: its fence, its generation, its
-        event channel, and the spec's checkpoint policy (keyword arguments override)."""
+        event channel, and the spec's checkpoint policy (keyword arguments override). Pass
+        `restore_probe=runwright.ckpt.ModelProbe(model, loss_on_a_fixed_batch)` so that every
+        restore is validated before the first step (docs/ckpt.md, "Restore validation")."""
         from runwright.runtime.checkpoints import make_checkpointer
 
         checkpointer = make_checkpointer(self, **kwargs)

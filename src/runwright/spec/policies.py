@@ -174,6 +174,12 @@ class RecoverySpec(Section):
     """Per-class policy; classes left out keep their defaults."""
     on_nan: Literal["rollback_skip", "fail"] = "rollback_skip"
     """After a NaN/Inf: roll back and skip the offending batch range, or fail."""
+    on_exhausted: Literal["fail", "pause"] = "fail"
+    """Past a retry limit, or for a failure that needs a person (a repeated hang or NaN, a
+    checkpoint that fails verification, a data permission error): fail the run, or pause it
+    with its checkpoints held, an alert and a diagnostics bundle (control/escalation.py). fail
+    by default: an unattended run (a sweep, a drill, CI) needs a terminal state to free its
+    place, and a paused run waits for a person for good."""
     stop_grace_seconds: PositiveFloat = Field(default=30.0, le=limits.MAX_SECONDS)
     """Time a worker group gets to stop at a step boundary before it is killed."""
     warm_standby: bool = False

@@ -20,17 +20,23 @@ from runwright.data import open_dataset
 
 
 def eval_rows(
-    dataset: str, sequence_length: int, sequences: int, dp_rank: int, dp_size: int
+    dataset: str,
+    sequence_length: int,
+    sequences: int,
+    dp_rank: int,
+    dp_size: int,
+    split: str = "eval",
 ) -> torch.Tensor | None:
     """This rank's eval rows, [rows, sequence_length + 1] token ids; None when the dataset has
-    no eval split or too few eval tokens for one row."""
-    opened = open_dataset(dataset, verification="size", split="eval")
+    no eval split or too few eval tokens for one row. `split="train"`: the same rows from the
+    train split's first documents (the restore probe's batch, train/probe.py)."""
+    opened = open_dataset(dataset, verification="size", split=split)
     width = sequence_length + 1
     wanted = sequences * width
     parts: list[np.ndarray] = []
     have = 0
     for record in opened.manifest.shards:
-        if record.split != "eval" or have >= wanted:
+        if record.split != split or have >= wanted:
             continue
         shard = opened.shards[record.name]
         for i in range(shard.documents):

@@ -23,12 +23,14 @@ import runwright
 from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
 from runwright.data import DataLoader
 from runwright.events import EventType
-from runwright.runtime import IntegrityCheck
+from runwright.runtime import IntegrityCheck, NonFiniteError
+from runwright.train.captures import capture_step
 from runwright.train.evaluate import eval_rows, evaluate
 from runwright.train.faults import BitFlip, ShardDamage
 from runwright.train.layouts import apply_layout
 from runwright.train.model import GPT
 from runwright.train.precision import Precision, PrecisionRecord
+from runwright.train.probe import restore_probe
 from runwright.train.schedule import lr_multiplier
 from runwright.train.spike import SpikeGuard, add_spike_arguments
 
@@ -153,8 +155,13 @@ def main(argv: list[str] | None = None) -> int:
     counters = {"tokens_seen": 0, "loss_tokens_seen": 0}
 
     # -- resume from the newest committed, verified checkpoint --------------------------------
+    # The restore probe (train/probe.py): a fixed batch's loss, recorded at every save and
+    # checked after the restore below, before the first step.
+    probe = restore_probe(model, str(loader.dataset.folder), spec.data.sequence_length, device)
     ckpt = ctx.checkpointer(
-        data_manifest_id=manifest.dataset_id, tokenizer_hash=manifest.tokenizer.sha256
+        data_manifest_id=manifest.dataset_id,
+        tokenizer_hash=manifest.tokenizer.sha256,
+        restore_probe=probe,
     )
     state = TrainState(
         model=model, optimizer=optimizer, scheduler=scheduler, scaler=precision.scaler,
@@ -254,11 +261,19 @@ def main(argv: list[str] | None = None) -> int:
         grad_norm = layout.clip_grad_norm(list(model.parameters()), opt.grad_clip_norm or math.inf)
         # An fp16 overflow is the scaler's to handle (it drops the step and lowers its scale).
         overflowed = precision.scaler is not None and not math.isfinite(float(grad_norm))
-        loop.guard(step, loss=loss_sum, grad_norm=None if overflowed else grad_norm)
+        trip = {"model": model, "batch": batch, "dataset_id": manifest.dataset_id,
+                "dp_rank": layout.dp_rank, "lr": scheduler.get_last_lr()[0],
+                "precision": precision.name, "loss": loss_sum, "grad_norm": grad_norm}  # fmt: skip
+        try:
+            loop.guard(step, loss=loss_sum, grad_norm=None if overflowed else grad_norm)
+        except NonFiniteError:
+            capture_step(ctx, step, "nan_inf", **trip)  # the step, for the bundle
+            raise
         loss_value = float(loss_sum)
         integrity.bounds(step, loss_value, None if overflowed else grad_norm)
         mean = guard.spiked(loss_value)
         if mean is not None:  # the loss-spike guard: this step's update is not applied
+            capture_step(ctx, step, "loss_spike", window_mean=mean, **trip)
             guard.refuse(ctx, step, loss_value, mean)
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()

@@ -21,7 +21,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 import runwright.runtime
-from runwright.ckpt import CommitStep, TrainState
+from runwright.ckpt import CommitStep, ModelProbe, TrainState
 
 
 class Position:
@@ -90,7 +90,13 @@ def main() -> int:
     optimizer = torch.optim.AdamW(model.parameters(), lr=spec.training.optimizer.lr)
     position = Position()
     state = TrainState(model=model, optimizer=optimizer, data_loader=position)
-    ckpt = ctx.checkpointer(probe=SlowSave(args.save_seconds) if args.save_seconds else None)
+    # The restore probe (docs/ckpt.md, "Restore validation"): a fixed batch's output, recorded at
+    # every save and checked after every restore, before the first step.
+    probe_x = torch.linspace(-1, 1, 32).reshape(4, 8)
+    ckpt = ctx.checkpointer(
+        probe=SlowSave(args.save_seconds) if args.save_seconds else None,
+        restore_probe=ModelProbe(model, lambda: model.module(probe_x).pow(2).mean()),
+    )
     restored = ckpt.restore(state)
     step = restored.step if restored else 0
     loop = ctx.step_loop(step, total)

@@ -96,12 +96,13 @@ def escalation_reason(
 
 
 def held_checkpoints(storage: CheckpointStorage) -> list[str]:
-    """Every committed checkpoint that is not marked UNHEALTHY, oldest first."""
+    """Every committed checkpoint that is healthy: not marked UNHEALTHY, nor suspect of a
+    silent corruption (ckpt/suspect.py); oldest first."""
     committed, _ = scan(storage)
     return [
         c.record.checkpoint_id
         for c in sorted(committed, key=lambda c: c.record.step)
-        if c.manifest.health != HealthVerdict.UNHEALTHY
+        if c.manifest.health != HealthVerdict.UNHEALTHY and c.suspect is None
     ]
 
 

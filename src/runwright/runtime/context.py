@@ -42,7 +42,7 @@ from runwright.protocol import (
     decode_skip_steps,
     placed_entry,
 )
-from runwright.runtime import tracing
+from runwright.runtime import collective_hooks, tracing
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.standby import await_activation
 from runwright.runtime.steploop import StepLoop
@@ -86,6 +86,8 @@ class RunContext:
     _heartbeat: threading.Thread | None = field(default=None, repr=False)
     _trackers: "TrackerSink | None" = field(default=None, repr=False)
     """Rank 0's copy of the step metrics to the spec's trackers (TensorBoard, MLflow)."""
+    _dumper: Any = field(default=None, repr=False)
+    """Dumps the collective log on SIGUSR1 and at close (runtime/collective_log.py)."""
 
     @property
     def plan(self) -> ResolvedPlan | None:
@@ -205,6 +207,11 @@ class RunContext:
 
         return check_collectives(self, timeout_seconds)
 
+    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None, **detail: Any) -> None:
+        """`torch.distributed.all_reduce`, recorded in the collective log with `detail` (e.g.
+        `label="loss_tokens"`), so a hang in it is attributed (runtime/collective_hooks.py)."""
+        collective_hooks.all_reduce(tensor, op, group, **detail)
+
     def step_loop(
         self, start_step: int, total_steps: int, spike_factor: float | None = None
     ) -> StepLoop:
@@ -253,6 +260,8 @@ class RunContext:
                 self._heartbeat.join(timeout=5)
             if self._trackers is not None:
                 self._trackers.close(completed=self.completed)
+            if self._dumper is not None:
+                self._dumper.close()
             self.channel.close()
             tracing.flush()
 
@@ -383,6 +392,7 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         torch_version=_torch_version(),
         platform=platform.platform(),
     )
+    ctx._dumper = collective_hooks.install_dumper(run_dir, generation, rank)
     if heartbeat:
         interval = spec.recovery.heartbeat_interval_seconds if spec else DEFAULT_HEARTBEAT_SECONDS
         ctx.start_heartbeat(interval)

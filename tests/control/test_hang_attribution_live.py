@@ -72,6 +72,7 @@ def run_pair(tmp_path, case: str):
             process.wait()
 
 
+@pytest.mark.slow  # the default suite covers it through the controller: test_hang_live.py
 def test_the_rank_in_a_data_wait_is_named_with_the_collective_its_peer_waits_in(tmp_path):
     found, dumps, seconds = run_pair(tmp_path, "data_wait")
     assert sorted(dumps) == [0, 1] and all(d["reason"] == "signal" for d in dumps.values())

@@ -97,9 +97,11 @@ def explain_hang(
     """The watchdog's verdict with the attribution put first in its words and its culprit as
     the rank, and what FAILURE_CLASSIFIED and the diagnostics bundle keep of it."""
     found, dumps, seconds = attribute_hang(paths, generation, rank_pids, world_size)
-    rank = found.rank if found.rank is not None else verdict.rank
-    words = f"{found.sentence}; watchdog: {verdict.detail}"
-    named = Verdict(verdict.failure_class, rank, words, suspect=verdict.suspect)
+    named = verdict
+    if found.kind != "unknown":  # else the watchdog's words stand (e.g. a rank that is gone)
+        rank = found.rank if found.rank is not None else verdict.rank
+        words = f"{found.sentence}; watchdog: {verdict.detail}"
+        named = Verdict(verdict.failure_class, rank, words, suspect=verdict.suspect)
     record = {
         "kind": found.kind,
         "sentence": found.sentence,

@@ -69,16 +69,18 @@ def allreduce_bucket(bucket: Any, group: Any, divisor: int) -> Any:
     return future.then(done)
 
 
-def _recording_hook(state: Any, bucket: Any) -> Any:
-    group, divisor = state
-    return allreduce_bucket(bucket, group, divisor)
-
-
 def record_ddp(model: Any, group: Any = None) -> None:
     """Register the recording all-reduce as `model`'s (a DistributedDataParallel) comm hook."""
+    import torch
     import torch.distributed as dist
 
-    model.register_comm_hook((group, dist.get_world_size(group)), _recording_hook)
+    divisor = dist.get_world_size(group)
+
+    # DDP checks the hook's annotations against these very types.
+    def hook(_state: object, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        return allreduce_bucket(bucket, group, divisor)
+
+    model.register_comm_hook(None, hook)
 
 
 class recorded:

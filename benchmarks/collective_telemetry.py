@@ -119,18 +119,19 @@ def worker(args: argparse.Namespace) -> None:
         step(i)
     blocks: dict[str, list[tuple[float, float]]] = {"on": [], "off": []}
     order = ["off", "on", "on", "off"]  # ABBA
-    before = len(log.records)
+    issued = {"on": 0}
     for p in range(args.pairs * 2):
         name = order[p % 4]
         mode["on"] = name == "on"
         dist.barrier()
-        wall, cpu = time.perf_counter(), time.thread_time()
+        wall, cpu, before = time.perf_counter(), time.thread_time(), log.issued
         for i in range(args.steps):
             step(i)
+        if name == "on":
+            issued["on"] += log.issued - before
         blocks[name].append(
             ((time.perf_counter() - wall) / args.steps, (time.thread_time() - cpu) / args.steps)
         )
-    recorded = len(log.records) - before if len(log.records) < log.records.maxlen else None
     # In situ: one enter+exit pair's cost, measured in a tight loop.
     probe, tensor, loops = CollectiveLog(), torch.ones(1), 20000
     started = time.perf_counter()
@@ -138,8 +139,7 @@ def worker(args: argparse.Namespace) -> None:
         CollectiveLog.exit(probe.enter("all_reduce", tensor, None, bucket=0))
     record_seconds = (time.perf_counter() - started) / loops
     if rank == 0:
-        on_blocks = len(blocks["on"]) * args.steps
-        per_step = (recorded / on_blocks) if recorded is not None else 3.0
+        per_step = issued["on"] / (len(blocks["on"]) * args.steps)
         Path(args.out).write_text(
             json.dumps(
                 {

@@ -106,3 +106,17 @@ def test_the_flight_recorder_s_entries_are_read_when_runwright_did_not_record():
     nccl["flight_recorder"] = [rec(1), {**rec(2, done=False), "bytes": None}]
     found = attribute({0: nccl, 1: dump([rec(1)])}, world_size=2)
     assert found.culprits == (1,) and "rank 0 wait in all_reduce #2 since" in found.sentence
+
+
+def test_the_quoted_frames_start_at_the_script_or_runwright_not_a_lock_s_wait():
+    frames = [
+        "/usr/lib/python3.11/threading.py:327 in wait",
+        "/venv/lib/python3.11/site-packages/runwright/data/read/prefetch.py:80 in get",
+        "/job/train.py:53 in main",
+    ]
+    stuck = dump([rec(1)], phase={"name": "data_wait", "since_mono": 190.0}, frames=frames)
+    found = attribute({0: dump([rec(1), rec(2, done=False)]), 1: stuck}, world_size=2)
+    assert found.sentence.endswith(
+        "data wait 10 s; at /venv/lib/python3.11/site-packages/runwright/data/read/prefetch.py:80"
+        " in get <- /job/train.py:53 in main"
+    ), found.sentence

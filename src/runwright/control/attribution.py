@@ -145,10 +145,19 @@ def doing(dump: dict[str, Any], waited: tuple[str, int] | None = None) -> str:
         words.append(f"{name}{span}{on}" + (f" ({more})" if more else ""))
     else:
         words.append(f"in step {dump.get('step')}, outside any collective runwright records")
-    frames = list(dump.get("main_frames") or [])[:TOP_FRAMES]
+    frames = _own_frames(list(dump.get("main_frames") or []))[:TOP_FRAMES]
     if frames:
         words.append("at " + " <- ".join(frames))
     return "; ".join(words)
+
+
+def _own_frames(frames: list[str]) -> list[str]:
+    """The stack from its first frame in the script or in runwright: the standard library's
+    and third-party packages' frames above it (a lock's wait) say little."""
+    for i, frame in enumerate(frames):
+        if "/lib/python3" not in frame or "/runwright/" in frame:
+            return frames[i:]
+    return frames
 
 
 def attribute(dumps: dict[int, dict[str, Any]], world_size: int) -> Attribution:

@@ -117,18 +117,26 @@ def record_fsdp(model: Any) -> int:
         DefaultReduceScatter,
     )
 
+    # FSDP2 calls its comms with these keywords (torch's _fsdp_collectives.py).
     class RecordedAllGather(DefaultAllGather):
-        def __call__(self, output: Any, input: Any, group: Any, async_op: bool = False) -> Any:
-            record = _log_for(group).enter("all_gather", output, group)
-            work = super().__call__(output, input, group, async_op)
+        def __call__(
+            self, output_tensor: Any, input_tensor: Any, group: Any, async_op: bool = False
+        ) -> Any:
+            record = _log_for(group).enter("all_gather", output_tensor, group)
+            work = super().__call__(output_tensor, input_tensor, group, async_op)
             return _finish(record, work, async_op)
 
     class RecordedReduceScatter(DefaultReduceScatter):
         def __call__(
-            self, output: Any, input: Any, group: Any, op: Any, async_op: bool = False
+            self,
+            output_tensor: Any,
+            input_tensor: Any,
+            group: Any,
+            op: Any,
+            async_op: bool = False,
         ) -> Any:
-            record = _log_for(group).enter("reduce_scatter", input, group)
-            work = super().__call__(output, input, group, op, async_op)
+            record = _log_for(group).enter("reduce_scatter", input_tensor, group)
+            work = super().__call__(output_tensor, input_tensor, group, op, async_op)
             return _finish(record, work, async_op)
 
     count = 0

@@ -140,6 +140,11 @@ class CollectiveLog:
         if record is not None:
             record.exit_mono, record.exit_wall = time.monotonic(), time.time()
 
+    @property
+    def issued(self) -> int:
+        """Collectives recorded since the process started, the ones the ring dropped included."""
+        return sum(self._seq.values())
+
     def doing(self, phase: str, **detail: Any) -> Doing:
         return Doing(self, (phase, time.monotonic(), time.time(), detail or None))
 

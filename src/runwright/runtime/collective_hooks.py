@@ -200,8 +200,17 @@ def flight_recorder(path: Path) -> dict[str, Any]:
     return {"flight_recorder": records}
 
 
+class _Installed:
+    """The process's dumper: one signal registration per process, so a second `init()` in one
+    process (tests, notebooks) replaces the first's instead of racing it."""
+
+    dumper: Dumper | None = None
+
+
 def install_dumper(run_dir: Path, generation: int, rank: int) -> Dumper:
     """Start this rank's dumper (runtime.init does): its files are the run layout's."""
+    if _Installed.dumper is not None:
+        _Installed.dumper.close()
     paths = RunPaths(run_dir)
     dumper = Dumper(
         process_log(),
@@ -211,4 +220,5 @@ def install_dumper(run_dir: Path, generation: int, rank: int) -> Dumper:
         extra=lambda: flight_recorder(paths.nccl_trace(generation, rank)),
     )
     dumper.install()
+    _Installed.dumper = dumper
     return dumper

@@ -23,6 +23,7 @@ JSON is written at interpreter exit.
 """
 
 import atexit
+import contextlib
 import faulthandler
 import json
 import os
@@ -280,5 +281,10 @@ class Dumper:
             self.dump("exit")
         finally:
             faulthandler.unregister(DUMP_SIGNAL)
+            # The controller may still ask a rank that has closed (it is finishing): its
+            # default action would kill the process, so it is ignored from here.
+            if signal.getsignal(DUMP_SIGNAL) == signal.SIG_DFL:
+                with contextlib.suppress(ValueError):  # only the main thread may set it
+                    signal.signal(DUMP_SIGNAL, signal.SIG_IGN)
             if self._stack_file is not None:
                 self._stack_file.close()

@@ -377,6 +377,8 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         channel=ChannelWriter(RunPaths(run_dir).channel, generation, rank),
         managed=managed,
     )
+    # Before WORKER_STARTED gives the controller this pid to ask for dumps (SIGUSR1).
+    ctx._dumper = collective_hooks.install_dumper(run_dir, generation, rank)
     ctx.event(
         EventType.WORKER_STARTED,
         event_id=f"g{generation}-r{rank}-started",
@@ -392,7 +394,6 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         torch_version=_torch_version(),
         platform=platform.platform(),
     )
-    ctx._dumper = collective_hooks.install_dumper(run_dir, generation, rank)
     if heartbeat:
         interval = spec.recovery.heartbeat_interval_seconds if spec else DEFAULT_HEARTBEAT_SECONDS
         ctx.start_heartbeat(interval)

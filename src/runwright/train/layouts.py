@@ -35,7 +35,7 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
-from runwright.runtime.collective_hooks import allreduce_bucket, record_fsdp
+from runwright.runtime import allreduce_bucket, record_fsdp
 from runwright.spec import JobSpec
 
 BLOCK_PLAN = {

@@ -20,7 +20,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from torch.nn.parallel import DistributedDataParallel
 
 import runwright.runtime
-from runwright.runtime.collective_hooks import record_ddp
+from runwright.runtime import record_ddp
 
 
 @record

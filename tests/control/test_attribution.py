@@ -120,3 +120,13 @@ def test_the_quoted_frames_start_at_the_script_or_runwright_not_a_lock_s_wait():
         "data wait 10 s; at /venv/lib/python3.11/site-packages/runwright/data/read/prefetch.py:80"
         " in get <- /job/train.py:53 in main"
     ), found.sentence
+
+
+def test_a_rank_that_raised_before_the_collective_is_named_with_its_error():
+    raised = dump([rec(1)])
+    raised.update(reason="exit", error="ValueError: bad batch at step 12")
+    found = attribute({0: dump([rec(1), rec(2, done=False)]), 1: raised}, world_size=2)
+    assert found.culprits == (1,)
+    assert "rank 1 never entered it: it exited at step 12 with ValueError: bad batch" in (
+        found.sentence
+    )

@@ -33,13 +33,6 @@ dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank
 collective_hooks.install_dumper(__import__("pathlib").Path(folder), 1, rank)
 for _ in range(3):  # steps that went well: #1..#3 on both ranks
     collective_hooks.all_reduce(torch.ones(4), label="loss_tokens")
-if case == "desync":  # an FSDP2 step first: its all-gathers and reduce-scatters are recorded
-    from torch.distributed.fsdp import fully_shard
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1))
-    fully_shard(model[0]); fully_shard(model)
-    assert collective_hooks.record_fsdp(model) == 2
-    model(torch.ones(2, 4)).sum().backward()
 open(f"{folder}/ready{rank}", "w").close()
 if case == "data_wait" and rank == 1:
     with doing("data_wait", shard="00017"):
@@ -93,11 +86,9 @@ def test_the_rank_in_a_data_wait_is_named_with_the_collective_its_peer_waits_in(
 
 
 def test_different_collectives_at_one_sequence_number_are_a_desync(tmp_path):
-    found, dumps, _ = run_pair(tmp_path, "desync")
+    found, _, _ = run_pair(tmp_path, "desync")
     assert found.kind == "desync", found.sentence
-    assert found.culprits == (1,)
+    assert found.facts["seq"] == 4 and found.culprits == (1,)
     assert "rank 0 issued all_reduce float32 [4]; rank 1 issued all_reduce int32 [4]" in (
         found.sentence
     )
-    ops = {r["op"] for r in dumps[0]["records"] if r["exit_wall"] is not None}
-    assert {"all_gather", "reduce_scatter"} <= ops, ops  # FSDP2's comms, each completed

@@ -132,6 +132,9 @@ def doing(dump: dict[str, Any], waited: tuple[str, int] | None = None) -> str:
     own = _open(records)
     if own is not None and (str(own["group"]), int(own["seq"])) != waited:
         return f"it waits in {_describe(own)} since {_clock(own.get('enter_wall'))}"
+    if dump.get("reason") == "exit":  # its process ended: its error is the cause
+        error = dump.get("error")
+        return f"it exited at step {dump.get('step')}" + (f" with {error}" if error else "")
     phase = dump.get("phase")
     now = dump.get("now_mono")
     words = []

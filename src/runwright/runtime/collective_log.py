@@ -28,6 +28,7 @@ import faulthandler
 import json
 import os
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -257,6 +258,9 @@ class Dumper:
                 **self.log.snapshot(),
                 "main_frames": main_thread_frames(stacks),
             }
+            error = getattr(sys, "last_value", None) if reason == "exit" else None
+            if error is not None:  # the uncaught exception the interpreter exits with
+                body["error"] = f"{type(error).__name__}: {error}"[:500]
             if self.extra is not None:
                 try:
                     body.update(self.extra())

@@ -1,19 +1,21 @@
 """Hang attribution through the controller (issue 24): a real run (two ranks under torchrun,
 gloo) whose rank 1 sits in a data read that never returns while rank 0 waits in the gradient
 all-reduce. The watchdog suspects the stall, the ranks' CPU confirms it, the controller asks the
-ranks for their collective dumps before stopping the group, and FAILURE_CLASSIFIED, the run's
-state detail and the diagnostics bundle name rank 1, the all-reduce and the data wait. No retry
-(a restart would double the test's time; recovery after a hang is tests/control/test_recovery.py's
-subject)."""
+ranks for their collective dumps before stopping the group, and FAILURE_CLASSIFIED, `status`,
+`logs`, the report and the diagnostics bundle name rank 1, the all-reduce and the data wait.
+No retry: a restart would double the test's time (recovery after a hang is
+tests/control/test_recovery.py's subject)."""
 
 import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from runwright.cli.main import app
 from runwright.control.controller import Controller
-from runwright.control.logs import hang_note
 from runwright.control.summary import describe_run, run_summary
+from runwright.govern.report import collect_report
 from runwright.spec import spec_from_mapping
 from runwright.store import Store
 
@@ -61,7 +63,11 @@ def test_a_rank_stuck_in_a_data_read_is_named_not_its_waiting_peer(tmp_path):
     assert final.state == "FAILED", final.state_detail
     status = describe_run(run_summary(store, run.run_id))  # what `runwright status` prints
     assert "no_progress on rank 1 at step 4: rank 0 wait in all_reduce #" in status, status
-    assert hang_note(store.events(run.run_id), 1).startswith("hang attribution: rank 0 wait")
+    report, _ = collect_report(store, run.run_id)  # the run report's incidents
+    assert "rank 1 never entered it" in (report.incidents[0].message or "")
+    shown = CliRunner().invoke(app, ["logs", run.run_id, "--root", str(tmp_path)])
+    assert shown.exit_code == 0, shown.output
+    assert "hang attribution: rank 0 wait in all_reduce #" in shown.output  # above the output
     # From the stall's start (the rank's own mark) to the named cause: the watchdog's
     # steady-state limit (heartbeat timeout 3 s here), its 2 s CPU confirmation, the dumps.
     started = dumps["1"]["phase"]["since_wall"]

@@ -63,7 +63,7 @@ class PhaseTimer:
     generator form cost about 8 us per phase, a third of it here
     (benchmarks/runtime_overhead.py, in situ)."""
 
-    __slots__ = ("_loop", "_name", "_started")
+    __slots__ = ("_before", "_loop", "_name", "_started")
 
     def __init__(self, loop: "StepLoop", name: str) -> None:
         self._loop = loop
@@ -71,13 +71,15 @@ class PhaseTimer:
 
     def __enter__(self) -> None:
         # What a hang's dump says this rank was doing (runtime/collective_log.py).
-        self._loop._log.phase = (self._name, time.monotonic(), time.time(), None)
+        log = self._loop._log
+        self._before = log.phase
+        log.phase = (self._name, time.monotonic(), time.time(), None)
         self._started = time.perf_counter()
 
     def __exit__(self, *_exc: object) -> None:
         ended = time.perf_counter()
         loop, name = self._loop, self._name
-        loop._log.phase = None
+        loop._log.phase = self._before
         loop._phases[name] = loop._phases.get(name, 0.0) + ended - self._started
         if loop._traced is not None:
             loop._traced.append((name, self._started, ended))

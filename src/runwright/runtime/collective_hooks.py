@@ -163,7 +163,8 @@ def flight_recorder(path: Path) -> dict[str, Any]:
     (nothing when it is off or the build has no NCCL). `torch._C._distributed_c10d.
     _dump_nccl_trace()` returns the pickled dump (keys per entry: process_group,
     collective_seq_id, profiling_name, input_sizes, input_dtypes, state, time_created_ns,
-    time_discovered_completed_ns)."""
+    time_discovered_completed_ns: the fields torch's own analyser reads,
+    torch/distributed/flight_recorder/components/builder.py)."""
     if int(os.environ.get(FLIGHT_RECORDER_ENV, "0") or 0) <= 0:
         return {}
     import torch

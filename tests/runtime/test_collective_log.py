@@ -10,12 +10,8 @@ import time
 import torch
 
 from runwright.layout import RunPaths
-from runwright.runtime.collective_log import (
-    DUMP_SIGNAL,
-    CollectiveLog,
-    Dumper,
-    main_thread_frames,
-)
+from runwright.protocol import DUMP_SIGNAL
+from runwright.runtime.collective_log import CollectiveLog, Dumper, main_thread_frames
 
 
 def test_the_buffer_is_bounded_and_numbers_each_group_on_its_own():

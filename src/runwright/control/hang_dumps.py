@@ -10,7 +10,6 @@ nothing.
 
 import json
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -19,9 +18,8 @@ from runwright.control.attribution import Attribution, attribute
 from runwright.control.stall import sample_rank
 from runwright.control.watchdog import Verdict
 from runwright.layout import RunPaths
+from runwright.protocol import DUMP_SIGNAL
 
-DUMP_SIGNAL = signal.SIGUSR1
-"""The signal the runtime's dumper answers (runtime/collective_log.py registers the same)."""
 DUMP_WAIT_SECONDS = 5.0
 """How long the controller waits for the dumps. A rank answers within its dumper's poll (50 ms)
 plus the write; the rest is slack for a machine whose cores are all busy."""

@@ -36,10 +36,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runwright.protocol import DUMP_SIGNAL
+
 DEFAULT_CAPACITY = 2048
 """Records kept per rank: 2048 x ~200 B of JSON = ~400 KB per dump; at 10 buckets a step, the
 last 200 steps."""
-DUMP_SIGNAL = signal.SIGUSR1
 POLL_SECONDS = 0.05
 """How often the dumper looks whether faulthandler wrote a stack: 20 fstat calls a second."""
 STACK_FRAMES = 12

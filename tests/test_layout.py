@@ -75,6 +75,9 @@ def test_every_path_lies_where_the_tree_says(tmp_path):
         run.allocation(2).release_file: "release",
         run.diagnostics_bundle(3): "diagnostics/gen<G>/bundle.json",
         run.guard_capture(3, 7, 1): "diagnostics/gen<G>/guard-step<S>-rank<R>.json",
+        run.collective_dump(3, 1): "diagnostics/gen<G>/rank<R>-collectives.json",
+        run.stack_dump(3, 1): "diagnostics/gen<G>/rank<R>-stacks.txt",
+        run.nccl_trace(3, 1): "diagnostics/gen<G>/rank<R>-nccl-trace.pkl",
         run.report: "report/",
     }
     for path, entry in documented.items():

@@ -91,7 +91,9 @@ class EventType(StrEnum):
     # -- the controller: recovery, stops and budgets ---------------------------------------------
     FAILURE_CLASSIFIED = "FAILURE_CLASSIFIED"
     """A generation ended badly; its class (failure_class), evidence and the policy's decision;
-    `node` and `host` when the failure is pinned on a node (a lost one)."""
+    `node` and `host` when the failure is pinned on a node (a lost one); `attribution` when a
+    live group's hang was attributed from the ranks' collective dumps (control/attribution.py:
+    kind hang or desync, sentence, culprits, facts, collect_seconds)."""
     DIAGNOSTICS_WRITTEN = "DIAGNOSTICS_WRITTEN"
     """A diagnostics bundle was written for a failure (path)."""
     RECOVERY_STARTED = "RECOVERY_STARTED"

@@ -48,6 +48,9 @@ learns the other's file names. It imports nothing of runwright, so every layer m
     release                              the controller's request that the agent end
   diagnostics/gen<G>/bundle.json         failure evidence of generation G
   diagnostics/gen<G>/guard-step<S>-rank<R>.json  a rank's capture of a step a guard refused
+  diagnostics/gen<G>/rank<R>-collectives.json   rank R's collectives and phase (SIGUSR1, exit)
+  diagnostics/gen<G>/rank<R>-stacks.txt  rank R's Python stacks (faulthandler, SIGUSR1)
+  diagnostics/gen<G>/rank<R>-nccl-trace.pkl   rank R's NCCL Flight Recorder dump
   report/                                report.json and report.html (runwright report)
 ```
 
@@ -389,6 +392,18 @@ class RunPaths:
     def guard_captures(self, generation: int, rank: int) -> list[Path]:
         """Rank R's guard captures in generation G, oldest step first."""
         return sorted(self.diagnostics_dir(generation).glob(f"guard-step*-rank{rank:05d}.json"))
+
+    def collective_dump(self, generation: int, rank: int) -> Path:
+        """Rank R's collective buffer, phase and stack tops (runtime/collective_log.py)."""
+        return self.diagnostics_dir(generation) / f"rank{rank:05d}-collectives.json"
+
+    def stack_dump(self, generation: int, rank: int) -> Path:
+        """Rank R's Python stacks, written by faulthandler on the dump signal."""
+        return self.diagnostics_dir(generation) / f"rank{rank:05d}-stacks.txt"
+
+    def nccl_trace(self, generation: int, rank: int) -> Path:
+        """Rank R's NCCL Flight Recorder dump (pickled, as torch writes it)."""
+        return self.diagnostics_dir(generation) / f"rank{rank:05d}-nccl-trace.pkl"
 
     @property
     def report(self) -> Path:

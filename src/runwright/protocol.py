@@ -15,6 +15,7 @@ a message naming both versions, rather than training with messages nobody can re
 
 import json
 import os
+import signal
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,6 +55,9 @@ ENV_STANDBY = "RUNWRIGHT_STANDBY"
 
 HEARTBEAT = "HEARTBEAT"
 """The channel message type that only updates liveness; every other type is an `EventType`."""
+DUMP_SIGNAL = signal.SIGUSR1
+"""The controller's request that a rank dump its collective log and Python stacks
+(runtime/collective_log.py answers it, control/hang_dumps.py sends it)."""
 
 
 class ProtocolVersionError(RunwrightError):

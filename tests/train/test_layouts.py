@@ -20,6 +20,7 @@ from runwright_tests_tiny import TINY_DATA, tiny_gpt
 from runwright.ckpt.manifest import CheckpointManifest
 from runwright.data import build_dataset
 from runwright.errors import SpecError
+from runwright.layout import RunPaths
 from runwright.spec import spec_from_mapping
 
 pytestmark = pytest.mark.integration
@@ -186,6 +187,22 @@ def test_an_fsdp2_checkpoint_restores_into_ddp_on_one_rank(fsdp2):
     assert (restored["step"], restored["attributes"]["mode"]) == (6, "reshard")
     assert [m["step"] for m in sent if m["type"] == "STEP_HEALTHY"] == [7, 8]
     assert manifests(fsdp2["one"])[-1].parallel_layout == {"dp": 1, "dp_shard": 1, "tp": 1, "pp": 1}
+
+
+def test_every_collective_of_a_step_is_in_the_ranks_collective_logs(fsdp2):
+    """What the ranks' logs held when their contexts closed (runtime/collective_log.py): FSDP2's
+    all-gathers and reduce-scatters, the trainer's labelled all-reduces, DDP's buckets."""
+    for rank in (0, 1):
+        dump = json.loads(RunPaths(fsdp2["straight"]).collective_dump(0, rank).read_text())
+        assert dump["reason"] == "exit" and dump["rank"] == rank
+        done = [r for r in dump["records"] if r["exit_wall"] is not None]
+        assert len(done) == len(dump["records"])  # a finished run waits in nothing
+        ops = {(r["op"], (r.get("detail") or {}).get("label")) for r in done}
+        assert {("all_gather", None), ("reduce_scatter", None)} <= ops, ops
+        assert {("all_reduce", "loss_tokens"), ("all_reduce", "loss")} <= ops, ops
+    one = json.loads(RunPaths(fsdp2["one"]).collective_dump(0, 0).read_text())
+    buckets = [r for r in one["records"] if "bucket" in (r.get("detail") or {})]
+    assert buckets and buckets[0]["op"] == "all_reduce" and buckets[0]["bytes"] > 0
 
 
 def test_layouts_that_cannot_run_are_refused_with_the_reason(dataset):

@@ -346,6 +346,9 @@ def logs(
         raise RunwrightError(
             f"run {run.run_id} has no generation {gen}; its generations are {known}"
         )
+    note = run_logs.hang_note(st.events(run.run_id, types=[EventType.FAILURE_CLASSIFIED]), gen)
+    if note is not None:  # whose output to read first
+        console.print(note, highlight=False, markup=False, soft_wrap=True)
     files = [
         log
         for log in run_logs.rank_logs(run_root, run.run_id, gen)

@@ -8,8 +8,10 @@ their WORKER_STARTED (their node and local rank), else arithmetic over the nodes
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from runwright.control.executors.torchrun_logs import global_rank_map, reported_placements
+from runwright.events import EventType
 from runwright.layout import parse_generation, run_paths
 from runwright.protocol import decode_rank_manifest
 from runwright.records import Record
@@ -127,3 +129,13 @@ def follow(path: Path, offset: int) -> Iterator[tuple[str, int]]:
     while (end := data.find(b"\n", start)) >= 0:
         yield data[start:end].decode("utf-8", errors="replace"), offset + end + 1
         start = end + 1
+
+
+def hang_note(events: list[Any], generation: int) -> str | None:
+    """The hang attribution of `generation`'s failure (control/attribution.py), for the top of
+    `runwright logs`: whose output to read first. None when it has none."""
+    for event in events:
+        said = event.attributes.get("attribution") if event.generation == generation else None
+        if event.type == EventType.FAILURE_CLASSIFIED and said:
+            return f"hang attribution: {said['sentence']}"
+    return None

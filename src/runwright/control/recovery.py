@@ -18,6 +18,7 @@ from runwright.control.executors.protocol import (
     LostSupervisor,
 )
 from runwright.control.failures import Classification, classify
+from runwright.control.hang_dumps import explain_hang
 from runwright.control.membership import MembershipStep, changed_for
 from runwright.control.policy import PastFailure, decide
 from runwright.control.sdc import classify_sdc, detection, known_good_step, quarantined_hosts
@@ -105,7 +106,11 @@ def skip_ranges(events: list[EventRecord]) -> list[list[int]]:
 
 
 def write_diagnostics(
-    store: Store, run: RunRecord, evidence: FailureEvidence, failure: Classification
+    store: Store,
+    run: RunRecord,
+    evidence: FailureEvidence,
+    failure: Classification,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Everything an operator needs to judge the failure without the processes: spec, rank
     manifest, last healthy step, error records, recent events and the log tails the executor
@@ -129,6 +134,7 @@ def write_diagnostics(
         "node_exits": [n.model_dump() for n in evidence.node_exits],
         "recent_events": [e.model_dump(mode="json") for e in recent],
         "log_tails": logs,
+        **(extra or {}),  # e.g. the ranks' collective dumps of an attributed hang
     }
     bundle_file.write_text(json.dumps(bundle, indent=1, default=str))
     return bundle_file
@@ -195,6 +201,14 @@ class RecoverySequence:
         }
         lost: LostSupervisor | None = None
         executor = self.executor_of(run)
+        hang: dict[str, Any] | None = None
+        if exit_code is None and verdict is not None:
+            # Before the group is stopped (a killed rank dumps nothing): which rank the others
+            # wait for, from every rank's collective dump (control/hang_dumps.py).
+            paths = run_paths(Path(run.root), run.run_id)
+            verdict, hang = explain_hang(
+                paths, run.generation, sup.rank_pids, spec.resources.world_size, verdict
+            )
         if exit_code is None:
             # A live but broken group (hang, no progress): fence first, so no worker of this
             # generation can publish once we act on it, then stop it; it has nothing to save.
@@ -242,13 +256,16 @@ class RecoverySequence:
             lost_hosts=list(evidence.lost_hosts) or None,
             quarantined_hosts=quarantined_hosts(sdc) if sdc is not None else None,
             error_lines=list(failure.error_lines) or None,
+            attribution={k: v for k, v in hang.items() if k != "dumps"} if hang else None,
             **({"node": failure.node, "host": failure.host} if failure.node is not None else {}),
         )
         self.journal.move(
             run, RunState.RECOVERING, detail=f"{failure.failure_class}: {failure.message}"
         )
         sup.end_attempt(self.store, run.run_id, exit_code, str(failure.failure_class))
-        bundle = write_diagnostics(self.store, run, evidence, failure)
+        bundle = write_diagnostics(
+            self.store, run, evidence, failure, {"hang_attribution": hang} if hang else None
+        )
         self.journal.record(run, EventType.DIAGNOSTICS_WRITTEN, path=str(bundle))
         history = past_failures(events)
         decision = decide(spec.recovery, failure, history, restored)

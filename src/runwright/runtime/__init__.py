@@ -8,6 +8,12 @@ first use (runwright/lazy.py).
 
 from runwright.lazy import lazy_exports
 from runwright.runtime.channel import ChannelWriter
+from runwright.runtime.collective_hooks import (
+    allreduce_bucket,
+    record_ddp,
+    record_fsdp,
+    recorded,
+)
 from runwright.runtime.context import RunContext, init
 from runwright.runtime.guard_capture import capture_guard_trip, input_summary
 from runwright.runtime.steploop import LossSpikeError, NonFiniteError
@@ -22,9 +28,13 @@ __all__ = [
     "NonFiniteError",
     "RunContext",
     "SilentDataCorruptionError",
+    "allreduce_bucket",
     "capture_guard_trip",
     "init",
     "input_summary",
+    "record_ddp",
+    "record_fsdp",
+    "recorded",
 ]
 
 __getattr__, __dir__ = lazy_exports(__name__, _LAZY)

@@ -42,7 +42,7 @@ from runwright.protocol import (
     decode_skip_steps,
     placed_entry,
 )
-from runwright.runtime import tracing
+from runwright.runtime import collective_hooks, tracing
 from runwright.runtime.channel import ChannelWriter
 from runwright.runtime.standby import await_activation
 from runwright.runtime.steploop import StepLoop
@@ -89,6 +89,8 @@ class RunContext:
     """Rank 0's copy of the step metrics to the spec's trackers (TensorBoard, MLflow)."""
     _system: "SystemSampler | None" = field(default=None, repr=False)
     """The node's system sampler, in its local rank 0 only (runtime/system_sampler.py)."""
+    _dumper: Any = field(default=None, repr=False)
+    """Dumps the collective log on SIGUSR1 and at close (runtime/collective_log.py)."""
 
     @property
     def plan(self) -> ResolvedPlan | None:
@@ -210,6 +212,11 @@ class RunContext:
 
         return check_collectives(self, timeout_seconds)
 
+    def all_reduce(self, tensor: Any, op: Any = None, group: Any = None, **detail: Any) -> None:
+        """`torch.distributed.all_reduce`, recorded in the collective log with `detail` (e.g.
+        `label="loss_tokens"`), so a hang in it is attributed (runtime/collective_hooks.py)."""
+        collective_hooks.all_reduce(tensor, op, group, **detail)
+
     def step_loop(
         self, start_step: int, total_steps: int, spike_factor: float | None = None
     ) -> StepLoop:
@@ -260,6 +267,8 @@ class RunContext:
                 self._trackers.close(completed=self.completed)
             if self._system is not None:
                 self._system.stop()
+            if self._dumper is not None:
+                self._dumper.close()
             self.channel.close()
             tracing.flush()
 
@@ -375,6 +384,8 @@ def init(heartbeat: bool = True, spec_path: str | Path | None = None) -> RunCont
         channel=ChannelWriter(RunPaths(run_dir).channel, generation, rank),
         managed=managed,
     )
+    # Before WORKER_STARTED gives the controller this pid to ask for dumps (SIGUSR1).
+    ctx._dumper = collective_hooks.install_dumper(run_dir, generation, rank)
     ctx.event(
         EventType.WORKER_STARTED,
         event_id=f"g{generation}-r{rank}-started",

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from runwright.errors import RunwrightError
 from runwright.events import EventType
 from runwright.layout import RunPaths
+from runwright.runtime.collective_log import process_log
 from runwright.runtime.stop import OverlappedStopVote, StopRequest
 from runwright.runtime.tracing import rank_tracer
 
@@ -62,18 +63,23 @@ class PhaseTimer:
     generator form cost about 8 us per phase, a third of it here
     (benchmarks/runtime_overhead.py, in situ)."""
 
-    __slots__ = ("_loop", "_name", "_started")
+    __slots__ = ("_before", "_loop", "_name", "_started")
 
     def __init__(self, loop: "StepLoop", name: str) -> None:
         self._loop = loop
         self._name = name
 
     def __enter__(self) -> None:
+        # What a hang's dump says this rank was doing (runtime/collective_log.py).
+        log = self._loop._log
+        self._before = log.phase
+        log.phase = (self._name, time.monotonic(), time.time(), None)
         self._started = time.perf_counter()
 
     def __exit__(self, *_exc: object) -> None:
         ended = time.perf_counter()
         loop, name = self._loop, self._name
+        loop._log.phase = self._before
         loop._phases[name] = loop._phases.get(name, 0.0) + ended - self._started
         if loop._traced is not None:
             loop._traced.append((name, self._started, ended))
@@ -102,6 +108,7 @@ class StepLoop:
         # both need the loss and the grad norm, and on a GPU every .item() waits for the device.
         self._read: list[tuple[Any, float]] = []
         self._step_started = 0.0
+        self._log = process_log()
         self._tracer = rank_tracer(ctx)  # None unless an OTLP endpoint is configured
         self._traced: list[tuple[str, float, float]] | None = None
         """A sampled step's phases as (name, perf_counter start, end); None: not traced."""
@@ -123,6 +130,7 @@ class StepLoop:
                     self._phases = dict.fromkeys(PHASES, 0.0)
                     self._step_started = time.perf_counter()
                 self._read = []
+                self._log.step = step
                 if self._tracer is not None:
                     sampled = step == self.start_step + 1 or step % self._tracer.step_every == 0
                     self._traced = [] if sampled else None
@@ -139,6 +147,11 @@ class StepLoop:
     def phase(self, name: str) -> "PhaseTimer":
         """`with loop.phase(name):` adds the block's seconds to the step's phase `name`."""
         return PhaseTimer(self, name)
+
+    def marking(self, name: str, **detail: Any) -> Any:
+        """`with loop.marking("data_wait"):` says what the rank does in the block, for a hang's
+        dump, without timing it (its seconds are measured elsewhere, e.g. the loader's wait)."""
+        return self._log.doing(name, **detail)
 
     def add_phase_seconds(self, name: str, seconds: float) -> None:
         """Account time measured elsewhere (e.g. the loader's input wait, a checkpoint stall)."""

@@ -35,6 +35,7 @@ from torch.distributed.tensor.parallel import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
+from runwright.runtime import allreduce_bucket, record_fsdp
 from runwright.spec import JobSpec
 
 BLOCK_PLAN = {
@@ -129,6 +130,7 @@ def apply_layout(
         for block in model.blocks:
             fully_shard(block, mesh=mesh["dp"])
         fully_shard(model, mesh=mesh["dp"])
+        record_fsdp(model)  # every all-gather and reduce-scatter in the collective log
     name = "+".join(n for n, used in (("fsdp2", sharded and dp > 1), ("tp", tp > 1)) if used)
     return Layout(
         name=name or "fsdp2",
@@ -149,12 +151,12 @@ def timed_allreduce(state: Layout, bucket: dist.GradBucket) -> torch.futures.Fut
     """DDP's default gradient hook (average over the dp ranks: divide, then all-reduce), with
     its seconds added to `state.grad_sync_seconds` (the step's grad_sync phase)."""
     started = time.perf_counter()
-    tensor = bucket.buffer().div_(state.dp)
-    future = dist.all_reduce(tensor, async_op=True).get_future()
+    # Recorded in the collective log with the bucket's index and bytes (hang attribution).
+    future = allreduce_bucket(bucket, None, state.dp)
 
-    def done(fut: torch.futures.Future[list[torch.Tensor]]) -> torch.Tensor:
+    def done(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
         state.grad_sync_seconds += time.perf_counter() - started
-        return fut.value()[0]
+        return fut.value()
 
     return future.then(done)
 

@@ -213,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
                 ctx.report(EventType.FAULT_INJECTED, step=step, kind=f"shard_{damage.how}",
                            shard=damage.shard, rank=ctx.rank)  # fmt: skip
         before = loader.stats.input_wait_seconds_total
-        batch = next(batches)
+        with loop.marking("data_wait"):  # what a hang's dump says this rank is doing
+            batch = next(batches)
         loop.add_phase_seconds("data_wait", loader.stats.input_wait_seconds_total - before)
         sample_range = [batch.first_sample, batch.end_sample]
         if ctx.should_skip(step):  # after a NaN: consume the batch, do not learn from it
@@ -232,7 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         # whatever dp and the micro-batch split are: sum over ranks of (CE sum) / global count.
         local_loss_tokens = rows["loss_mask"].sum()
         global_loss_tokens = local_loss_tokens.clone()
-        dist.all_reduce(global_loss_tokens, group=layout.dp_group)  # tp peers hold the same rows
+        # Recorded (ctx.all_reduce): a hang in it names the rank that never entered it.
+        ctx.all_reduce(global_loss_tokens, group=layout.dp_group, label="loss_tokens")
         layout.grad_sync_seconds = 0.0
         if ctx.rank == args.slow_rank:
             with loop.phase("forward"):  # its peers spend this in grad_sync, waiting for it
@@ -255,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         integrity.recompute(step, micro_loss, *first)
         if faulty and step == args.nan_at_step and ctx.rank == args.nan_rank:
             loss_sum = loss_sum * float("nan")  # the all-reduce spreads it: every rank refuses
-        dist.all_reduce(loss_sum)
+        ctx.all_reduce(loss_sum, label="loss")
         loss_sum /= layout.tp  # every tp rank of a dp group computed the same loss
         precision.unscale(optimizer)
         grad_norm = layout.clip_grad_norm(list(model.parameters()), opt.grad_clip_norm or math.inf)

@@ -94,3 +94,32 @@ def test_status_and_the_report_show_what_the_rank_said(tmp_path):
     assert "rank 0 (node 0)" not in shown.output
     missing = runner.invoke(app, ["logs", run.run_id, "--root", str(tmp_path), "-g", "7"])
     assert missing.exit_code == 2 and "no generation 7" in missing.output
+
+
+@pytest.mark.integration
+def test_a_rank_that_raises_before_a_collective_is_the_cause_not_the_peer_left_waiting(tmp_path):
+    """Rank 0 raises after step 3 (tests/control/scripts/small_train.py --raise-at-step), so
+    rank 1 enters step 4's gradient all-reduce alone and waits in it: the failure names rank 0
+    and its error, never rank 1 or a collective timeout (seed 000, 8.7)."""
+    train = Path(__file__).parent / "scripts" / "small_train.py"
+    spec = spec_from_mapping(
+        {
+            "name": "raises-first",
+            "code": {"entrypoint": str(train), "args": ["--raise-at-step", "3"]},
+            "training": {"global_batch_samples": 8, "steps": 6, "optimizer": {"lr": 0.01}},
+            "resources": {"devices_per_node": 2},
+            "checkpoint": {"enabled": False},
+            "recovery": {"policies": {"user_code": {"max_retries": 0}}},
+        }
+    )
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, poll_seconds=0.1)
+    run, _ = controller.submit(spec, tmp_path)
+    final = controller.drive(run.run_id)
+    assert final.state == "FAILED"
+    (failure,) = store.events(run.run_id, types=["FAILURE_CLASSIFIED"])
+    facts = failure.attributes
+    assert facts["failure_class"] == FailureClass.USER_CODE and facts["rank"] == 0, facts
+    assert "deterministic bug at step 3" in facts["message"], facts
+    assert "timeout" not in facts["message"].lower() and not facts.get("attribution"), facts
+    store.close()

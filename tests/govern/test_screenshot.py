@@ -55,7 +55,7 @@ def test_report_draws_its_charts_offline_in_headless_chromium(store, tmp_path):
         )
         assert charts == [
             "chart-states", "chart-loss", "chart-grad-norm", "chart-tokens", "chart-ranks",
-            "chart-straggler", "chart-checkpoints", "chart-wait", "chart-token-kinds",
+            "chart-straggler", "chart-checkpoints", "chart-nodes", "chart-wait", "chart-token-kinds",
             "chart-drift", "chart-mixture", "chart-cost",
         ]  # fmt: skip
         assert page.locator("#run-charts .main-svg").count() >= len(charts)

@@ -98,7 +98,8 @@ def test_a_slurm_inventory_admits_only_on_offered_nodes_of_the_partition():
     reason = admit(inventory, AdmissionInput(pending=(bigger,))).of("r").reason
     assert reason.words == (
         "needs 24 devices of type H100 in pool train; 16 are free "
-        "(8 more on drained or unhealthy nodes)"
+        "(8 more on drained or unhealthy nodes) "
+        "[gpu-b02 unhealthy: Not responding [slurm@2026-12-02T11:02:10]]"
     )
 
 

@@ -41,6 +41,14 @@ def test_run_commands_do_not_import_torch():
         assert "torch" not in _modules_after(*argv), argv
 
 
+def test_the_controller_does_not_import_torch():
+    """`runwright submit`, `controller` and `demo` drive runs in a process that never trains:
+    torch (2.5 CPU seconds to import here) is the workers' and the checkpoint commands'."""
+    code = "import sys, runwright.control.controller; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
 def test_report_does_not_import_plotly():
     # report.html inlines plotly.min.js read from the installed package's folder (found with
     # importlib.util.find_spec): importing plotly, which takes seconds, is never needed.

@@ -8,13 +8,12 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field
 
 from runwright.ckpt.catalog import CommittedCheckpoint, Uncommitted, scan
 from runwright.ckpt.errors import CheckpointError, CheckpointRootError
-from runwright.ckpt.export import ReleaseManifest, export_model
 from runwright.ckpt.faultfs import inner_url
 from runwright.ckpt.fence import (
     FENCE_OBJECT,
@@ -33,6 +32,9 @@ from runwright.layout import checkpoint_location, resolve_root, run_paths, valid
 from runwright.layout import checkpoint_root as run_checkpoint_root
 from runwright.records import Record
 from runwright.remote import scheme_of
+
+if TYPE_CHECKING:  # export needs torch: a controller importing this module does not
+    from runwright.ckpt.export import ReleaseManifest
 
 
 def checkpoint_root(target: str, root: str | os.PathLike[str] | None = None) -> str:
@@ -407,7 +409,7 @@ def collect(
     )
 
 
-def export(root: str, ref: str, out_dir: str, **options: Any) -> ReleaseManifest:
+def export(root: str, ref: str, out_dir: str, **options: Any) -> "ReleaseManifest":
     """Export checkpoint `ref` of `root` into `out_dir`; `options` are `export_model`'s (the
     export source and format)."""
     storage, found = find(root, ref)
@@ -419,4 +421,6 @@ def export(root: str, ref: str, out_dir: str, **options: Any) -> ReleaseManifest
             f"export folder {out_dir} is inside the checkpoint folder; exports are kept apart "
             "from training state. Choose a folder outside it, e.g. <root>/runs/<run>/exports/."
         )
+    from runwright.ckpt.export import export_model
+
     return export_model(storage, found, out_dir, **options)

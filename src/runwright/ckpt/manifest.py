@@ -20,6 +20,16 @@ REJECTED_FILE = "REJECTED"
 SUSPECT_FILE = "SUSPECT"
 """Beside a committed checkpoint saved after a silent-data-corruption check last passed, when a
 later check failed (ckpt/suspect.py): restore and retention no longer count it as good."""
+DCP_METADATA = ".metadata"
+"""DCP's own metadata file in a checkpoint folder (written last by rank 0)."""
+SIDECAR_SUFFIX = "_files.json"
+
+
+def sidecar_name(rank: int) -> str:
+    """Rank R's sidecar: the sizes and checksums of the files it wrote (ckpt/writer.py)."""
+    return f"__{rank}{SIDECAR_SUFFIX}"
+
+
 FORMAT_VERSION = 1
 CHECKSUM_ALGORITHM = DEFAULT_CHECKSUM
 RECORD_MAX_BYTES = 64 << 20

@@ -19,23 +19,25 @@ import json
 import random
 import threading
 from collections.abc import Callable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
-from torch.distributed.checkpoint.metadata import Metadata
 
 from runwright.ckpt.checksum import CHECKSUMS, DEFAULT_CHECKSUM, checksum_bytes, new_hasher
 from runwright.ckpt.errors import CheckpointIncompleteError
 from runwright.ckpt.manifest import (
     COMMIT_FILE,
+    DCP_METADATA,
     MANIFEST_FILE,
     CheckpointManifest,
     FileEntry,
+    sidecar_name,
 )
-from runwright.ckpt.metadata import MetadataError, metadata_problems, read_metadata
 from runwright.ckpt.storage import CheckpointStorage
-from runwright.ckpt.writer import DCP_METADATA, sidecar_name
 from runwright.records import Record
+
+if TYPE_CHECKING:
+    from torch.distributed.checkpoint.metadata import Metadata
 
 VerifyMode = Literal["full", "sampled", "none"]
 _READ_CHUNK_BYTES = 1 << 20
@@ -266,6 +268,10 @@ def _dcp_problems(
 ) -> list[VerifyProblem]:
     if DCP_METADATA not in {f.name for f in manifest.files}:
         return []  # reported by _manifest_problems
+    # DCP's metadata is read with torch's types: imported when a checkpoint is verified, not by
+    # every process that imports this module (the controller, the CLI's checkpoint commands).
+    from runwright.ckpt.metadata import MetadataError, metadata_problems, read_metadata
+
     try:
         metadata = read_metadata(storage, f"{folder_path}/{DCP_METADATA}")
     except (OSError, MetadataError) as exc:
@@ -314,7 +320,7 @@ def _checksum_problem(
 
 
 def check_staged(
-    storage: CheckpointStorage, staged_path: str, metadata: Metadata, world_size: int
+    storage: CheckpointStorage, staged_path: str, metadata: "Metadata", world_size: int
 ) -> list[FileEntry]:
     """Step 4: read every rank's sidecar and check that the staged checkpoint is complete.
     Returns the file entries for the manifest; raises `CheckpointIncompleteError` otherwise."""

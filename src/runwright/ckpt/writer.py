@@ -36,19 +36,14 @@ from torch.distributed.checkpoint.storage import WriteResult
 from torch.futures import Future
 
 from runwright.ckpt.checksum import DEFAULT_CHECKSUM, new_hasher
+from runwright.ckpt.manifest import DCP_METADATA, sidecar_name
 from runwright.remote import bound
 
-SIDECAR_SUFFIX = "_files.json"
-DCP_METADATA = ".metadata"
 _PARALLEL_HASH_MIN_BYTES = 1 << 20  # smaller buffers are hashed inline: a handoff costs more
 _PROBE_CHUNK_BYTES = 1 << 16
 
 ByteProbe = Callable[[int], None]
 """Called with the rank's running byte count before each chunk is written (crash tests)."""
-
-
-def sidecar_name(rank: int) -> str:
-    return f"__{rank}{SIDECAR_SUFFIX}"
 
 
 class _HashingStream(io.RawIOBase):

@@ -55,8 +55,8 @@ def test_report_draws_its_charts_offline_in_headless_chromium(store, tmp_path):
         )
         assert charts == [
             "chart-states", "chart-loss", "chart-grad-norm", "chart-tokens", "chart-ranks",
-            "chart-straggler", "chart-checkpoints", "chart-nodes", "chart-wait", "chart-token-kinds",
-            "chart-drift", "chart-mixture", "chart-cost",
+            "chart-straggler", "chart-checkpoints", "chart-nodes", "chart-wait",
+            "chart-token-kinds", "chart-drift", "chart-mixture", "chart-cost",
         ]  # fmt: skip
         assert page.locator("#run-charts .main-svg").count() >= len(charts)
         # One loss point per step executed (8: steps 1-4, then 3-6 after the restore), drawn as

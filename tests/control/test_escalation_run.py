@@ -40,10 +40,11 @@ def sample_texts() -> list[str]:
     return [ln for ln in lines if len(ln) >= 12]
 
 
-# Two generations of the trainer under the controller: ~90 s on 2 busy cores. Each mechanism
-# also has a default test without processes: test_escalation.py, tests/ckpt/
-# test_restore_probe.py, tests/runtime/test_guard_capture.py.
-@pytest.mark.slow
+# Two generations of the trainer under the controller: 16 s on a quiet machine, ~90 s on 2 busy
+# cores. In the default suite: it is the end-to-end case (retries exhausted -> paused with
+# its scene; a restore whose probe fails -> the previous checkpoint). Each mechanism also has a
+# test without processes: test_escalation.py, tests/ckpt/test_restore_probe.py,
+# tests/runtime/test_guard_capture.py.
 def test_an_exhausted_nan_pauses_with_its_scene_and_a_bad_restore_falls_back(tmp_path):
     root = tmp_path
     dataset = build_dataset(TINY_DATA, root / "data")

@@ -20,10 +20,14 @@ from runwright.control.watchdog import Verdict
 from runwright.layout import RunPaths
 from runwright.protocol import DUMP_SIGNAL
 
-DUMP_WAIT_SECONDS = 5.0
-"""How long the controller waits for the dumps. A rank answers within its dumper's poll (50 ms)
-plus the write; the rest is slack for a machine whose cores are all busy."""
+DUMP_WAIT_SECONDS = 20.0
+"""How long the controller waits at most for a live rank's dump. A rank answers within its
+dumper's poll (50 ms) plus the write, ~0.1 s here; on a machine whose cores are all busy it can
+take seconds, and a rank that is gone or stopped is not waited for at all (`request_dumps`), so
+only a rank that is alive but cannot run its dumper thread costs the whole wait."""
 POLL_SECONDS = 0.05
+RECHECK_SECONDS = 0.5
+"""How often the ranks still awaited are looked at again (gone or stopped meanwhile)."""
 
 
 def _read(path: Path) -> dict[str, Any] | None:
@@ -45,8 +49,7 @@ def request_dumps(
     asked = time.time()
     signalled = set()
     for rank, pid in rank_pids.items():
-        sample = sample_rank(pid)
-        if sample is None or sample.main_state in ("T", "t"):
+        if not _can_answer(pid):
             continue  # gone, or stopped (SIGSTOP): it cannot answer, do not wait for it
         try:
             os.kill(pid, DUMP_SIGNAL)
@@ -54,6 +57,7 @@ def request_dumps(
         except (ProcessLookupError, PermissionError):
             continue
     deadline = time.monotonic() + wait_seconds
+    recheck = time.monotonic() + RECHECK_SECONDS
     dumps: dict[int, dict[str, Any]] = {}
     while True:
         for rank in range(world_size):
@@ -61,9 +65,19 @@ def request_dumps(
             if dump is not None:
                 dumps[rank] = dump
         waiting = [r for r in signalled if float(dumps.get(r, {}).get("now_wall") or 0) < asked]
+        if time.monotonic() >= recheck:  # a rank that died or was stopped since: not awaited
+            recheck = time.monotonic() + RECHECK_SECONDS
+            signalled.difference_update(r for r in waiting if not _can_answer(rank_pids[r]))
+            waiting = [r for r in waiting if r in signalled]
         if not waiting or time.monotonic() > deadline:
             return dumps
         time.sleep(POLL_SECONDS)
+
+
+def _can_answer(pid: int) -> bool:
+    """Whether process `pid` exists and is not stopped, so its dumper thread can run."""
+    sample = sample_rank(pid)
+    return sample is not None and sample.main_state not in ("T", "t")
 
 
 def attribute_hang(

@@ -18,6 +18,7 @@ collectives.
 
 import os
 import pickle
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +51,24 @@ def _log_for(group: Any) -> CollectiveLog:
     return log
 
 
-def allreduce_bucket(bucket: Any, group: Any, divisor: int) -> Any:
+def allreduce_bucket(
+    bucket: Any, group: Any, divisor: int, on_done: Callable[[], None] | None = None
+) -> Any:
     """DDP's default gradient all-reduce for `bucket` (average: divide by `divisor`, then sum),
-    recorded; returns the future DDP's comm hook returns."""
+    recorded; returns the future DDP's comm hook returns. `on_done()` runs when it completes,
+    in the same callback as the record's exit: each chained `then` is a Python callback that
+    runs cold after the backward, so a caller that times the bucket adds none of its own."""
     import torch.distributed as dist
 
     log = _log_for(group)
     tensor = bucket.buffer().div_(divisor)
     record = log.enter("all_reduce", tensor, group, bucket=bucket.index())
     future = dist.all_reduce(tensor, group=group, async_op=True).get_future()
-    if record is None:
-        return future.then(lambda fut: fut.value()[0])
 
     def done(fut: Any) -> Any:
         CollectiveLog.exit(record)
+        if on_done is not None:
+            on_done()
         return fut.value()[0]
 
     return future.then(done)

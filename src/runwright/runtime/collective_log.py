@@ -41,10 +41,27 @@ from runwright.protocol import DUMP_SIGNAL
 DEFAULT_CAPACITY = 2048
 """Records kept per rank: 2048 x ~200 B of JSON = ~400 KB per dump; at 10 buckets a step, the
 last 200 steps."""
-POLL_SECONDS = 0.05
-"""How often the dumper looks whether faulthandler wrote a stack: 20 fstat calls a second."""
+POLL_SECONDS = 0.25
+"""How often the dumper looks whether faulthandler wrote a stack. Each look wakes a thread that
+takes the GIL from the training thread: at 20 a second the dumper cost 100-700 us of CPU per
+step of the reference trainer (benchmarks/runtime_overhead.py, `other_threads_us_per_step`), as
+much as the heartbeat. A dump is awaited for seconds (control/hang_dumps.py), so 4 a second
+loses nothing."""
+SETTLE_SECONDS = 0.01
+"""How long faulthandler's writes must pause before the stacks are read as complete."""
 STACK_FRAMES = 12
 """Top frames of the main thread a dump keeps."""
+
+
+_DTYPE_NAMES: dict[Any, str] = {}
+
+
+def _dtype_name(dtype: Any) -> str:
+    """ "float32" for torch.float32, formatted once per dtype (a hook makes one per bucket)."""
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = str(dtype).removeprefix("torch.")
+    return name
 
 
 class Collective:
@@ -129,7 +146,7 @@ class CollectiveLog:
         name = self.group_name(group)
         seq = self._seq[name] = self._seq.get(name, 0) + 1
         record = Collective(
-            name, seq, op, str(tensor.dtype).removeprefix("torch."),
+            name, seq, op, _dtype_name(tensor.dtype),
             tensor.numel() * tensor.element_size(), tuple(tensor.shape), self.step,
         )  # fmt: skip
         if detail:
@@ -238,7 +255,7 @@ class Dumper:
             if size == seen:
                 continue
             # faulthandler writes in many small writes: wait until they end.
-            while not self._stop.wait(POLL_SECONDS / 5):
+            while not self._stop.wait(SETTLE_SECONDS):
                 grown = os.fstat(self._stack_file.fileno()).st_size
                 if grown == size:
                     break

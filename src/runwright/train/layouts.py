@@ -151,14 +151,12 @@ def timed_allreduce(state: Layout, bucket: dist.GradBucket) -> torch.futures.Fut
     """DDP's default gradient hook (average over the dp ranks: divide, then all-reduce), with
     its seconds added to `state.grad_sync_seconds` (the step's grad_sync phase)."""
     started = time.perf_counter()
-    # Recorded in the collective log with the bucket's index and bytes (hang attribution).
-    future = allreduce_bucket(bucket, None, state.dp)
 
-    def done(fut: torch.futures.Future[torch.Tensor]) -> torch.Tensor:
+    def done() -> None:
         state.grad_sync_seconds += time.perf_counter() - started
-        return fut.value()
 
-    return future.then(done)
+    # Recorded in the collective log with the bucket's index and bytes (hang attribution).
+    return allreduce_bucket(bucket, None, state.dp, on_done=done)
 
 
 def _ddp(model: nn.Module, device: torch.device, dp: int) -> Layout:

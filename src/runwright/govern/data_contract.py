@@ -117,7 +117,9 @@ def spec_datasets(spec: JobSpec, workdir: Path) -> list[tuple[str, dict[str, str
         try:
             manifest = read_manifest(folder)
         except DataError:
-            return []  # the preflight names what is wrong with the folder
+            # A folder named by its id whose manifest is gone (deleted): its tombstone answers.
+            # Anything else wrong with the folder is the preflight's to name.
+            return [(folder.name, {})] if DATASET_ID.fullmatch(folder.name) else []
         return [(manifest.dataset_id, dict(manifest.tags))]
     return [(spec.data.manifest_id, {})] if spec.data.manifest_id else []
 

@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from runwright.access.base import AccessBase
 from runwright.access.roles import AccessDenied
 from runwright.data.policy import PolicyVersion, Standing, UsePolicy, who_can_change
-from runwright.errors import RunwrightError
+from runwright.errors import NotFoundError, RunwrightError
 
 if TYPE_CHECKING:
     from runwright.spec import JobSpec
@@ -30,7 +30,7 @@ class DataContractActions(AccessBase):
         """The policy in force for dataset `target` and every stored version before it."""
         from runwright.govern import data_contract as contract
 
-        dataset_id = contract.resolve(self.store, self.root, target)
+        dataset_id = self._dataset_id(target)
         version = contract.current(self.store, dataset_id, root=self.root)
         return {
             "current": version.model_dump(mode="json"),
@@ -44,7 +44,7 @@ class DataContractActions(AccessBase):
         """A new policy version: the one in force with `changes` (field -> value, None clears)."""
         from runwright.govern import data_contract as contract
 
-        dataset_id = contract.resolve(self.store, self.root, target)
+        dataset_id = self._dataset_id(target)
         version = contract.current(self.store, dataset_id, root=self.root)
         self._require_owner(version, "dataset.policy", changes=sorted(changes))
         if version.standing is Standing.DELETED:
@@ -67,9 +67,8 @@ class DataContractActions(AccessBase):
         their `usage.on_withdrawal`, release gates refuse checkpoints that consumed it. The
         answer lists every run, checkpoint and release it reaches (the lineage query)."""
         from runwright.govern import data_contract as contract
-        from runwright.govern.lineage import dataset_lineage
 
-        dataset_id = contract.resolve(self.store, self.root, target)
+        dataset_id = self._dataset_id(target)
         version = contract.current(self.store, dataset_id, root=self.root)
         self._require_owner(version, "dataset.withdraw")
         if version.standing is Standing.ACTIVE:
@@ -78,7 +77,7 @@ class DataContractActions(AccessBase):
             )
         return {
             "policy": version.model_dump(mode="json"),
-            "lineage": dataset_lineage(self.store, dataset_id).model_dump(mode="json"),
+            "lineage": contract.reach(self.store, dataset_id).model_dump(mode="json"),
         }
 
     def dataset_delete(
@@ -89,7 +88,7 @@ class DataContractActions(AccessBase):
         copies are left without a new version."""
         from runwright.govern import data_contract as contract
 
-        dataset_id = contract.resolve(self.store, self.root, target)
+        dataset_id = self._dataset_id(target)
         version = contract.current(self.store, dataset_id, root=self.root)
         self._require_owner(version, "dataset.delete")
         if version.standing is not Standing.DELETED:
@@ -115,6 +114,21 @@ class DataContractActions(AccessBase):
                     "refused_by": [{"dataset_id": r.dataset_id, "field": r.field} for r in found],
                 },
             )
+
+    def _dataset_id(self, target: str) -> str:
+        """The dataset `target` names; through the server, one granted to the actor's project
+        (another is "not found", as for `data inspect`)."""
+        from runwright.govern.data_contract import resolve
+
+        dataset_id = resolve(self.store, self.root, target)
+        project = self.actor.project
+        if (
+            project is not None
+            and not self.actor.site_admin
+            and not self.identity.dataset_granted(project, dataset_id)
+        ):
+            raise NotFoundError(f"no dataset {target[:80]} in project {project}")
+        return dataset_id
 
     def _require_owner(self, version: PolicyVersion, action: str, **parameters: Any) -> None:
         owner = version.policy.owner

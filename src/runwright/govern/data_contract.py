@@ -16,7 +16,12 @@ from runwright.data.format.dataset import cache_copy
 from runwright.data.format.manifest import read_manifest
 from runwright.data.policy import PolicyVersion, Refusal, Standing, policy_from_tags, refusals
 from runwright.errors import RunwrightError
-from runwright.govern.lineage import resolve_dataset
+from runwright.govern.lineage import (
+    DatasetLineage,
+    LineageError,
+    dataset_lineage,
+    resolve_dataset,
+)
 from runwright.govern.preflight import dataset_folder
 from runwright.layout import dataset_dir, datasets_dir
 from runwright.records import Record
@@ -145,6 +150,15 @@ def use_refusals(
             today=today,
         )
     return found
+
+
+def reach(store: Store, dataset_id: str) -> DatasetLineage:
+    """Every run, checkpoint and release the dataset reaches (none when no run reported it and
+    the catalog does not know it)."""
+    try:
+        return dataset_lineage(store, dataset_id)
+    except LineageError:
+        return DatasetLineage(dataset_id=dataset_id, name=None, path=None, runs=[])
 
 
 def withdrawn_inputs(store: Store, run_id: str) -> list[PolicyVersion]:

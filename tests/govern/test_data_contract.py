@@ -87,6 +87,7 @@ def test_only_the_owner_or_a_site_admin_changes_a_policy(setting):
     root, store, dataset, access = setting
     dataset_id = dataset.manifest.dataset_id
     access.dataset_policy_set(dataset_id, {"owner": "alice"})
+    access.grant_dataset("default", dataset_id)  # the project may read it: not change it
     bob = Access(store, root, Actor(name="bob", via="api", project="default", role=Role.ADMIN))
     with pytest.raises(AccessDenied, match="its owner alice or a site admin can"):
         bob.dataset_withdraw(dataset_id, reason="not mine")
@@ -113,3 +114,29 @@ def test_the_policy_command_shows_and_changes_a_policy(setting):
     bad = runner.invoke(app, [*base, "--expires-on", "soon"])
     assert bad.exit_code != 0 and "--expires-on" in bad.output and "Traceback" not in bad.output
     assert store.policies.latest(dataset_id).version == 1  # nothing changed
+
+
+def test_the_data_class_decides_who_reads_the_workers_text(setting):
+    root, store, dataset, local = setting
+    store.create_run(
+        run_id="r1", name="r1", spec={"name": "r1"}, spec_hash="h" * 64, plan={},
+        workdir=str(root), root=str(root), state="RUNNING",
+    )  # fmt: skip
+    store.update_run("r1", state_detail="ValueError: bad sample 'the quick brown fox'")
+    store.inputs.record("r1", dataset.manifest.dataset_id, None, 1)
+    readers = {
+        role: Access(store, root, Actor(name=role, via="api", project="default", role=level))
+        for role, level in (("viewer", Role.VIEWER), ("operator", Role.OPERATOR))
+    } | {"site admin": local}
+
+    def shown(data_class):
+        local.dataset_policy_set(dataset.manifest.dataset_id, {"data_class": data_class})
+        return {
+            who: "quick brown fox" in access.list_runs()[0]["state_detail"]
+            for who, access in readers.items()
+        }
+
+    assert shown("public") == {"viewer": True, "operator": True, "site admin": True}
+    assert shown("internal") == {"viewer": False, "operator": True, "site admin": True}
+    assert shown("confidential") == {"viewer": False, "operator": False, "site admin": True}
+    assert shown("restricted") == {"viewer": False, "operator": False, "site admin": False}

@@ -142,6 +142,23 @@ def who_can_change(policy: UsePolicy) -> str:
     return f"its owner {policy.owner} or a site admin" if policy.owner else "a site admin"
 
 
+CLASS_ORDER: tuple[DataClass, ...] = ("public", "internal", "confidential", "restricted")
+"""Data classes from the least to the most sensitive."""
+
+
+def shows_sample_text(data_class: DataClass, by_role: bool, site_admin: bool) -> bool:
+    """Whether a reader sees free text from the workers of a run on data of `data_class`
+    (`by_role`: the reader's role holds the sample-text permission): public text to every
+    reader, internal text by role (the rule without a policy), confidential text by role to
+    site admins only, restricted text to nobody through runwright's faces."""
+    return {
+        "public": True,
+        "internal": by_role,
+        "confidential": by_role and site_admin,
+        "restricted": False,
+    }[data_class]
+
+
 def refusals(
     current: PolicyVersion,
     *,

@@ -7,6 +7,7 @@ runwright.access (the policy's owner or a site admin); this module only reads an
 """
 
 import datetime as dt
+import functools
 import re
 import shutil
 from pathlib import Path
@@ -14,7 +15,15 @@ from pathlib import Path
 from runwright.data.errors import DataError
 from runwright.data.format.dataset import cache_copy
 from runwright.data.format.manifest import read_manifest
-from runwright.data.policy import PolicyVersion, Refusal, Standing, policy_from_tags, refusals
+from runwright.data.policy import (
+    CLASS_ORDER,
+    DataClass,
+    PolicyVersion,
+    Refusal,
+    Standing,
+    policy_from_tags,
+    refusals,
+)
 from runwright.errors import RunwrightError
 from runwright.govern.lineage import (
     DatasetLineage,
@@ -70,11 +79,20 @@ class DataStanding(Record):
 def tags_of(store: Store, root: Path, dataset_id: str) -> dict[str, str]:
     """The build's tags: from the dataset's folder under `root`, else the catalog's copy of its
     manifest, else none (a dataset known only from a run's report)."""
-    folder = dataset_dir(root, dataset_id)
-    if (folder / "manifest.json").is_file():
-        return dict(read_manifest(folder).tags)
+    manifest = dataset_dir(root, dataset_id) / "manifest.json"
+    try:
+        return dict(_tags_at(str(manifest.parent), manifest.stat().st_mtime_ns))
+    except (OSError, DataError):
+        pass
     row = store.datasets.get(dataset_id)
     return dict((row.manifest.get("tags") or {}) if row else {})
+
+
+@functools.lru_cache(maxsize=256)
+def _tags_at(folder: str, mtime_ns: int) -> tuple[tuple[str, str], ...]:
+    """A manifest's tags, read once per folder and modification time: a listing's redaction
+    asks for every run's datasets, and a manifest can be megabytes."""
+    return tuple(sorted(read_manifest(folder).tags.items()))
 
 
 def current(
@@ -167,11 +185,11 @@ def withdrawn_inputs(store: Store, run_id: str) -> list[PolicyVersion]:
     return store.policies.not_active([i.dataset_id for i in store.inputs.of_run(run_id)])
 
 
-def standing_of_run(store: Store, run_id: str) -> list[DataStanding]:
-    """How each dataset the run trained on stands now."""
+def standing_of_run(store: Store, run_id: str, root: Path) -> list[DataStanding]:
+    """How each dataset the run (under `root`) trained on stands now."""
     out = []
     for used in store.inputs.of_run(run_id):
-        version = current(store, used.dataset_id)
+        version = current(store, used.dataset_id, root=root)
         out.append(
             DataStanding(
                 dataset_id=used.dataset_id,
@@ -183,6 +201,16 @@ def standing_of_run(store: Store, run_id: str) -> list[DataStanding]:
             )
         )
     return out
+
+
+def strictest_class(store: Store, run_id: str, root: Path) -> DataClass | None:
+    """The most sensitive data class among the datasets `run_id` (under `root`) trained on
+    (None: none reported)."""
+    classes = [
+        current(store, i.dataset_id, root=root).policy.data_class
+        for i in store.inputs.of_run(run_id)
+    ]
+    return max(classes, key=CLASS_ORDER.index) if classes else None
 
 
 def remove_copies(root: Path, dataset_id: str, cache_dirs: list[Path]) -> list[str]:

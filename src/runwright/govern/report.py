@@ -385,7 +385,7 @@ def collect_report(
         cost_split=split,
         final_metrics=final_metrics(spec, timeline, split),
         governance=governance(spec, events),
-        data_standing=standing_of_run(store, run.run_id),
+        data_standing=standing_of_run(store, run.run_id, Path(run.root)),
     )
     return report, timeline
 

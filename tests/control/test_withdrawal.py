@@ -147,7 +147,11 @@ def test_a_run_that_continues_on_withdrawn_data_is_alerted_and_flagged_once(tmp_
     run = store.get_run("flagged")
     assert watch.check(run, spec) is False
     assert not store.events("flagged", types=[EventType.ALERT_FIRED])
-    Access(store, tmp_path, local_actor()).dataset_withdraw(dataset_id, reason="opt-out")
+    said = runner.invoke(
+        app, ["data", "withdraw", dataset_id[:12], "--reason", "opt-out", "--root", str(tmp_path)]
+    )
+    assert said.exit_code == 0, said.output
+    assert "withdrawn (policy v1)" in said.output and "run flagged (RUNNING)" in said.output
     watch.forget("flagged")  # look again now, not after CHECK_SECONDS
     assert watch.check(run, spec) is False
     watch.forget("flagged")

@@ -142,6 +142,10 @@ class EventType(StrEnum):
     ALERT_CLEARED = "ALERT_CLEARED"
     """An open alert's exit condition held, or its run ended (alert_id, rule, reason,
     open_seconds)."""
+    DATA_WITHDRAWN = "DATA_WITHDRAWN"
+    """A dataset the run trains on was found withdrawn or deleted (control/withdrawal.py):
+    dataset_id, standing, policy_version, reason, by, and on_withdrawal (the spec's `stop` or
+    `continue`); once per run and dataset, with an ALERT_FIRED of kind data_withdrawn."""
     STALE_WRITE_REJECTED = "STALE_WRITE_REJECTED"
     """A write from a fenced-off generation was refused (by the store or the checkpoint fence)."""
     FAULT_INJECTED = "FAULT_INJECTED"

@@ -86,6 +86,7 @@ def test_a_good_checkpoint_passes_every_gate_and_is_released_once_approved(train
         "outputs": "pass",
         "eval": "pass",
         "resources": "pass",
+        "data.policy": "pass",
         "approval": "pending",
     }
     assert "transformers" in gate(row, "export.load")["evidence"]

@@ -116,7 +116,15 @@ class AccessBase:
             raise self.refuse(error, action, target=run_id[:300]) from None
 
     def disclosure(self, run: RunRecord | None = None) -> Disclosure:
+        sample_text = self.actor.may(Permission.READ_SAMPLE_TEXT)
+        if run is not None:  # the data class of the run's datasets has its say (issue 25)
+            from runwright.data.policy import shows_sample_text
+            from runwright.govern.data_contract import strictest_class
+
+            data_class = strictest_class(self.store, run.run_id, Path(run.root))
+            if data_class is not None:
+                sample_text = shows_sample_text(data_class, sample_text, self.actor.site_admin)
         return Disclosure(
-            sample_text=self.actor.may(Permission.READ_SAMPLE_TEXT),
+            sample_text=sample_text,
             secrets=secret_values(run.spec) if run is not None else (),
         )

@@ -173,6 +173,8 @@ class RunActions(AccessBase):
                 self.record("run.submit", outcome="failed", detail=first, parameters=params)
                 raise
         params |= {"name": spec.name, "spec_hash": spec.spec_hash}
+        # The datasets' use policies, before anything else may allocate (access/datasets.py).
+        self.check_use(spec, workdir or self.root, project, params)  # type: ignore[attr-defined]
         try:
             if workdir is None:
                 _check_remote_paths(spec)

@@ -1,7 +1,7 @@
 """`runwright preflight SPEC`: the checks a run gets before it is queued, run on demand."""
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.table import Table
@@ -9,6 +9,9 @@ from rich.table import Table
 from runwright.cli.options import JsonOption, RootOption, SetOption, StoreOption
 from runwright.cli.render import console, guarded, print_json
 from runwright.spec import load_spec
+
+if TYPE_CHECKING:
+    from runwright.store import Store
 
 app = typer.Typer()
 STYLE = {"pass": "green", "warn": "yellow", "fail": "bold red"}
@@ -45,7 +48,9 @@ def preflight(
     checkpoints = runs_dir(resolve_root(root))
     if spec.checkpoint.location is not None and "://" not in spec.checkpoint.location:
         checkpoints = Path(spec.checkpoint.location).expanduser()
-    report = run_preflight(spec, file.resolve().parent, checkpoints, resolve_root(root))
+    report = run_preflight(
+        spec, file.resolve().parent, checkpoints, resolve_root(root), _policy_store(root, store)
+    )
     diff = _against(against, report.effective, root, store) if against else None
     if json_out:
         print_json(
@@ -104,3 +109,14 @@ def _print_diff(diff: dict[str, Any]) -> None:
         mark = "[bold red]yes[/]" if d["breaks_reproducibility"] else "no"
         table.add_row(d["field"], str(d["earlier"]), str(d["now"]), mark)
     console.print(table)
+
+
+def _policy_store(root: Path | None, store: str | None) -> "Store | None":
+    """The store whose dataset policies the check reads: --store, or the root's own store if
+    one exists (a preflight never creates one; without it the build's tags are the policy)."""
+    from runwright.cli.options import open_store
+    from runwright.layout import resolve_root, store_file
+
+    if store is None and not store_file(resolve_root(root)).exists():
+        return None
+    return open_store(root, store)[1]

@@ -231,6 +231,30 @@ class RemoteBackend:
             "POST", f"/v1/projects/{_segment(project)}/datasets", json={"dataset_id": dataset_id}
         )
 
+    def dataset_policy(self, target: str) -> dict[str, Any]:
+        return self._call("GET", f"/v1/datasets/{_segment(target)}/policy")
+
+    def dataset_policy_set(
+        self, target: str, changes: dict[str, Any], reason: str | None = None
+    ) -> dict[str, Any]:
+        body = {"changes": changes, "reason": reason}
+        return self._call("POST", f"/v1/datasets/{_segment(target)}/policy", json=body)
+
+    def dataset_withdraw(self, target: str, reason: str) -> dict[str, Any]:
+        path = f"/v1/datasets/{_segment(target)}/withdraw"
+        return self._call("POST", path, json={"reason": reason})
+
+    def dataset_delete(
+        self, target: str, reason: str, cache_dirs: list[Path] | None = None
+    ) -> dict[str, Any]:
+        if cache_dirs:
+            raise RunwrightError(
+                "--cache names a folder on this host, which a server cannot reach: delete "
+                "through the server without --cache, then here on the store's host with it"
+            )
+        path = f"/v1/datasets/{_segment(target)}/delete"
+        return self._call("POST", path, json={"reason": reason})
+
     def ckpt_list(self, target: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/runs/{_segment(target)}/checkpoints")
 

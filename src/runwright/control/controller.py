@@ -48,6 +48,7 @@ from runwright.control.stopping import GroupStops
 from runwright.control.supervising import GroupSupervising
 from runwright.control.supervision import Supervision
 from runwright.control.tracing import trace_run
+from runwright.control.withdrawal import WithdrawalWatch
 from runwright.errors import PlacementError
 from runwright.events import EventType
 from runwright.layout import checkpoint_root, run_paths
@@ -152,6 +153,7 @@ class Controller(GroupSupervising, LeasedDriving):
         self._takeovers: dict[str, LeaseResult] = {}
         """run id -> the take of another controller's lease, until its event is recorded."""
         self.stops = GroupStops(store, self.journal, self.logs)
+        self.withdrawals = WithdrawalWatch(store, self.journal)
         self.pauses = PauseStep(
             store,
             self.journal,
@@ -267,7 +269,12 @@ class Controller(GroupSupervising, LeasedDriving):
         # A URL location is not probed from here (the check says so); a local one is.
         where = checkpoint_root(run_paths(Path(run.root), run.run_id), spec.checkpoint.location)
         report = run_preflight(
-            spec, Path(run.workdir), Path(where.removeprefix("file://")), Path(run.root)
+            spec,
+            Path(run.workdir),
+            Path(where.removeprefix("file://")),
+            Path(run.root),
+            store=self.store,
+            project=run.project,
         )
         self.journal.record(
             run,
@@ -314,6 +321,7 @@ class Controller(GroupSupervising, LeasedDriving):
         self._specs.pop(run_id, None)
         self.replays.forget(run_id)
         self.stops.forget(run_id)
+        self.withdrawals.forget(run_id)
         self.launcher.forget(run_id)
         self.logs.forget(run_id)
 

@@ -31,6 +31,7 @@ from runwright.control.states import RunState, TerminalReason
 from runwright.control.stopping import ENDINGS, GroupStops, note_loss
 from runwright.control.supervision import Supervision
 from runwright.control.watchdog import Watchdog
+from runwright.control.withdrawal import WithdrawalWatch
 from runwright.events import EventType
 from runwright.protocol import ChannelMessage
 from runwright.spec import JobSpec
@@ -52,6 +53,7 @@ class GroupSupervising(ABC):
     replays: ReplayVerifier
     recovery: RecoverySequence
     stops: GroupStops
+    withdrawals: WithdrawalWatch
     pauses: PauseStep
     launcher: GroupLauncher
     allocations: AllocationStep
@@ -234,6 +236,8 @@ class GroupSupervising(ABC):
         for firing in self.alerts.check(run, spec):
             if firing.action in ("stop", "rollback", PAUSE_REASON):
                 self.stops.on_alert(run, spec, sup, firing.action)
+        if self.withdrawals.check(run, spec):  # a dataset withdrawn, spec says stop
+            self.stops.on_alert(run, spec, sup, "stop")
         if spec.recovery.warm_standby and sup.stepped and not sup.standby_asked:
             # Once the group trains: the standby's start competes with nothing of the launch.
             sup.standby_asked = True

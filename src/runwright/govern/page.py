@@ -253,6 +253,7 @@ def render_page(
                 ("dataset from", report.dataset.source),
                 ("dataset name / path", f"{fmt(report.dataset.name)} / {fmt(report.dataset.path)}"),
                 ("tokenizer hash", report.dataset.tokenizer_hash),
+                *(("dataset standing", d.sentence()) for d in report.data_standing),
                 ("python", report.environment.python_version),
                 ("platform", report.environment.platform),
                 (

@@ -39,7 +39,7 @@ import platform
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
@@ -48,6 +48,9 @@ from runwright.govern.preflight import check_spec, dataset_folder
 from runwright.records import Record
 from runwright.spec import JobSpec
 from runwright.spec.parallel import parallel_layout
+
+if TYPE_CHECKING:
+    from runwright.store import Store
 
 Verdict = Literal["pass", "warn", "fail"]
 PROBE_BYTES = 2**20
@@ -89,15 +92,22 @@ class PreflightReport(Record):
 
 
 def run_preflight(
-    spec: JobSpec, workdir: Path, checkpoints: Path, root: Path | None = None
+    spec: JobSpec,
+    workdir: Path,
+    checkpoints: Path,
+    root: Path | None = None,
+    store: "Store | None" = None,
+    project: str | None = None,
 ) -> PreflightReport:
     """Every check of `spec`, whose relative paths start at `workdir`; `checkpoints` is the
     local folder its run's checkpoints go to (or would: its nearest existing parent is probed);
-    `root` is where a `checkpoint.resume_from` run id is looked up."""
+    `root` is where a `checkpoint.resume_from` run id is looked up; `store` holds the datasets'
+    use policies (without one, the build's tags are the policy) and `project` is the run's."""
     from runwright.govern.effective import effective_config, this_environment
     from runwright.govern.preflight_resume import check_resume
 
     checks = [_spec(spec), *_data(spec, workdir), _memory(spec)]
+    checks += [_use_policy(store, spec, workdir, project, root or workdir)]
     checks += [_checkpoint_storage(spec, checkpoints)]
     resume = check_resume(spec, workdir, root)
     checks += [resume] if resume is not None else []
@@ -140,6 +150,27 @@ def _data(spec: JobSpec, workdir: Path) -> list[Check]:
         return [Check(name="data", verdict="warn", evidence=words, fix="none needed here")]
     found = Check(name="data", verdict="pass", evidence=f"{folder} fits the spec")
     return [found, *_sampled_verify(folder)]
+
+
+def _use_policy(
+    store: "Store | None", spec: JobSpec, workdir: Path, project: str | None, root: Path
+) -> Check:
+    """The use policies of the spec's datasets against its usage section (data/policy.py)."""
+    from runwright.govern.data_contract import use_refusals
+
+    if spec.data.dataset is None:
+        return Check(name="data.policy", verdict="pass", evidence="the spec names no dataset")
+    found = use_refusals(store, spec, workdir, project, root)
+    if found:
+        return Check(
+            name="data.policy",
+            verdict="fail",
+            evidence="; ".join(r.message() for r in found),
+            fix="declare a usage.purpose and usage.region the policy allows, or ask who can "
+            "change the policy",
+        )
+    where = "the store's policy" if store is not None else "the build's tags (no store here)"
+    return Check(name="data.policy", verdict="pass", evidence=f"allowed by {where}")
 
 
 def _sampled_verify(folder: Path) -> list[Check]:

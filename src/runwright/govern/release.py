@@ -77,8 +77,13 @@ def request_release(
         export_path=lambda version: str(release_dir(root, run.project, name, version)),
         requested_by=requested_by,
     )
+    data = data_gate(store, run.run_id)
     try:
-        gates, written, sha = _export_and_gate(store, run, row, storage, found, format, limits)
+        if data.verdict == "fail":  # refused before anything is exported
+            gates, written, sha = [data], format.value, None
+        else:
+            gates, written, sha = _export_and_gate(store, run, row, storage, found, format, limits)
+            gates.append(data)
     except BaseException as exc:
         # Never leave a CHECKING row behind a failure of ours: it is recorded as what blocked.
         gate = Gate(name="export", verdict="fail", evidence=f"{type(exc).__name__}: {exc}")
@@ -171,6 +176,27 @@ def training_side(store: Store, run: RunRecord, checkpoint: str) -> TrainingSide
     )
 
 
+def data_gate(store: Store, run_id: str) -> Gate:
+    """Refuse a checkpoint of a run that trained on a dataset since withdrawn or deleted
+    (issue 25; govern/data_contract.py): every checkpoint of the run consumed it."""
+    from runwright.govern.data_contract import withdrawn_inputs
+
+    withdrawn = withdrawn_inputs(store, run_id)
+    if not withdrawn:
+        return Gate(name="data.policy", verdict="pass", evidence="every dataset it used is active")
+    said = "; ".join(
+        f"dataset {v.dataset_id[:16]} {v.standing.value} by {v.changed_by}: {v.reason}"
+        for v in withdrawn
+    )
+    return Gate(
+        name="data.policy",
+        verdict="fail",
+        evidence=f"the run trained on withdrawn data ({said})",
+        fix="release a checkpoint of a run that did not train on it",
+        figures={"datasets": [v.dataset_id for v in withdrawn]},
+    )
+
+
 def _lineage(store: Store, checkpoint_id: str) -> dict[str, Any]:
     """What the checkpoint was trained on (`runwright lineage checkpoint`)."""
     from runwright.govern.lineage import checkpoint_trace
@@ -206,6 +232,21 @@ def decide_release(
         )
     gates = [g for g in row.gates if g.get("name") != "approval"]
     if approve:
+        data = data_gate(store, row.run_id)
+        if data.verdict == "fail":  # withdrawn since the gates ran
+            gates = [g for g in gates if g.get("name") != data.name]
+            gates.insert(0, data.model_dump(mode="json"))
+            blocked = store.releases.decide(
+                row.release_id,
+                status=ReleaseStatus.BLOCKED,
+                gates=gates,
+                by=by,
+                note=f"not approved: {data.evidence}",
+            )
+            _event(store, blocked, EventType.RELEASE_DECIDED, by=by, note=blocked.decision_note)
+            raise ReleaseError(
+                f"release {row.release_id} is BLOCKED, not approved: {data.evidence}"
+            )
         again = check_files(Path(row.export_path), row.checkpoint_id)
         export_sha = _sha_or_none(Path(row.export_path) / RELEASE_FILE)
         if again.verdict == "pass" and export_sha != row.release_sha256:

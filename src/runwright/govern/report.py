@@ -16,6 +16,7 @@ from pydantic import Field
 
 from runwright.errors import RunwrightError
 from runwright.events import EventType
+from runwright.govern.data_contract import DataStanding, standing_of_run
 from runwright.govern.data_loss import QuarantineRow, quarantine_rows
 from runwright.govern.evidence import (
     CodeVersion,
@@ -260,6 +261,9 @@ class RunReport(Record):
     governance: Governance | None = None
     """Owner, hypothesis, stop criteria and their outcome, preflight (None in reports written
     before it existed)."""
+    data_standing: list[DataStanding] = Field(default_factory=list)
+    """How each dataset the run trained on stands now: in use, withdrawn or deleted (who, when,
+    why; govern/data_contract.py)."""
 
 
 def final_metrics(spec: dict[str, Any], timeline: Timeline, split: CostSplit) -> FinalMetrics:
@@ -381,6 +385,7 @@ def collect_report(
         cost_split=split,
         final_metrics=final_metrics(spec, timeline, split),
         governance=governance(spec, events),
+        data_standing=standing_of_run(store, run.run_id, Path(run.root)),
     )
     return report, timeline
 

@@ -18,6 +18,7 @@ from runwright.spec.policies import (
     ReproducibilitySpec,
 )
 from runwright.spec.resolve import ResolvedPlan, resolve_plan
+from runwright.spec.usage import UsageSpec
 from runwright.spec.workload import (
     CodeSpec,
     DataSpec,
@@ -51,6 +52,8 @@ class JobSpec(Section):
     reproducibility: ReproducibilitySpec = Field(default_factory=ReproducibilitySpec)
     governance: GovernanceSpec = Field(default_factory=GovernanceSpec)
     observability: ObservabilitySpec = Field(default_factory=ObservabilitySpec)
+    usage: UsageSpec = Field(default_factory=UsageSpec)
+    """Purpose and region the datasets' use policies are checked against."""
 
     @model_validator(mode="after")
     def _trackers_finish_within_the_stop_grace(self) -> "JobSpec":

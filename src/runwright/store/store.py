@@ -18,6 +18,7 @@ from runwright.errors import NotFoundError, StoreError
 from runwright.layout import resolve_root
 from runwright.store.appends import insert_event_once, insert_new, rejection, stored_event_ids
 from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
+from runwright.store.dataset_policies import DatasetPolicies
 from runwright.store.engine import create_engine, migrate, resolve_store_url
 from runwright.store.fence import fence_generation, raise_fence
 from runwright.store.history import StaleWriteTally, select_events, stale_write_tally
@@ -63,6 +64,7 @@ class Store:
         self.locks = StoreLocks(self)
         self.inputs = RunInputs(self)
         self.releases = ModelReleases(self)
+        self.policies = DatasetPolicies(self)
         self._lock: ContextVar[LockToken | None] = ContextVar(f"lock-{id(self)}", default=None)
 
     @classmethod

@@ -116,6 +116,13 @@ def _default_cache() -> Path:
     return Path(base)
 
 
+def cache_copy(dataset_id: str, cache_dir: str | Path | None = None) -> Path:
+    """Where `localise` keeps this host's copy of a remote dataset (`cache_dir`, else
+    $RUNWRIGHT_DATA_CACHE, else ~/.cache/runwright/datasets): what `runwright data delete`
+    removes besides the dataset's own folder."""
+    return (Path(cache_dir) if cache_dir else _default_cache()) / dataset_id
+
+
 @contextlib.contextmanager
 def _remote_read(url: str, what: str) -> Iterator[None]:
     """A remote read whose failure after the bounded retries is a `DataStorageError`; a missing

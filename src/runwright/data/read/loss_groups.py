@@ -93,9 +93,11 @@ class LossGroups:
         row_starts = first_row_start + stride * np.arange(rows, dtype=np.int64)
         first_doc = np.searchsorted(span_end, row_starts, side="right")
         doc = first_doc[:, None] + np.maximum(segment_ids, 1).astype(np.int64) - 1
-        doc_group = doc_sources * self.buckets + self.bucket_of(doc_lengths)
+        # Only the documents the rows touch: the planner's window holds thousands.
+        lo, hi = int(first_doc[0]), min(int(doc.max()) + 1, doc_sources.shape[0])
+        doc_group = doc_sources[lo:hi] * self.buckets + self.bucket_of(doc_lengths[lo:hi])
         counted = loss_mask > 0
-        groups = np.where(counted, doc_group[np.minimum(doc, doc_group.shape[0] - 1)], 0)
+        groups = np.where(counted, doc_group[np.minimum(doc - lo, hi - lo - 1)], 0)
         tokens = np.bincount(groups[counted], minlength=self.size).astype(np.int64)
         return groups, tokens
 

@@ -193,15 +193,23 @@ def isolated(
     attributes it adds), against the off step's median CPU time: a second estimate, free of the
     step's noise (caches stay warm here, so it is a lower bound)."""
     breakdown, micro = step.breakdown, step.micro
-    losses = [torch.rand(b["tokens"].shape, device=b["tokens"].device) for b in pool]
+    # The micro-batches as the step slices them (the trainer's cost, not the breakdown's).
+    parts = [
+        [
+            (
+                torch.rand((micro, rows["tokens"].shape[1]), device=rows["tokens"].device),
+                {k: rows[k][i * micro : (i + 1) * micro] for k in ("loss_group", "loss_mask")},
+            )
+            for i in range(rows["tokens"].shape[0] // micro)
+        ]
+        for rows in pool
+    ]
     rounds = 200
     sync()
     cpu = time.thread_time()
     for r in range(rounds):
-        rows, loss = pool[r % BATCH_POOL], losses[r % BATCH_POOL]
-        for i in range(rows["tokens"].shape[0] // micro):
-            part = {k: v[i * micro : (i + 1) * micro] for k, v in rows.items()}
-            breakdown.add(loss[i * micro : (i + 1) * micro], part)
+        for loss, part in parts[r % BATCH_POOL]:
+            breakdown.add(loss, part)
         breakdown.stage()
         json.dumps(breakdown.flush())
     sync()

@@ -45,7 +45,7 @@ class SourceLoss:
             )
         self.groups = groups
         self._sums: torch.Tensor | None = None
-        """(groups, 2) float32: summed masked loss, then loss tokens."""
+        """(2, groups) float32: summed masked loss per group, then loss tokens."""
         self._host: torch.Tensor | None = None
         self._ready: Any = None
         """The CUDA event after the staged copy; None when nothing is staged."""
@@ -61,18 +61,25 @@ class SourceLoss:
                 "the batch carries no loss groups: construct the DataLoader with "
                 "loss_length_buckets (the default), not None"
             )
-        loss = token_loss.detach().reshape(-1).float()
+        loss = token_loss.detach().reshape(-1)
+        if loss.dtype != torch.float32:
+            loss = loss.float()
         device = loss.device
-        mask = mask.reshape(-1).to(device, torch.float32, non_blocking=True)
-        index = group.reshape(-1).to(device, non_blocking=True)
+        mask, index = mask.reshape(-1), group.reshape(-1)
+        if mask.device != device or mask.dtype != torch.float32:
+            mask = mask.to(device, torch.float32, non_blocking=True)
+        if index.device != device:
+            index = index.to(device, non_blocking=True)
         if index.shape[0] != loss.shape[0]:
             raise RunwrightError(
                 f"token_loss has {loss.shape[0]} values, the batch's loss_group "
                 f"{index.shape[0]}: pass one loss per label of the same rows (reduction='none')"
             )
         if self._sums is None or self._sums.device != device:
-            self._sums = torch.zeros((self.groups.size, 2), dtype=torch.float32, device=device)
-        self._sums.index_add_(0, index, torch.stack((loss * mask, mask), dim=1))
+            self._sums = torch.zeros((2, self.groups.size), dtype=torch.float32, device=device)
+        # Two index_add_ into the rows of one buffer: cheaper than stacking the pair per label.
+        self._sums[0].index_add_(0, index, loss * mask)
+        self._sums[1].index_add_(0, index, mask)
 
     def stage(self) -> None:
         """Queue the copy of this step's figures to the host (a GPU's pinned memory) without
@@ -100,7 +107,5 @@ class SourceLoss:
         else:
             values = sums.tolist()
         sums.zero_()
-        loss_sums = [v[0] for v in values]
-        tokens = [round(v[1]) for v in values]
-        by_source, by_length = self.groups.marginals(loss_sums, tokens)
+        by_source, by_length = self.groups.marginals(values[0], [round(t) for t in values[1]])
         return {"source_loss": by_source, "length_loss": by_length}

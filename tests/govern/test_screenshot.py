@@ -54,7 +54,8 @@ def test_report_draws_its_charts_offline_in_headless_chromium(store, tmp_path):
             "() => [...document.querySelectorAll('#run-charts .js-plotly-plot')].map(g => g.id)"
         )
         assert charts == [
-            "chart-states", "chart-loss", "chart-grad-norm", "chart-tokens", "chart-ranks",
+            "chart-states", "chart-loss", "chart-source-loss", "chart-length-loss",
+            "chart-grad-norm", "chart-tokens", "chart-ranks",
             "chart-straggler", "chart-checkpoints", "chart-nodes", "chart-wait",
             "chart-token-kinds", "chart-drift", "chart-mixture", "chart-cost",
         ]  # fmt: skip

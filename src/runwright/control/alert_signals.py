@@ -2,7 +2,8 @@
 controller ingests them (control/alerts.py evaluates the rules on it).
 
 Per step (once every rank reported it, or a later step arrived): each rank's step time, input
-wait and tokens, rank 0's loss. Per rank: when it last wrote anything (a heartbeat counts) and
+wait and tokens, rank 0's loss, the loss by mixture source summed over ranks. Per rank: when it
+last wrote anything (a heartbeat counts) and
 its host. Per run: the newest staged and committed checkpoint steps, the non-finite reports, the
 productive step time. Bounded: only the last STEPS_KEPT steps are kept.
 """
@@ -41,6 +42,11 @@ class StepRow:
     tokens: dict[int, float] = field(default_factory=dict)
     loss: float | None = None
     """Rank 0's."""
+    sources: dict[str, list[float]] = field(default_factory=dict)
+    """Mixture source -> [summed per-token loss, loss tokens] over the ranks that reported it
+    (`source_loss`, runtime/source_loss.py)."""
+    source_ratios: dict[str, float] | None = None
+    """Each source's loss / the mean of its own losses before this step; None until judged."""
 
     def input_wait_share(self) -> float | None:
         shares = [self.wait[r] / s for r, s in self.seconds.items() if s > 0 and r in self.wait]
@@ -96,6 +102,8 @@ class RunSignals:
     """Sum over distinct steps of the slowest rank's step time (ETTR's numerator)."""
     losses: list[float] = field(default_factory=list)
     """Rank 0's losses of the last LOSS_MEAN_STEPS evaluated steps."""
+    source_losses: dict[str, list[float]] = field(default_factory=dict)
+    """Each source's mean losses of its last LOSS_MEAN_STEPS evaluated steps."""
     baseline: list[float] = field(default_factory=list)
     """Tokens/s of the baseline steps (BASELINE_SKIP_STEPS < step <= ... + BASELINE_STEPS)."""
     _finished: int = 0
@@ -162,6 +170,7 @@ class RunSignals:
             row.tokens[message.rank] = tokens
         if message.rank == 0:
             row.loss = _number(attrs.get("loss"))
+        _add_sources(row.sources, attrs.get("source_loss"))
         # A step is complete when every rank reported it; one a rank never reports (it died,
         # its report was lost) once INCOMPLETE_AFTER_STEPS newer steps are in. Ranks' files are
         # read one after the other, so a rank's report may arrive steps after another's.
@@ -198,6 +207,23 @@ class RunSignals:
             self.losses = [*self.losses[-(LOSS_MEAN_STEPS - 1) :], row.loss]
         return ratio
 
+    def source_ratio(self, row: StepRow) -> dict[str, float]:
+        """Each source's loss at `row` / the mean of its losses before (a source needs 5 known
+        first); computed once per row, however many rules read it, and then kept."""
+        if row.source_ratios is not None:
+            return row.source_ratios
+        ratios = {}
+        for name, (loss_sum, tokens) in sorted(row.sources.items()):
+            loss = loss_sum / tokens
+            history = self.source_losses.setdefault(name, [])
+            if len(history) >= 5:
+                mean = sum(history) / len(history)
+                if mean > 0:
+                    ratios[name] = loss / mean
+            self.source_losses[name] = [*history[-(LOSS_MEAN_STEPS - 1) :], loss]
+        row.source_ratios = ratios
+        return ratios
+
     def throughput_ratio(self, row: StepRow) -> float | None:
         """Row's tokens/s / the baseline's median (None until the baseline is complete)."""
         rate = row.tokens_per_second()
@@ -209,6 +235,21 @@ class RunSignals:
     def ettr(self) -> float | None:
         wall = time.monotonic() - self.started_monotonic
         return self.productive_seconds / wall if wall > 0 else None
+
+
+def _add_sources(totals: dict[str, list[float]], reported: object) -> None:
+    """Add one rank's `{source: [loss sum, tokens]}` to `totals`; malformed entries are skipped
+    (a script's own attribute of that name is no reason to fail the controller)."""
+    if not isinstance(reported, dict):
+        return
+    for name, pair in reported.items():
+        if not (isinstance(pair, list | tuple) and len(pair) == 2):
+            continue
+        loss_sum, tokens = _number(pair[0]), _number(pair[1])
+        if loss_sum is not None and tokens is not None and tokens > 0:
+            entry = totals.setdefault(str(name), [0.0, 0.0])
+            entry[0] += loss_sum
+            entry[1] += tokens
 
 
 def _number(value: object) -> float | None:

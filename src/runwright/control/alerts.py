@@ -1,7 +1,8 @@
 """Alerts (issue 15; seed 004): the spec's rules (spec/alerts.py) evaluated on each live run's
 signals (control/alert_signals.py) by the controller, firing and clearing as events.
 
-A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop),
+A rule is evaluated per completed step (input_stall, straggler, loss_spike, throughput_drop,
+source_loss_diverged),
 per controller pass (heartbeat_gap, durability_lag, non_finite, ettr_below), per loader window
 (mixture_drift: every MIXTURE_WINDOW read since the last pass), or per replay verdict
 (recovery_diverged: as the replay check records it, including on the controller's final pass
@@ -205,6 +206,8 @@ class AlertEngine:
             where = f" on rank {about['rank']}" + (
                 f" ({about['host']})" if about.get("host") else ""
             )
+        elif "source" in about:
+            where = f" in source {about['source']}"
         summary = f"{rule.kind.replace('_', ' ')}{where}: {_figure(rule, value)}"
         held = "" if rule.window_steps == 1 else f" for {rule.window_steps} steps"
         alert = {
@@ -261,6 +264,11 @@ def _per_step(rule: AlertRule, row: StepRow, signals: RunSignals):
         yield rule.name, signals.note_loss(row), {"loss": row.loss}
     elif rule.kind == "throughput_drop":
         yield rule.name, signals.throughput_ratio(row), {}
+    elif rule.kind == "source_loss_diverged":
+        for source, ratio in signals.source_ratio(row).items():
+            loss_sum, tokens = row.sources[source]
+            about = {"source": source, "loss": loss_sum / tokens, "loss_tokens": int(tokens)}
+            yield f"{rule.name}:{source}", ratio, about
 
 
 def _per_pass(rule: AlertRule, signals: RunSignals, spec: JobSpec):
@@ -308,6 +316,7 @@ def _figure(rule: AlertRule, value: float) -> str:
         "throughput_drop": f"tokens/s {value:.0%} of the run's own baseline",
         "ettr_below": f"ETTR {value:.0%}",
         "mixture_drift": f"a source's share {value:.0%} off its target in the last window",
+        "source_loss_diverged": f"a source's loss {value:.2f} x its own mean of the steps before",
         "recovery_diverged": (
             "a replayed step differs from what the failed generation reported"
             if value > 0

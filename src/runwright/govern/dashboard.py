@@ -11,6 +11,7 @@ from typing import Any
 
 from runwright.events import EventRecord, EventType
 from runwright.govern.effective import Difference
+from runwright.govern.loss_breakdown import breakdown_series
 from runwright.observe.figures import straggler_scores
 from runwright.observe.system_series import SystemFold, SystemPoint, system_points
 from runwright.observe.timeline import StepPoint, Timeline
@@ -73,6 +74,8 @@ def step_series(timeline: Timeline) -> dict[str, Any]:
         if per_rank
         else {},
         "straggler_score": [_straggler(p) for p in points],
+        # The loss by source and by length bucket (issue 26): name -> a value per point.
+        **breakdown_series(points),
     }
 
 

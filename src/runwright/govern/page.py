@@ -278,6 +278,14 @@ def render_page(
                 for m in report.mixture
             ],
         ),
+        "<h3>Loss by source and by document length (tokens)</h3>",
+        table(
+            ["by", "name", "steps", "loss tokens", "first loss", "last loss", "mean loss"],
+            [
+                (b.kind, b.name, b.steps, b.loss_tokens, b.first_loss, b.last_loss, b.mean_loss)
+                for b in report.loss_breakdown
+            ],
+        ),
         "<h3>Data quarantine: shards left out as corrupt or missing</h3>",
         table(QUARANTINE_HEADERS, _quarantine_rows(report)),
         "<h3>Resolved plan</h3>",

@@ -31,6 +31,7 @@ from runwright.govern.evidence import (
     mixture_rows,
 )
 from runwright.govern.incidents import Incident, Intervention, incidents, interventions
+from runwright.govern.loss_breakdown import LossBreakdownRow, breakdown_rows
 from runwright.govern.membership import MembershipChange, membership_changes
 from runwright.govern.page import render_page
 from runwright.observe import figures
@@ -244,6 +245,8 @@ class RunReport(Record):
     """Mixture targets vs actual counts (draws: a quarantined shard's skipped ones included)."""
     data_quarantine: list[QuarantineRow] = Field(default_factory=list)
     """Shards quarantined as corrupt or missing, and the documents and tokens lost to each."""
+    loss_breakdown: list[LossBreakdownRow] = Field(default_factory=list)
+    """The loss by mixture source and by document length bucket (issue 26)."""
     checkpoint_lineage: list[LineageEntry] = Field(default_factory=list)
     """Checkpoints with parents."""
     incidents: list[Incident] = Field(default_factory=list)
@@ -377,6 +380,7 @@ def collect_report(
         dataset=dataset_identity(store, spec, events),
         mixture=mixture_rows(spec, events),
         data_quarantine=quarantine_rows(events),
+        loss_breakdown=breakdown_rows(timeline),
         checkpoint_lineage=checkpoint_lineage(store.checkpoints.list(run.run_id), events),
         incidents=incidents(events, timeline.steps, split.recoveries),
         membership_changes=membership_changes(events),

@@ -9,9 +9,10 @@ returns records; the report and the accounting read the same points, so their nu
 Event contract read here (ARCHITECTURE.md "Event", issue 6): one `STEP_HEALTHY` per rank per
 optimizer step (stored folded, one row per step: observe/rank_steps.py, unfolded here) with
 attributes `rank`, `loss`, `grad_norm`, `lr`, `step_seconds`,
-`device_tokens`, `padded_tokens`, `loss_tokens`, `samples` and the phase times
-`*_seconds` of `PHASES`. Token counts are the rank's own; `step_seconds` is the rank's whole
-step, phases included. Any attribute may be missing.
+`device_tokens`, `padded_tokens`, `loss_tokens`, `samples`, the phase times
+`*_seconds` of `PHASES`, and the loss breakdown `source_loss` / `length_loss` (name ->
+[summed per-token loss, loss tokens], runtime/source_loss.py). Token counts are the rank's own;
+`step_seconds` is the rank's whole step, phases included. Any attribute may be missing.
 """
 
 from collections.abc import Iterable, Mapping
@@ -89,6 +90,10 @@ class StepPoint(Record):
     replay: bool = False
     """True when an earlier generation had already completed this step (re-executed after a
     restore)."""
+    source_loss: dict[str, list[float]] = Field(default_factory=dict)
+    """Mixture source -> [mean per-token loss, loss tokens] over every rank (issue 26)."""
+    length_loss: dict[str, list[float]] = Field(default_factory=dict)
+    """Document length bucket (`1-128`, ...) -> [mean per-token loss, loss tokens]."""
 
     @property
     def start_unix_s(self) -> float:
@@ -155,6 +160,7 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
     grad_norms: list[float] = []
     lr: float | None = None
     stall: float | None = None
+    breakdown: dict[str, dict[str, list[float]]] = {"source_loss": {}, "length_loss": {}}
     for index, event in enumerate(events):
         attrs = event.attributes
         rank = attrs.get("rank")
@@ -183,6 +189,8 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
         reported = number(attrs, "checkpoint_stall_seconds")
         if reported is not None:
             stall = max(stall or 0.0, reported)
+        for key, totals_by_name in breakdown.items():
+            _add_breakdown(totals_by_name, attrs.get(key))
     return StepPoint(
         generation=generation,
         step=step,
@@ -198,7 +206,30 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
         checkpoint_stall_seconds=stall,
         ranks=len(events),
         **totals,
+        **{key: _means(by_name) for key, by_name in breakdown.items()},
     )
+
+
+def _add_breakdown(totals: dict[str, list[float]], reported: Any) -> None:
+    """Add one rank's `{name: [loss sum, tokens]}` to `totals`; anything malformed is skipped."""
+    if not isinstance(reported, Mapping):
+        return
+    for name, pair in reported.items():
+        if not (isinstance(pair, list | tuple) and len(pair) == 2):
+            continue
+        loss_sum, tokens = number({"v": pair[0]}, "v"), number({"v": pair[1]}, "v")
+        if loss_sum is None or tokens is None or tokens <= 0:
+            continue
+        entry = totals.setdefault(str(name), [0.0, 0.0])
+        entry[0] += loss_sum
+        entry[1] += tokens
+
+
+def _means(totals: dict[str, list[float]]) -> dict[str, list[float]]:
+    # Summed over ranks, then divided: each rank's figure is its own labels' sum, so the mean is
+    # token-weighted across ranks exactly as the step's loss is (a tp group's ranks each report
+    # the same labels: both sums double, the mean does not move).
+    return {name: [s / t, int(t)] for name, (s, t) in sorted(totals.items())}
 
 
 def _mean_loss(losses: list[tuple[float, float | None]]) -> float | None:

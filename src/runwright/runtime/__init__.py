@@ -2,8 +2,9 @@
 
 `runtime/` never opens the store; it reports through the file channel that the controller
 ingests (ARCHITECTURE.md, "Rules of the house"), in the messages of `runwright.protocol`.
-The corruption checks (`IntegrityCheck`, runtime/integrity.py) need torch and are imported on
-first use (runwright/lazy.py).
+The corruption checks (`IntegrityCheck`, runtime/integrity.py) and the loss by source
+(`SourceLoss`, runtime/source_loss.py) need torch and are imported on first use
+(runwright/lazy.py).
 """
 
 from runwright.lazy import lazy_exports
@@ -18,7 +19,11 @@ from runwright.runtime.context import RunContext, init
 from runwright.runtime.guard_capture import capture_guard_trip, input_summary
 from runwright.runtime.steploop import LossSpikeError, NonFiniteError
 
-_LAZY = {"IntegrityCheck": "integrity", "SilentDataCorruptionError": "integrity"}
+_LAZY = {
+    "IntegrityCheck": "integrity",
+    "SilentDataCorruptionError": "integrity",
+    "SourceLoss": "source_loss",
+}
 """public name -> the submodule that defines it, imported on first use."""
 
 __all__ = [
@@ -28,6 +33,7 @@ __all__ = [
     "NonFiniteError",
     "RunContext",
     "SilentDataCorruptionError",
+    "SourceLoss",
     "allreduce_bucket",
     "capture_guard_trip",
     "init",

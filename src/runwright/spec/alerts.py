@@ -25,6 +25,7 @@ AlertKind = Literal[
     "ettr_below",
     "mixture_drift",
     "recovery_diverged",
+    "source_loss_diverged",
 ]
 AlertAction = Literal["none", "notify", "pause", "stop", "rollback"]
 
@@ -44,7 +45,9 @@ class AlertRule(Section):
     mixture_drift (the largest distance of a source's share from its target in the loader's
     last window of steps, MIXTURE_WINDOW), recovery_diverged (an invariant: a restarted
     generation's replayed steps differ from what the generation before it reported,
-    RECOVERY_DIVERGED; clears when a later one reproduces its replay)."""
+    RECOVERY_DIVERGED; clears when a later one reproduces its replay), source_loss_diverged (a
+    mixture source's loss at a step / the mean of its own losses over the steps before it, one
+    alert per source: a source whose loss climbs while the run's mean may hide it)."""
     threshold: float = Field(gt=0, allow_inf_nan=False)
     """Fires above it (below it for throughput_drop and ettr_below)."""
     clear_at: float | None = Field(default=None, gt=0, allow_inf_nan=False)
@@ -100,6 +103,8 @@ DEFAULT_RULES: tuple[AlertRule, ...] = (
     _rule("mixture_drift", "mixture_drift", 0.1, clear_at=0.05),
     # An invariant of a bitwise run (control/replay_check.py): 1 when the replay diverged.
     _rule("recovery_diverged", "recovery_diverged", 0.5, severity="critical", window_steps=1),
+    # Issue 26: one source's loss held 1.5x above its own recent mean for 3 steps.
+    _rule("source_loss_diverged", "source_loss_diverged", 1.5, clear_at=1.2, window_steps=3),
 )
 """The default set (docs/observability.md): a warning each, recorded and shown, no action."""
 

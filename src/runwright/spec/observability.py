@@ -1,6 +1,7 @@
 """Where a run's metrics go besides runwright's own store: the experiment trackers users already
 keep their curves in (docs/trackers.md). Off unless a tracker is named."""
 
+import itertools
 import re
 
 from pydantic import Field, PositiveFloat, PositiveInt, field_validator
@@ -95,10 +96,27 @@ class ObservabilitySpec(Section):
     """Steps per MIXTURE_WINDOW the reference trainer's loader reports (what each source
     contributed against the recipe's targets, which the `mixture_drift` rule reads); None: no
     windows. Shorter windows see a drift sooner and are noisier."""
+    loss_by_source: bool = True
+    """The reference trainer reports each step's loss by mixture source and by document length
+    bucket (runtime/source_loss.py: `source_loss` and `length_loss` of STEP_HEALTHY), which the
+    timeline, the report, the dashboard and the `source_loss_diverged` rule read."""
+    loss_length_buckets: tuple[int, ...] = Field(default=(128, 512, 2048, 8192), max_length=32)
+    """Inclusive upper bounds, in tokens per document, of the length buckets of the loss
+    breakdown (the last bucket is everything longer): (128, 512) gives 1-128, 129-512, >512."""
     system_sample_seconds: float | None = DEFAULT_SYSTEM_SAMPLE_SECONDS
     """Seconds between two samples of each node's CPU, memory, disks, network and GPUs
     (SYSTEM_SAMPLE, taken by a thread of the node's local rank 0: runtime/system_sampler.py);
     None: no samples. Between MIN_SYSTEM_SAMPLE_SECONDS and an hour."""
+
+    @field_validator("loss_length_buckets")
+    @classmethod
+    def _ascending_buckets(cls, edges: tuple[int, ...]) -> tuple[int, ...]:
+        if any(e < 1 for e in edges) or any(b <= a for a, b in itertools.pairwise(edges)):
+            raise ValueError(
+                f"loss_length_buckets {list(edges)} must be positive, strictly ascending token "
+                "counts, e.g. [128, 512, 2048]"
+            )
+        return edges
 
     @field_validator("system_sample_seconds")
     @classmethod

@@ -23,7 +23,7 @@ import runwright
 from runwright.ckpt import HealthVerdict, SaveStatus, TrainState
 from runwright.data import DataLoader
 from runwright.events import EventType
-from runwright.runtime import IntegrityCheck, NonFiniteError
+from runwright.runtime import IntegrityCheck, NonFiniteError, SourceLoss
 from runwright.train.captures import capture_step
 from runwright.train.evaluate import eval_rows, evaluate
 from runwright.train.faults import BitFlip, ShardDamage
@@ -135,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         # a changed dataset or algorithm and only keep what was already consumed.
         resume="exact" if spec.checkpoint.resume == "exact" else "coverage",
         drift_window_steps=spec.observability.drift_window_steps,
+        loss_length_buckets=(
+            spec.observability.loss_length_buckets if spec.observability.loss_by_source else None
+        ),
     )
     # The loader opened the dataset (a URL such as s3://... through its verified local cache).
     manifest = loader.dataset.manifest
@@ -175,15 +178,27 @@ def main(argv: list[str] | None = None) -> int:
                                replica_ranks=layout.replica_ranks, start_step=step,
                                end_step=total_steps)  # fmt: skip
 
-    def micro_loss(part: dict[str, torch.Tensor]) -> torch.Tensor:
-        """One micro-batch's share of the global loss (also the recomputation check's)."""
+    # The loss by source and by length bucket (runtime/source_loss.py): reduced on the device
+    # each micro-batch, read once with the step's report.
+    breakdown = SourceLoss(loader.loss_groups) if loader.loss_groups is not None else None
+    fields = ("tokens", "labels", "loss_mask", "position_ids", "segment_ids")
+    fields += ("loss_group",) if breakdown is not None else ()
+
+    def micro_loss(
+        part: dict[str, torch.Tensor], breakdown: SourceLoss | None = None
+    ) -> torch.Tensor:
+        """One micro-batch's share of the global loss (also the recomputation check's); with
+        `breakdown`, its per-token loss is counted by source and length bucket too."""
         with precision.autocast():
             logits = layout.model(part["tokens"], part["position_ids"], part["segment_ids"])
             ce = F.cross_entropy(
                 logits.flatten(0, 1).float(), part["labels"].flatten(), reduction="none"
             )
+            masked = ce * part["loss_mask"].flatten()
+            if breakdown is not None:
+                breakdown.add(masked, part)
             # DDP and FSDP2 average gradients over dp ranks; multiply by dp to undo it.
-            return (ce * part["loss_mask"].flatten()).sum() * dp / global_loss_tokens
+            return masked.sum() * dp / global_loss_tokens
 
     # -- the eval set (train/evaluate.py): the same rows at every evaluation ------------------
     every = spec.training.eval_every_steps
@@ -225,10 +240,7 @@ def main(argv: list[str] | None = None) -> int:
         if side is not None and blocked:
             dist.all_reduce(torch.zeros(1), group=side)  # never joined: blocks for good
         with loop.phase("h2d"):
-            rows = {
-                k: getattr(batch, k).to(device)
-                for k in ("tokens", "labels", "loss_mask", "position_ids", "segment_ids")
-            }
+            rows = {k: getattr(batch, k).to(device) for k in fields}
         # Normalise by the loss tokens of the whole global batch, so the gradient is the same
         # whatever dp and the micro-batch split are: sum over ranks of (CE sum) / global count.
         local_loss_tokens = rows["loss_mask"].sum()
@@ -245,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
             # Gradients accumulate locally and sync once, on the last micro-batch.
             with layout.accumulating(last=i == accumulation - 1):
                 with loop.phase("forward"):
-                    loss = micro_loss(part)
+                    loss = micro_loss(part, breakdown)
                     if i == 0:
                         first = (part, loss.detach())
                     if faulty and step == args.spike_at_step:
@@ -254,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
                     precision.backward(loss)
             loss_sum += loss.detach() / dp
         loop.add_phase_seconds("grad_sync", layout.grad_sync_seconds)
+        if breakdown is not None:
+            breakdown.stage()  # queued before the loss is read, so the report's read is free
         integrity.recompute(step, micro_loss, *first)
         if faulty and step == args.nan_at_step and ctx.rank == args.nan_rank:
             loss_sum = loss_sum * float("nan")  # the all-reduce spreads it: every rank refuses
@@ -279,7 +293,8 @@ def main(argv: list[str] | None = None) -> int:
             guard.refuse(ctx, step, loss_value, mean)
             optimizer.zero_grad(set_to_none=True)
             scheduler.step()
-            loop.complete(step, skipped=True, loss=loss_value, samples=sample_range)
+            loop.complete(step, skipped=True, loss=loss_value, samples=sample_range,
+                          **(breakdown.flush() if breakdown is not None else {}))  # fmt: skip
             continue
         guard.accept(loss_value)
         with loop.phase("optimizer"):
@@ -305,6 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             padded_tokens=batch.padded_tokens,
             loss_tokens=batch.loss_tokens,
             samples=sample_range,
+            **(breakdown.flush() if breakdown is not None else {}),
         )
         with loop.phase("checkpoint_stall"):
             # The guard passed for this step (finite loss and gradient norm): a healthy point.

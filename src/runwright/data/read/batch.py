@@ -12,6 +12,7 @@ import torch
 from pydantic import Field
 
 from runwright.data.read.kernels import ShardTable
+from runwright.data.read.loss_groups import LossGroups
 from runwright.data.read.packing import Packer
 from runwright.data.read.rows import fill_rows
 from runwright.data.read.step_plan import BatchPlan
@@ -44,6 +45,11 @@ class Batch:
     """First global sample of the step (all ranks)."""
     end_sample: int
     """One past the step's last global sample."""
+    loss_group: torch.Tensor | None = None
+    """Each label's (source, length bucket) group, int64 (rows, S), 0 where the loss mask is 0
+    (data/read/loss_groups.py); None when the loader was given no loss groups."""
+    group_loss_tokens: tuple[int, ...] | None = None
+    """Loss tokens per group on this rank, in `LossGroups` order."""
 
     def __getitem__(self, key: str) -> Any:
         return getattr(self, key)
@@ -71,9 +77,15 @@ class LoaderStats(Record):
 
 
 def materialise(
-    plan: BatchPlan, packer: Packer, storage: ShardTable, sequence_length: int, eod_id: int
+    plan: BatchPlan,
+    packer: Packer,
+    storage: ShardTable,
+    sequence_length: int,
+    eod_id: int,
+    loss_groups: LossGroups | None = None,
 ) -> tuple[Batch, int]:
-    """The batch a plan describes, and how many tokens were copied out of `storage`."""
+    """The batch a plan describes, and how many tokens were copied out of `storage`; with
+    `loss_groups`, each label's (source, length bucket) group too."""
     arrays = fill_rows(
         packer,
         storage,
@@ -83,6 +95,19 @@ def materialise(
         sequence_length,
         eod_id,
     )
+    groups = group_tokens = None
+    if loss_groups is not None and plan.doc_sources is not None:
+        window = plan.window
+        ids, counts = loss_groups.label_groups(
+            window.span_end,
+            plan.doc_sources,
+            window.length,
+            plan.first_row_start,
+            packer.stride(sequence_length),
+            arrays["segment_ids"],
+            arrays["loss_mask"],
+        )
+        groups, group_tokens = torch.from_numpy(ids), tuple(counts.tolist())
     batch = Batch(
         tokens=torch.from_numpy(arrays["tokens"]),
         labels=torch.from_numpy(arrays["labels"]),
@@ -95,5 +120,7 @@ def materialise(
         step=plan.step,
         first_sample=plan.first_sample,
         end_sample=plan.end_sample,
+        loss_group=groups,
+        group_loss_tokens=group_tokens,
     )
     return batch, arrays["stored_tokens"]

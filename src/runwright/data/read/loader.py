@@ -17,7 +17,7 @@ consumed-sample ledger, the token accounting and the input-wait share read.
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +32,7 @@ from runwright.data.read.cursor import DataCursor, reconcile
 from runwright.data.read.drift import DRIFT_WINDOW_STEPS, Counts
 from runwright.data.read.kernels import ShardTable
 from runwright.data.read.ledger import ConsumptionLedger
+from runwright.data.read.loss_groups import DEFAULT_LENGTH_EDGES, LossGroups
 from runwright.data.read.mixture import MIXTURES
 from runwright.data.read.packing import PACKERS
 from runwright.data.read.prefetch import END, ReadPipeline
@@ -89,6 +90,7 @@ class DataLoader:
         reorder_capacity: int | None = None,
         drift_window_steps: int | None = DRIFT_WINDOW_STEPS,
         group: Any = None,
+        loss_length_buckets: Sequence[int] | None = DEFAULT_LENGTH_EDGES,
     ) -> None:
         if dp_size < 1 or not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank={dp_rank} must lie in [0, dp_size={dp_size})")
@@ -151,6 +153,12 @@ class DataLoader:
             data_spec.on_corrupt_shard, self.dataset, train, tables, dp_rank, dp_size, group
         )
         self.sources = tables
+        self.loss_groups: LossGroups | None = (
+            None
+            if loss_length_buckets is None
+            else LossGroups(tuple(t.name for t in tables), tuple(loss_length_buckets))
+        )
+        """Each batch's labels by (source, length bucket), for runtime.SourceLoss; None: off."""
         # Shards the cursor has quarantined, kept here: reading them off the cursor point of
         # every step would build its DataCursor (tens of us) at every step.
         self._quarantined: set[int] = set()
@@ -305,7 +313,12 @@ class DataLoader:
 
     def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint, list[int]]:
         batch, stored_tokens = materialise(
-            plan, self._packer, self._storage, self.spec.sequence_length, self.eod_token_id
+            plan,
+            self._packer,
+            self._storage,
+            self.spec.sequence_length,
+            self.eod_token_id,
+            self.loss_groups,
         )
         with self._bytes_lock:
             self._bytes += stored_tokens * self._itemsize

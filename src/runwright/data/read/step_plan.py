@@ -49,6 +49,9 @@ class BatchPlan:
     replaced, never written, so a read worker can use them while planning goes on."""
     cursor: "CursorPoint"
     """Cursor after this step has been consumed."""
+    doc_sources: np.ndarray | None = None
+    """Source index of each window document (int64; replaced, never written, like `window`):
+    what the loss breakdown groups labels by (data/read/loss_groups.py)."""
 
     def shards_read(self) -> list[int]:
         """The shards (ShardTable indices) holding a token of this rank's rows."""
@@ -351,6 +354,7 @@ class Planner:
             rows_end=first_row + (self.local_rows - 1) * self.stride + self.extent,
             window=DocWindow(self._start, self._end, self._len, self._shard, self._offset),
             cursor=self._cursor_at(j, new_pos, self.step + 1, self.sample + self.global_batch),
+            doc_sources=self._src,
         )
         self.pos = new_pos
         self.step += 1

@@ -24,7 +24,7 @@ window.RunCharts = (() => {
   const LABEL_CHARS = 24;
   const LAYERS = [
     ["State timeline", ["chart-states"]],
-    ["Loss layer", ["chart-loss", "chart-grad-norm"]],
+    ["Loss layer", ["chart-loss", "chart-source-loss", "chart-length-loss", "chart-grad-norm"]],
     ["Throughput layer", ["chart-tokens"]],
     ["System layer", ["chart-ranks", "chart-straggler", "chart-checkpoints", "chart-nodes"]],
     ["Data layer", ["chart-wait", "chart-token-kinds", "chart-drift"]],
@@ -217,6 +217,15 @@ window.RunCharts = (() => {
     timeChart("chart-loss", loss, evals.length ? "Training loss and eval loss" : "Training loss",
       "loss", markerShapes(d.markers, true), span,
       "report it with ctx.step_healthy(step, loss=...)");
+    // The loss by mixture source and by document length bucket (govern/loss_breakdown.py).
+    const lines = (byName) => Object.keys(byName || {}).map((name) =>
+      stepLine(steps, byName[name], name));
+    timeChart("chart-source-loss", lines(steps.source_loss),
+      "Loss by source (per-token mean over every rank)", "loss", shapes, span,
+      "report it with runwright.runtime.SourceLoss (the reference trainer does)");
+    timeChart("chart-length-loss", lines(steps.length_loss),
+      "Loss by document length (tokens per document)", "loss", shapes, span,
+      "report it with runwright.runtime.SourceLoss (the reference trainer does)");
     timeChart("chart-grad-norm", [stepLine(steps, steps.grad_norm, "grad norm")],
       "Gradient norm (largest over ranks)", "grad norm", shapes, span,
       "report it with ctx.step_healthy(step, grad_norm=...)");

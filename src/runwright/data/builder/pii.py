@@ -58,7 +58,8 @@ def _valid_ip(match: str) -> bool:
 
 
 def _valid_ipv6(match: str) -> bool:
-    return match.count(":") >= 2 and any(c.isalnum() for c in match) and _valid_ip(match)
+    # A digit required: `dead::beef` is an address, but far more often C++ or Rust.
+    return match.count(":") >= 2 and any(c.isdigit() for c in match) and _valid_ip(match)
 
 
 def _valid_phone(match: str) -> bool:

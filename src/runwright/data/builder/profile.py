@@ -166,7 +166,7 @@ class ProfileCounter:
                     tokens=kept.tokens,
                     chars=kept.chars,
                     unknown_tokens=kept.unknown,
-                    empty_documents=kept.empty,
+                    zero_token_documents=kept.empty,
                     tokens_per_char=_ratio(kept.tokens, kept.chars),
                     length_histogram=length_histogram(kept.lengths),
                     by_length={
@@ -223,8 +223,8 @@ class ProfileCounter:
                 control_chars=p.control_chars[source],
                 documents_with_control=p.documents_with_control[source],
                 binary_documents=p.binary_documents[source],
-                empty_documents=p.empty_documents[source]
-                + sum(lp.empty_documents for lp in langs.values()),
+                empty_documents=p.empty_documents[source],
+                zero_token_documents=sum(lp.zero_token_documents for lp in langs.values()),
                 tokens_per_char=_ratio(tokens, chars),
             ),
             pii=dict(sorted(self.pii_found.get(source, Counter()).items())),

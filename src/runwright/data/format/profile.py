@@ -8,7 +8,8 @@ the hashed statistics (documents and tokens per source must agree). It holds cou
 language codes, never text.
 """
 
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Protocol
 
 from pydantic import Field
 
@@ -51,7 +52,7 @@ class LanguageProfile(Record):
     chars: Count = 0
     unknown_tokens: Count = 0
     """Tokens equal to the tokenizer's unknown token."""
-    empty_documents: Count = 0
+    zero_token_documents: Count = 0
     """Kept documents that tokenize to no tokens."""
     tokens_per_char: Ratio = 0.0
     share: Rate = 0.0
@@ -74,8 +75,9 @@ class TokenizerAnomalies(Record):
     binary_documents: Count = 0
     """Documents holding NUL, or whose control characters are >= 10% of their characters."""
     empty_documents: Count = 0
-    """Documents empty or only whitespace after normalisation, plus kept documents that
-    tokenize to nothing."""
+    """Documents empty or only whitespace after normalisation (whether kept or not)."""
+    zero_token_documents: Count = 0
+    """Kept documents that tokenize to no tokens."""
     tokens_per_char: Ratio = 0.0
 
 
@@ -113,3 +115,44 @@ class BuildProfile(Record):
     sources: dict[str, SourceProfile] = Field(default_factory=dict)
     languages: dict[str, Rate] = Field(default_factory=dict)
     """Language -> share of all kept documents."""
+
+
+class Counted(Protocol):
+    """What the profile is checked against: a SourceStatistics of the hashed statistics."""
+
+    documents: int
+    tokens: int
+
+
+def profile_problems(
+    profile: BuildProfile | None, splits: Mapping[str, Mapping[str, "Counted"]]
+) -> list[str]:
+    """The profile against the hashed statistics: per source, its documents and tokens must be
+    the sum over splits (`splits`: split -> source -> SourceStatistics)."""
+    if profile is None:
+        return []
+    problems: list[str] = []
+    stated: dict[str, tuple[int, int]] = {}
+    for by_source in splits.values():
+        for source, s in by_source.items():
+            docs, tokens = stated.get(source, (0, 0))
+            stated[source] = (docs + s.documents, tokens + s.tokens)
+    for source in sorted(set(stated) | set(profile.sources)):
+        p = profile.sources.get(source)
+        have = (p.documents, p.tokens) if p else (0, 0)
+        langs = (
+            (
+                sum(x.documents for x in p.languages.values()),
+                sum(x.tokens for x in p.languages.values()),
+            )
+            if p
+            else (0, 0)
+        )
+        want = stated.get(source, (0, 0))
+        if have != want or langs != want:
+            problems.append(
+                f"statistics.profile.sources.{source}: {have[0]} documents / {have[1]} tokens "
+                f"(its languages {langs[0]} / {langs[1]}), the statistics' splits hold "
+                f"{want[0]} / {want[1]}"
+            )
+    return problems

@@ -82,10 +82,21 @@ Finder = Callable[[str], tuple[str, int]]
 """Text -> (text with this kind redacted, matches)."""
 
 
-def _finder(pattern: re.Pattern[str], kind: str, valid: Callable[[str], bool] | None) -> Finder:
+def _finder(
+    pattern: re.Pattern[str],
+    kind: str,
+    valid: Callable[[str], bool] | None,
+    needs: str | re.Pattern[str] | None = None,
+) -> Finder:
+    """A finder of `pattern`; `needs` is a substring (or pattern) every match holds, looked
+    for first because that is much cheaper than the pattern."""
     mark = f"<{kind.upper()}>"
 
     def find(text: str) -> tuple[str, int]:
+        if isinstance(needs, str) and needs not in text:
+            return text, 0
+        if isinstance(needs, re.Pattern) and needs.search(text) is None:
+            return text, 0
         found = 0
 
         def replace(m: re.Match[str]) -> str:
@@ -100,8 +111,19 @@ def _finder(pattern: re.Pattern[str], kind: str, valid: Callable[[str], bool] | 
     return find
 
 
+_SECRET_WORDS = ("pass", "pwd", "secret", "key", "token")
+"""Words one of which `_ASSIGNED_SECRET` needs: looking for them first skips the regex."""
+
+
+_CREDENTIAL_START = re.compile(r"AKIA|gh[pousr]_|xox[abprs]-|eyJ|-----BEGIN")
+_CREDENTIAL_FINDER = _finder(_CREDENTIAL, "credential", None, _CREDENTIAL_START)
+
+
 def _credentials(text: str) -> tuple[str, int]:
-    text, found = _finder(_CREDENTIAL, "credential", None)(text)
+    text, found = _CREDENTIAL_FINDER(text)
+    lower = text.lower()
+    if not any(w in lower for w in _SECRET_WORDS):
+        return text, found
     more = 0
 
     def replace(m: re.Match[str]) -> str:
@@ -115,18 +137,23 @@ def _credentials(text: str) -> tuple[str, int]:
 
 
 def _ips(text: str) -> tuple[str, int]:
-    text, v4 = _finder(_IPV4, "ip", _valid_ip)(text)
-    text, v6 = _finder(_IPV6, "ip", _valid_ipv6)(text)
+    text, v4 = _IPV4_FINDER(text)
+    text, v6 = _IPV6_FINDER(text)
     return text, v4 + v6
+
+
+_DIGIT = re.compile(r"\d")
+_IPV4_FINDER = _finder(_IPV4, "ip", _valid_ip, _DIGIT)
+_IPV6_FINDER = _finder(_IPV6, "ip", _valid_ipv6, ":")
 
 
 # Order matters: credentials first (a token may hold digit runs), then e-mail (its domain may
 # look like other things), IPs before phone numbers (1.2.3.4 is not a phone number).
 _FINDERS: dict[str, Finder] = {
     "credential": _credentials,
-    "email": _finder(_EMAIL, "email", None),
+    "email": _finder(_EMAIL, "email", None, "@"),
     "ip": _ips,
-    "phone": _finder(_PHONE, "phone", _valid_phone),
+    "phone": _finder(_PHONE, "phone", _valid_phone, _DIGIT),
 }
 
 

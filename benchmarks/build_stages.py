@@ -114,6 +114,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
+    # tokenizers' BPE trainer runs a rayon thread pool whose idle threads spin: on a shared
+    # machine that makes CPU seconds meaningless. Both builds train single-threaded.
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     data_build = _data_build()
     base_recipe = data_build.RECIPE
     with tempfile.TemporaryDirectory() as tmp:
@@ -141,6 +144,7 @@ def main() -> None:
         "python": platform.python_version(),
         "corpus": corpus,
         "rounds": args.rounds,
+        "tokenizers_parallelism": os.environ["TOKENIZERS_PARALLELISM"],
         "without_seconds": [round(s, 2) for s in without],
         "with_seconds": [round(s, 2) for s in with_stages],
         "without_mb_per_minute": round(mb / base * 60, 1),

@@ -16,6 +16,7 @@ from runwright.cli.main import app
 from runwright.data import build_dataset, open_shard, verify_dataset
 from runwright.data.builder.pii import scrub
 from runwright.data.builder.recipe import PII_KINDS
+from runwright.data.errors import RecipeError
 
 SEEDED = {
     "email": ["ada.lovelace+ml@analytical-engine.org", "grace_h@navy.example.mil"],
@@ -139,3 +140,14 @@ def test_drop_removes_each_document_with_pii_and_counts_it(tmp_path: Path) -> No
     text = shard_text(result.folder, result.manifest)
     assert [p for p in planted() if p in text] == []
     assert written_bytes(tmp_path / "r", tmp_path / "in").find(SECRET_VALUE.encode()) == -1
+
+
+def test_a_bad_pii_section_names_the_field(tmp_path: Path) -> None:
+    recipe = write_corpus(tmp_path / "in", "redact")
+    raw = yaml.safe_load(recipe.read_text())
+    raw["pii"] = {"action": "mask", "kinds": ["ssn"]}
+    recipe.write_text(yaml.safe_dump(raw))
+    with pytest.raises(RecipeError) as caught:
+        build_dataset(recipe, tmp_path / "r")
+    assert "pii.action" in str(caught.value) and "pii.kinds" in str(caught.value)
+    assert not (tmp_path / "r").exists()

@@ -155,8 +155,9 @@ class LanguageSpec(Record):
 
     min_confidence: float = Field(default=0.5, ge=0, le=1)
     """Below this probability a document's language is `und` (undetermined)."""
-    max_chars: int = Field(default=2000, gt=0, le=1 << 24)
-    """Characters of each document the identifier reads (its start)."""
+    max_chars: int = Field(default=1000, gt=0, le=1 << 24)
+    """Characters of each document the identifier reads (its start): its cost is linear in
+    them (~0.7 ms per 1,000 characters on one core)."""
     keep: list[str] | None = None
     """Keep only documents in these languages (ISO 639-1 codes, `und` allowed); null keeps all."""
     min_share: float | None = Field(default=None, gt=0, lt=1)

@@ -4,7 +4,8 @@
 hashed part holds only content and how it was derived (shard digests, tokenizer hash, inputs by
 relative path and digest, stage parameters, statistics), never timestamps or absolute paths, so
 building the same recipe over the same inputs twice gives the same id. `build` records where and
-when this copy was built, for people, outside the hash.
+when this copy was built, for people, outside the hash; so is `statistics.profile`
+(format/profile.py), which came later and left every earlier id as it was.
 """
 
 import json

@@ -210,7 +210,8 @@ class EventType(StrEnum):
     MIXTURE_WINDOW = "MIXTURE_WINDOW"
     """What the loader handed out in the last window of steps (data/read/drift.py; rank 0,
     every 50 steps by default): first_step, last_step, unit, draws and units per source, shares
-    against targets, max_deviation, loss_token_share, length_buckets of packed pieces."""
+    against targets, max_deviation, loss_token_share, length_buckets of packed pieces; baseline
+    and baseline_deviation: the shares against the build's (data/read/baseline.py)."""
     MIXTURE_ACTUAL = "MIXTURE_ACTUAL"
     """What the loader drew per source against the recipe's targets (actual, actual_units,
     targets, unit); sent when the loader or the context closes."""

@@ -225,6 +225,51 @@ def inspect(
         f"{split['train_removed_as_eval_duplicates']} train documents removed as near "
         f"duplicates of eval; duplicate rate {info['duplicate_rate']:.2%}"
     )
+    if info.get("profile"):
+        _print_profile(info["profile"])
+
+
+def _print_profile(profile: dict) -> None:
+    """The build profile: languages per source, then rates and tokenizer anomalies."""
+    langs = Table(
+        "source", "language", "share", "documents", "tokens", "tokens/char", "filtered", "dup"
+    )
+    for source, p in profile["sources"].items():
+        for lang, lp in p["languages"].items():
+            langs.add_row(
+                source,
+                lang,
+                f"{lp['share']:.1%}",
+                f"{lp['documents']:,}",
+                f"{lp['tokens']:,}",
+                f"{lp['tokens_per_char']:.3f}",
+                str(lp["filtered"] + lp["pii_dropped"] + lp["language_dropped"]),
+                str(lp["exact_duplicates"] + lp["near_duplicates"]),
+            )
+    console.print(langs)
+    anomalies = Table(
+        "source", "filtered", "dup", "errors", "unk", "control", "binary", "empty/0-tok"
+    )
+    for source, p in profile["sources"].items():
+        a = p["anomalies"]
+        anomalies.add_row(
+            source,
+            f"{p['filter_rate']:.1%}",
+            f"{p['duplicate_rate']:.1%}",
+            f"{p['error_rate']:.1%}",
+            f"{a['unknown_token_rate']:.1%}",
+            f"{a['control_chars']:,}/{a['documents_with_control']:,}d",
+            str(a["binary_documents"]),
+            f"{a['empty_documents']}/{a['zero_token_documents']}",
+        )
+    console.print(anomalies)
+    for source, p in profile["sources"].items():
+        if p["pii"]:
+            kinds = ", ".join(f"{k}={v}" for k, v in p["pii"].items())
+            console.print(f"pii {source}: {kinds} in {p['pii_documents']} documents")
+    if profile["language_identified"]:
+        shares = ", ".join(f"{k} {v:.1%}" for k, v in profile["languages"].items())
+        console.print(f"languages: {shares}")
 
 
 @app.command()

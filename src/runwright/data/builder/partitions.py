@@ -4,9 +4,10 @@ A partition is the build's retry and resume unit (seed 000, "data processing DAG
 boundaries"): it runs in its own process, writes its result next to a completion marker keyed by
 its inputs and stage parameters, so a re-run redoes only partitions whose marker is missing or
 stale. Reading retries transient I/O errors with doubling backoff. The work itself is the Read,
-Normalise and Filter stages (stages.py), then the hash and MinHash signature of each document
-that passed: a record that cannot be used (undecodable, oversized, a failing custom reader)
-goes to the quarantine list with its reason.
+Normalise and Filter stages (stages.py), with the language stage before the filters and the PII
+stage after them when the recipe has them (language.py, pii.py), then the hash and MinHash
+signature of each document that passed: a record that cannot be used (undecodable, oversized, a
+failing custom reader) goes to the quarantine list with its reason.
 """
 
 import multiprocessing
@@ -23,7 +24,17 @@ from typing import Any, TypeVar
 from rich.progress import Progress
 
 from runwright.data.builder.dedup import signature, text_hash
-from runwright.data.builder.recipe import NearDedupSpec, NormaliseSpec, Recipe, SourceSpec
+from runwright.data.builder.language import LanguageId
+from runwright.data.builder.pii import Pii
+from runwright.data.builder.profile import PartitionProfile, tally
+from runwright.data.builder.recipe import (
+    LanguageSpec,
+    NearDedupSpec,
+    NormaliseSpec,
+    PiiSpec,
+    Recipe,
+    SourceSpec,
+)
 from runwright.data.builder.sources import READERS, InputFile, list_inputs, read_bytes
 from runwright.data.builder.stages import Counters, Document, Filter, Normalise, Read
 from runwright.data.errors import BuildError
@@ -66,6 +77,8 @@ class PartitionTask:
     out: Path
     attempts: int
     backoff_seconds: float
+    language: LanguageSpec | None = None
+    pii: PiiSpec | None = None
 
     @property
     def finished(self) -> bool:
@@ -74,11 +87,12 @@ class PartitionTask:
         return marker.exists() and marker.read_text() == self.key
 
 
-RESULT_FORMAT = "partition-result-v3"
+RESULT_FORMAT = "partition-result-v4"
 """What a partition's pickle holds, in its key: a marker written by code whose result differs is
 stale, so that partition is redone instead of failing to load. v1: tuples, pickled from
 runwright.data.partitions; v2: the same from runwright.data.builder.partitions; v3: Documents
-and what each stage counted (stages.py)."""
+and what each stage counted (stages.py); v4: the language and PII stages and the profile's
+counts (profile.py)."""
 
 
 @dataclass
@@ -93,6 +107,10 @@ class PartitionResult:
     """Records sent to quarantine, with their reasons."""
     counters: dict[str, Counters] = field(default_factory=dict)
     """Stage name -> what that stage counted in this partition."""
+    profile: PartitionProfile = field(default_factory=PartitionProfile)
+    """Anomalies and per-language counts (profile.py)."""
+    pii: Pii | None = None
+    """The PII stage with its counts by kind, when the recipe has one."""
 
 
 def run_partition(task: PartitionTask) -> str:
@@ -107,12 +125,23 @@ def run_partition(task: PartitionTask) -> str:
             yield item.relative, data
 
     result = PartitionResult(inputs=read.inputs, quarantine=read.quarantine)
-    for doc in filters.run(clean.run(read.run(task.source, fetched()))):
+    profile = result.profile
+    docs = profile.normalised(clean.run(profile.raw(read.run(task.source, fetched()))))
+    language = LanguageId(task.language) if task.language is not None else None
+    if language is not None:
+        docs = language.run(docs)
+    docs = tally(filters.run(tally(docs, profile.identified)), profile.passed_filters)
+    result.pii = Pii(task.pii) if task.pii is not None else None
+    if result.pii is not None:
+        docs = result.pii.run(docs)
+    for doc in tally(docs, profile.after_pii):
         doc.digest = text_hash(doc.text)
         if task.near is not None:
             doc.signature = signature(doc.text, task.near)
         result.docs.append(doc)
     result.counters = {s.name: s.counters for s in (read, clean, filters)}
+    if language is not None:
+        result.counters[language.name] = language.counters
     tmp = task.out.with_suffix(".tmp")
     with open(tmp, "wb") as fh:
         pickle.dump(result, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -143,6 +172,8 @@ def plan_partitions(recipe: Recipe, parts_dir: Path) -> list[PartitionTask]:
                         "normalise": recipe.normalise.model_dump(),
                         "filters": [f.model_dump() for f in recipe.filters],
                         "near": near.model_dump() if near else None,
+                        "language": recipe.language.model_dump() if recipe.language else None,
+                        "pii": recipe.pii.model_dump() if recipe.pii else None,
                         "inputs": [[i.url, i.size] for i in chunk],
                         "result": RESULT_FORMAT,
                     }
@@ -159,6 +190,8 @@ def plan_partitions(recipe: Recipe, parts_dir: Path) -> list[PartitionTask]:
                     out=parts_dir / f"{source.name}-{k // size:05d}.pkl",
                     attempts=recipe.build.max_attempts,
                     backoff_seconds=recipe.build.backoff_seconds,
+                    language=recipe.language,
+                    pii=recipe.pii,
                 )
             )
     return tasks

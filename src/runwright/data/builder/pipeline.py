@@ -1,10 +1,11 @@
 """`runwright data build`: recipe -> content-addressed dataset folder.
 
 Stages (stages.py; each has its parameters, its counters and its own lineage record): list
-inputs -> partitions (Read, Normalise, Filter, then the hash and MinHash; in parallel processes)
--> ExactDedup, EvalSplit, NearDedup (over every document, in order) -> Tokenize (load, or train
-on train) -> Shard -> manifest (sealed: dataset_id = sha256 of its canonical form). The manifest's
-lineage is the records of the stages that ran and its statistics are their counters.
+inputs -> partitions (Read, Normalise, [LanguageId], Filter, [Pii], then the hash and MinHash; in
+parallel processes) -> [LanguageFilter], ExactDedup, EvalSplit, NearDedup (over every document,
+in order) -> Tokenize (load, or train on train) -> Shard -> manifest (sealed: dataset_id = sha256
+of its canonical form). The manifest's lineage is the records of the stages that ran and its
+statistics are their counters.
 
 Fault handling (seed 000, "data processing DAG retry boundaries"): a finished partition writes a
 completion marker keyed by its inputs and stage parameters, so a re-run redoes only what did not
@@ -13,13 +14,16 @@ the build naming the partitions to re-run; deterministic errors (undecodable byt
 mismatch, oversized record, unparseable file) send the record to `quarantine/` with its reason and
 the build continues. Work files live in `<root>/datasets/.work/<recipe key>/`. The partition
 runner (retries, markers) is `partitions.py`; this module runs the stages over their results and
-seals the manifest.
+seals the manifest. The bracketed stages run when the recipe declares them (language.py,
+pii.py); the statistics' profile (per source and language, tokenizer anomalies) is counted along
+the way (profile.py).
 """
 
 import json
 import re
 import shutil
 import time
+from collections import Counter
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,12 +34,15 @@ from rich.progress import Progress
 
 from runwright import __version__
 from runwright.data.builder.functions import check_code
+from runwright.data.builder.language import LanguageFilter, LanguageId
 from runwright.data.builder.partitions import (
     PartitionTask,
     load_partition,
     plan_partitions,
     run_partitions,
 )
+from runwright.data.builder.pii import Pii
+from runwright.data.builder.profile import ProfileCounter, tally
 from runwright.data.builder.progress import progress_bar
 from runwright.data.builder.recipe import Recipe, check_tokenizer_path, load_recipe
 from runwright.data.builder.stages import (
@@ -189,33 +196,65 @@ def _assemble(
     read = Read(recipe.sources)
     clean = Normalise(recipe.normalise)
     filters = Filter(recipe.filters)
+    language = LanguageId(recipe.language) if recipe.language is not None else None
+    pii = Pii(recipe.pii) if recipe.pii is not None else None
+    counted = ProfileCounter([s.name for s in recipe.sources], language is not None)
     docs: list[Document] = []
     for task in tasks:
         part = load_partition(task)
-        for stage in (read, clean, filters):
-            stage.counters.add(part.counters[stage.name])
+        for stage in (read, clean, filters, language):
+            if stage is not None:
+                stage.counters.add(part.counters[stage.name])
+        if pii is not None and part.pii is not None:
+            pii.add(part.pii)
+        counted.partitions.add(part.profile)
         read.inputs += part.inputs
         read.quarantine += part.quarantine
         docs += part.docs
 
+    by_language = (
+        LanguageFilter(recipe.language, _identified(counted))
+        if recipe.language is not None
+        and (recipe.language.keep is not None or recipe.language.min_share is not None)
+        else None
+    )
+    if by_language is not None:
+        docs = list(by_language.run(docs))
     exact = ExactDedup(recipe.dedup.exact)
     evals = EvalSplit(recipe.eval)
     near = NearDedup(recipe.dedup.near)
-    kept = list(near.run(evals.run(exact.run(docs))))
+    after_exact = list(tally(exact.run(tally(docs, counted.language_kept)), counted.after_exact))
+    kept = list(tally(near.run(evals.run(after_exact)), counted.after_near))
+    del after_exact
     out = work / "out"
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     tokenize = Tokenize(recipe.tokenizer)
     tokenizer = tokenize.prepare(kept, out)
+    counted.unknown_token_id = tokenize.unknown_token_id()
     shard = Shard(recipe.max_tokens_per_shard, token_dtype(tokenizer.vocab_size))
     bar = progress.add_task("tokenize, shard", total=len(kept)) if progress else None
     advance = (lambda n: progress.advance(bar, n)) if progress and bar is not None else None
-    shards = shard.run(tokenize.run(kept, advance), out)
+    shards = shard.run(counted.encoded(tokenize.run(kept, advance)), out)
 
     # build-v1 lists near-dedup before eval-split although the split runs first (near dedup
-    # needs it); the list is part of the hashed manifest, so that order stays.
-    stages: list[Stage] = [read, clean, filters, exact, near, evals, tokenize, shard]
+    # needs it); the list is part of the hashed manifest, so that order stays. The language
+    # and PII stages are listed only when the recipe has them, so recipes without them keep
+    # their dataset ids.
+    stages: list[Stage] = [
+        s
+        for s in (read, clean, language, filters, pii, by_language, exact, near, evals)
+        if s is not None
+    ] + [tokenize, shard]
+    statistics = _statistics(recipe, read, filters, exact, near, shard, (pii, by_language))
+    sources = [s.name for s in recipe.sources]
+    if pii is not None:
+        counted.pii_found = pii.found
+        counted.pii_documents.update({s: sum(c.values()) for s, c in pii.documents.items()})
+    profile = counted.profile(
+        read.counters.seen_per_source(sources), read.counters.dropped_per_source(sources)
+    )
     manifest = DatasetManifest(
         name=recipe.name,
         shards=shards,
@@ -227,7 +266,7 @@ def _assemble(
             code_version=f"runwright {__version__} {BUILD_ALGORITHM}",
         ),
         split=_split_boundary(recipe, shard, near),
-        statistics=_statistics(recipe, read, filters, exact, near, shard),
+        statistics=statistics.model_copy(update={"profile": profile}),
         tags=recipe.tags,
     ).sealed()
     quarantine_file = _write_quarantine(out, read.quarantine)
@@ -271,10 +310,31 @@ def _split_boundary(recipe: Recipe, shard: Shard, near: NearDedup) -> SplitBound
     )
 
 
+def _identified(counted: ProfileCounter) -> dict[str, Counter[str]]:
+    """Source -> language -> documents the language stage saw (every partition's)."""
+    out: dict[str, Counter[str]] = {}
+    for (source, lang), n in counted.partitions.identified.items():
+        out.setdefault(source, Counter())[lang] += n
+    return out
+
+
 def _statistics(
-    recipe: Recipe, read: Read, filters: Filter, exact: ExactDedup, near: NearDedup, shard: Shard
+    recipe: Recipe,
+    read: Read,
+    filters: Filter,
+    exact: ExactDedup,
+    near: NearDedup,
+    shard: Shard,
+    dropping: tuple[Stage | None, ...] = (),
 ) -> Statistics:
+    """The hashed statistics. The PII and language filter drops count with the filters'
+    (`pii:dropped`, `language:<reason>`), only when those stages ran."""
     sources = [s.name for s in recipe.sources]
+    filtered = filters.counters.reasons_per_source(sources)
+    for stage in dropping:
+        if stage is not None:
+            for source, reasons in stage.counters.reasons_per_source(sources).items():
+                filtered[source] = dict(sorted({**filtered[source], **reasons}.items()))
     exact_dropped = exact.counters.dropped_per_source(sources)
     near_dropped = near.counters.dropped_per_source(sources)
     candidates = sum(exact.counters.seen.values())  # documents that passed the filters
@@ -282,7 +342,7 @@ def _statistics(
     return Statistics(
         splits=shard.statistics(),
         records_read=read.counters.seen_per_source(sources),
-        filtered=filters.counters.reasons_per_source(sources),
+        filtered=filtered,
         exact_duplicates=exact_dropped,
         near_duplicates=near_dropped,
         quarantined=read.counters.dropped_per_source(sources),

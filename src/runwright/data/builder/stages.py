@@ -24,6 +24,7 @@ from tokenizers import Tokenizer
 from runwright.data.builder.clean import FilterCheck, first_rejection, make_filters, normalise
 from runwright.data.builder.dedup import MINHASH_SCHEME, is_eval, near_duplicates
 from runwright.data.builder.recipe import (
+    LANGUAGE_UNDETERMINED,
     EvalSpec,
     FilterSpec,
     NearDedupSpec,
@@ -59,6 +60,8 @@ class Document:
     """MinHash values when near dedup is on (set in the partition)."""
     split: str | None = None
     """`train` or `eval` once EvalSplit ran."""
+    language: str = LANGUAGE_UNDETERMINED
+    """Language code once the language stage ran (language.py); `und` until then or without it."""
 
 
 @dataclass
@@ -331,6 +334,16 @@ class Tokenize:
         else:
             self.tokenizer = load_tokenizer(self.spec)
         return save_and_describe(self.tokenizer, folder, self.spec, self.trained)
+
+    def unknown_token_id(self) -> int | None:
+        """The id of the tokenizer's unknown token; None when it has none (byte-level BPE)."""
+        if self.tokenizer is None:
+            raise RuntimeError("Tokenize.prepare must run before Tokenize.unknown_token_id")
+        unk = getattr(self.tokenizer.model, "unk_token", None)
+        if isinstance(unk, str):
+            return self.tokenizer.token_to_id(unk)
+        unk_id = getattr(self.tokenizer.model, "unk_id", None)  # Unigram
+        return unk_id if isinstance(unk_id, int) else None
 
     def run(
         self, docs: list[Document], advance: Callable[[int], None] | None = None

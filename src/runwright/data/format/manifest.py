@@ -4,7 +4,8 @@
 hashed part holds only content and how it was derived (shard digests, tokenizer hash, inputs by
 relative path and digest, stage parameters, statistics), never timestamps or absolute paths, so
 building the same recipe over the same inputs twice gives the same id. `build` records where and
-when this copy was built, for people, outside the hash.
+when this copy was built, for people, outside the hash; so is `statistics.profile`
+(format/profile.py), which came later and left every earlier id as it was.
 """
 
 import json
@@ -16,6 +17,7 @@ from pydantic import AfterValidator, Field, ValidationError, field_validator, mo
 
 from runwright.data.errors import ManifestError
 from runwright.data.format.indexed_shard import DTYPE_CODES
+from runwright.data.format.profile import BuildProfile
 from runwright.data.format.untrusted import (
     MAX_COUNT,
     MAX_MANIFEST_BYTES,
@@ -201,6 +203,9 @@ class Statistics(Record):
     """Source -> records or partitions sent to quarantine."""
     duplicate_rate: Finite = Field(ge=0.0, le=1.0)
     """(exact + near duplicates) / records that passed the filters."""
+    profile: BuildProfile | None = None
+    """Per source and language counts and tokenizer anomalies (format/profile.py); outside the
+    dataset id, None in manifests built before it existed."""
 
 
 class BuildInfo(Record):
@@ -246,7 +251,11 @@ class DatasetManifest(Record):
     """Build provenance, outside the hash."""
 
     def content_id(self) -> str:
-        return sha256_hex(canonical_json(self.model_dump(exclude={"dataset_id", "build"})))
+        # statistics.profile is outside the id (format/profile.py says why).
+        hashed = self.model_dump(
+            exclude={"dataset_id": True, "build": True, "statistics": {"profile"}}
+        )
+        return sha256_hex(canonical_json(hashed))
 
     def sealed(self) -> "DatasetManifest":
         """This manifest with its dataset_id filled in."""

@@ -20,6 +20,7 @@ from runwright.data.format.dataset import check_shard, file_sha256, localise
 from runwright.data.format.indexed_shard import IndexedShard
 from runwright.data.format.manifest import DatasetManifest, read_manifest
 from runwright.data.format.pretokenized import length_histogram
+from runwright.data.format.profile import profile_problems
 from runwright.data.format.untrusted import MAX_TOKENIZER_BYTES, member
 from runwright.records import Record
 
@@ -70,6 +71,7 @@ def verify_dataset(path: str | Path) -> VerifyReport:
         verdicts.append(ShardVerdict(name=shard.name, ok=not problems, problems=problems))
     tokenizer_problems = _tokenizer_problems(folder, manifest)
     problems = tokenizer_problems + _statistics_problems(manifest, opened)
+    problems += profile_problems(manifest.statistics.profile, manifest.statistics.splits)
     if not manifest.shards:
         problems.append("the manifest lists no shards: there is nothing to verify")
     return VerifyReport(
@@ -247,4 +249,5 @@ def describe_dataset(path: str | Path) -> dict[str, Any]:
         },
         "tags": manifest.tags,
         "build": manifest.build.model_dump() if manifest.build else None,
+        "profile": stats.profile.model_dump() if stats.profile else None,
     }

@@ -7,6 +7,8 @@ the draws and units per source in the window and their shares against the recipe
 weights (`max_deviation`: the largest |actual share - target share|, in the mixture's unit), the
 loss-token share of the device tokens, and the lengths of the document pieces packed into rank
 0's rows, bucketed. The control plane's `mixture_drift` alert rule reads `max_deviation`.
+With the build's statistics as baseline (baseline.py) it also reports `baseline` and
+`baseline_deviation`: the shares against what each source is of the dataset as built.
 """
 
 from collections.abc import Callable
@@ -59,11 +61,19 @@ def _between(
 class DriftWindow:
     """Accumulates one window of batches; `add` returns the window's report when it closes."""
 
-    def __init__(self, window_steps: int, targets: dict[str, float], unit: str) -> None:
+    def __init__(
+        self,
+        window_steps: int,
+        targets: dict[str, float],
+        unit: str,
+        baseline: dict[str, float] | None = None,
+    ) -> None:
         self.window_steps = window_steps
         total = sum(targets.values())
         self.targets = {k: v / total for k, v in targets.items()} if total > 0 else {}
         self.unit = unit
+        self.baseline = baseline or {}
+        """Source -> share in the build (baseline.py); empty when unknown."""
         self._reset(None)
         self._before = Counts(0, {}, {})
 
@@ -122,6 +132,12 @@ class DriftWindow:
                 f">{LENGTH_BUCKETS[-1]}": self._lengths[-1],
             },
         }
+        if self.baseline:
+            names = set(shares) | set(self.baseline)
+            report["baseline"] = {k: round(v, 6) for k, v in self.baseline.items()}
+            report["baseline_deviation"] = round(
+                max(abs(shares.get(n, 0.0) - self.baseline.get(n, 0.0)) for n in names), 6
+            )
         self._before = now
         self._reset(None)
         return report

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from runwright.data.format.manifest import DatasetManifest
+from runwright.data.read.baseline import build_baseline
 from runwright.data.read.batch import Batch
 from runwright.data.read.cursor import DataCursor
 from runwright.data.read.drift import Counts, DriftWindow
@@ -47,6 +48,7 @@ class LoaderReports:
                 drift_window_steps,
                 {s.name: s.weight for s in spec.mixture.sources},
                 spec.mixture.unit,
+                build_baseline(manifest, spec.mixture.unit),
             )
             if dp_rank == 0 and drift_window_steps
             else None

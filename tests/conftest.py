@@ -317,6 +317,8 @@ _helper_module("runwright_tests_tiny", "tiny_trainer.py")
 _helper_module("runwright_tests_browser", "browser.py")
 # The suite-wide replay-verdict check (tests/replay_verdicts.py), and its own test.
 _helper_module("runwright_tests_verdicts", "replay_verdicts.py")
+# Nothing left behind after a run ends (tests/leftovers.py).
+_helper_module("runwright_tests_leftovers", "leftovers.py")
 
 
 def require_s3() -> None:

@@ -218,7 +218,7 @@ RULES = [
             frozenset(FACES),
             "cli/ and server/ are the faces: only parse, call one function, render",
         )
-        for package in ("plan", "govern", "demo", "drill", "access")
+        for package in ("plan", "govern", "demo", "drill", "access", "ladder")
     ),
     Rule(
         "train",

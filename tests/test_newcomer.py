@@ -32,6 +32,8 @@ COVERED_ELSEWHERE = {
     "pause": "tests/control/test_pause.py (pause, resume and an alert's pause on a live run)",
     "resume": "tests/control/test_pause.py",
     "drill": "tests/drill/test_drill_runs.py (two faults; the whole matrix with -m slow)",
+    "ladder": "tests/ladder/test_ladder.py (1 rank -> 2 ranks -> 2 local nodes)",
+    "gc": "tests/control/test_cleaner.py",
 }
 
 

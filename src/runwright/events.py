@@ -58,6 +58,9 @@ class EventType(StrEnum):
     ALLOCATION_RELEASED = "ALLOCATION_RELEASED"
     """The run gave its allocation back: it ended, was cancelled, or requeues (request,
     engine_id, reason)."""
+    RESOURCES_RELEASED = "RESOURCES_RELEASED"
+    """The run ended and the cleaner released what its records say it still held (control/
+    cleaner.py): released (kind -> count), left (kind what -> why it could not be)."""
     RANKS_PLACED = "RANKS_PLACED"
     """Every rank of a multi-node generation started; where the rendezvous placed them
     (placements: one `{rank, node, host, local_rank}` per rank: node is the executor's index of

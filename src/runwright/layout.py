@@ -12,6 +12,7 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 <root>/datasets/recipes/                 recipes kept beside the datasets they built (the demo's)
 <root>/datasets/.work/<recipe_key>/      a build in progress: finished partitions, markers
 <root>/drills/<drill_id>/                a fault drill: drill.json, drill.html (runwright drill)
+<root>/ladders/<ladder_id>/              a scale-up ladder: ladder.json, ladder.html
 <root>/local/<run_id>/                   a run started without the control plane (plain torchrun)
 <root>/releases/<project>/<model>/v<N>/ a release's export, gated (govern/release.py)
 <root>/runs/<run_id>/                    one run, laid out as follows (RunPaths)
@@ -35,6 +36,7 @@ learns the other's file names. It imports nothing of runwright, so every layer m
     nodes/node<N>/                       node N's torchrun agent (NodePaths)
       torchrun.log                       the agent's own output
       ranks/                             its --log-dir: each local rank's stdout, stderr, error file
+      tmp/                               its agent's and ranks' TMPDIR, removed as the run ends
       node.json                          a cluster node agent's record (its host, ranks, exit)
     launch.json                          a cluster launch request: generation G in allocation N
     srun.log                             the cluster launcher's output (Slurm's srun)
@@ -153,6 +155,11 @@ def drills_dir(root: Path) -> Path:
     return root / "drills"
 
 
+def ladders_dir(root: Path) -> Path:
+    """Scale-up ladders' reports (`runwright ladder`), one folder per ladder."""
+    return root / "ladders"
+
+
 def release_dir(root: Path, project: str, name: str, version: int | str) -> Path:
     """The export of version `version` of model `name` in `project` (the model registry's)."""
     return root / "releases" / project / name / f"v{version}"
@@ -175,6 +182,12 @@ class NodePaths:
         """torchrun's `--log-dir`: `<rdzv id>_<random>/attempt_0/<local rank>/std{out,err}.log`
         and error files, keyed by the rank's LOCAL rank on this node."""
         return self.folder / "ranks"
+
+    @property
+    def tmp(self) -> Path:
+        """The TMPDIR of the agent and its ranks (torchrun's and Python's temporary files), so
+        the run owns its temporary files and the cleaner removes them (control/cleaner.py)."""
+        return self.folder / "tmp"
 
     @property
     def record(self) -> Path:

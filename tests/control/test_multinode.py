@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from runwright_tests_leftovers import assert_nothing_left
 from runwright_tests_tiny import tiny_gpt
 
 from runwright.control.cancel import request_cancel
@@ -260,3 +261,4 @@ def test_a_cancelled_group_of_two_nodes_leaves_no_process(tmp_path):
     latest = store.checkpoints.latest(run.run_id)
     stop = of_type(store, run.run_id, "STOP_ACKNOWLEDGED")
     assert stop and latest is not None and latest.step == stop[0].step >= 3
+    assert_nothing_left(store, tmp_path, run.run_id)

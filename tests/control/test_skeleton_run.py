@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from runwright_tests_leftovers import assert_nothing_left
 
 from runwright.control.controller import Controller
 from runwright.layout import run_paths
@@ -54,6 +55,7 @@ def test_two_rank_job_succeeds_with_events_in_order(tmp_path):
     manifest = run.rank_manifest
     assert [(e["rank"], e["local_rank"], e["dp"]) for e in manifest] == [(0, 0, 0), (1, 1, 1)]
     assert run.last_heartbeat_unix_s is not None
+    assert_nothing_left(store, tmp_path, run.run_id)
 
 
 def test_failing_worker_is_retried_then_fails_permanently(tmp_path):
@@ -75,6 +77,7 @@ def test_failing_worker_is_retried_then_fails_permanently(tmp_path):
     assert events[-1].type == "RUN_FINISHED"
     bundle = run_paths(tmp_path, run.run_id).diagnostics_bundle(2)
     assert "injected failure" in bundle.read_text()
+    assert_nothing_left(store, tmp_path, run.run_id)
 
 
 def test_idempotent_submit_starts_nothing(tmp_path):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from runwright_tests_leftovers import assert_nothing_left
 
 from runwright.control.executors.local import generation_processes
 from runwright.data import build_dataset
@@ -75,7 +76,14 @@ def drill(root: Path, spec: Path, faults: str, timeout_seconds: float) -> tuple[
 
 
 def no_process_left(root: Path, report: dict) -> bool:
+    """No process of any run, and nothing else either: each fault's run and the reference hold
+    nothing once ended (tests/leftovers.py, the drill matrix's leftover check)."""
     runs = [report["reference_run_id"], *(f["run_id"] for f in report["faults"])]
+    store = Store.open(root)
+    try:
+        assert_nothing_left(store, root, *runs)
+    finally:
+        store.close()
     return all(generation_processes(root, run_id) == {} for run_id in runs)
 
 

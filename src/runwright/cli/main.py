@@ -72,6 +72,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "class, action, lost steps and seconds, time to the first step past the restore, and "
         "bitwise equality with one fault-free reference run.",
     ),
+    # --- change safety (issue 27) ---
+    "ladder": (
+        "ladder",
+        "Climb the scale-up ladder: one rank, one node, two nodes, the target shape, each rung "
+        "gated on the loss curve, E(N) and a resharded checkpoint restore (ladder.json, "
+        "ladder.html).",
+    ),
+    "gc": (
+        "gc",
+        "Release what ended runs left behind under a root: processes, temporary folders, "
+        "checkpoint staging, leases (--dry-run lists them).",
+    ),
     "report": (
         "report",
         "Write a run's report: code, environment, spec, plan, data, "

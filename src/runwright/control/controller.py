@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from runwright.control.admission import AdmissionStep
 from runwright.control.alerts import AlertEngine
 from runwright.control.allocation import AllocationStep
+from runwright.control.cleaner import release_ended
 from runwright.control.driving import LeasedDriving
 from runwright.control.executors.protocol import Executor
 from runwright.control.ingest import Ingestor
@@ -138,6 +139,7 @@ class Controller(GroupSupervising, LeasedDriving):
             self.replays.close(run),
             self.alerts.close(run, f"the run ended {run.state}"),
             self.allocations.release(run, self.executor_of(run), f"the run is {run.state}"),
+            release_ended(store, self.journal, run),
         )
         self.recovery = RecoverySequence(store, self.journal, self.executor_of, self.logs)
         self.outage = OutageRider(reset=store.reset_connections)

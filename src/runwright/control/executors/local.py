@@ -420,7 +420,10 @@ class LocalExecutor:
         for node, host in enumerate(hosts):
             paths = attempt.node(node)
             paths.folder.mkdir(parents=True, exist_ok=True)
-            env = {ENV_NODE: str(node)}
+            paths.tmp.mkdir(exist_ok=True)
+            # The run's own TMPDIR: what torchrun and the ranks put in temporary files is the
+            # run's, and the cleaner removes it when the run ends (control/cleaner.py).
+            env = {ENV_NODE: str(node), "TMPDIR": str(paths.tmp)}
             if spec.resources.device_type == "cuda" and len(hosts) > 1:
                 per_node = spec.resources.devices_per_node
                 env[CUDA_DEVICES] = node_devices(visible, node, per_node)

@@ -228,6 +228,8 @@ class Controller(GroupSupervising, LeasedDriving):
             self.launcher.discard_standbys(run, f"the run is {state}")
         if state in TERMINAL:
             done = self._wind_down(run, spec)
+            if done:
+                self.launcher.revoke_credentials(run, f"the run is {state}")
         elif state is RunState.CREATED:
             report = self._preflight(run, spec)
             if report.ok:
@@ -247,6 +249,7 @@ class Controller(GroupSupervising, LeasedDriving):
             if self.recovery.restart_if_due(run):
                 self._sup.pop(run_id, None)
         elif state is RunState.PAUSED:
+            self.launcher.revoke_credentials(run, "the run is paused")
             done = True  # nothing of it runs or is held: `resume` puts it back in the queue
         else:
             self._supervise(run, spec)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runwright.control import credentials
 from runwright.control.executors.protocol import Executor, GroupHandle
 from runwright.control.gangs import pinned_devices
 from runwright.control.journal import Journal
@@ -91,6 +92,7 @@ class GroupLauncher:
             self.journal.record(run, EventType.WORKER_GROUP_ADOPTED, pid=group.pid, **engine)
             return group
         launch = self.launch_args(run, spec, executor)
+        launch["extra_env"].update(self.issue_credentials(run))
         warm = None
         try:
             activate = getattr(executor, "activate_standby", None)
@@ -134,6 +136,61 @@ class GroupLauncher:
                 **(pinned_devices(spec, events, self.hostname) if executor.name == "local" else {}),
             },
         }
+
+    def issue_credentials(self, run: RunRecord) -> dict[str, str]:
+        """The current generation's own object-store credentials (control/credentials.py), as
+        launch environment; older generations' are revoked first (their processes are gone:
+        `launch` killed them). Empty when no issuer is configured or the run uses no `s3://`.
+        A local dataset's files are made read-only first, whatever the issuer."""
+        dataset = (run.spec.get("data") or {}).get("dataset")
+        if dataset and "://" not in dataset:
+            dataset = str(Path(run.workdir) / dataset)  # relative to the submit folder
+        credentials.read_only_dataset(dataset)
+        issuer = credentials.configured_issuer()
+        if issuer is None:
+            return {}
+        self.revoke_credentials(run, "a newer generation launches", below=run.generation)
+        scope = credentials.worker_scope(run.spec, run.run_id, run.root, run.generation)
+        if scope.empty:
+            return {}
+        issued = issuer.issue(scope, credentials.ttl_seconds())
+        self.journal.record(
+            run,
+            EventType.CREDENTIALS_ISSUED,
+            op=f"credentials-{issued.access_key_id}",
+            per_step=False,
+            issuer=issuer.name,
+            user=issued.user,
+            access_key_id=issued.access_key_id,
+            expires_unix_s=issued.expires_unix_s,
+            read_prefixes=list(scope.read_prefixes),
+            write_prefixes=list(scope.write_prefixes),
+        )
+        return issued.env()
+
+    def revoke_credentials(self, run: RunRecord, why: str, below: int | None = None) -> None:
+        """Revoke the run's live worker credentials: those of generations older than `below`,
+        or all of them; and any past its expiry."""
+        issuer = credentials.configured_issuer()
+        if issuer is None:
+            return
+        kinds = (EventType.CREDENTIALS_ISSUED, EventType.CREDENTIALS_REVOKED)
+        live = credentials.live_credentials(self.store.events(run.run_id, types=kinds))
+        now = time.time()
+        for generation, issued in sorted(live.items()):
+            expired = float(issued.get("expires_unix_s", now)) < now
+            if below is not None and generation >= below and not expired:
+                continue
+            issuer.revoke(str(issued["user"]), str(issued["access_key_id"]))
+            self.journal.record(
+                run.model_copy(update={"generation": generation}),
+                EventType.CREDENTIALS_REVOKED,
+                op=f"revoke{generation}",
+                per_step=False,
+                user=issued["user"],
+                access_key_id=issued["access_key_id"],
+                reason="expired" if expired else why,
+            )
 
     def prepare_standby(self, run: RunRecord, spec: JobSpec) -> None:
         """Start the next generation's warm standby beside the group that trains (executors/

@@ -229,7 +229,7 @@ class Controller(GroupSupervising, LeasedDriving):
         if state in TERMINAL:
             done = self._wind_down(run, spec)
             if done:
-                self.launcher.revoke_credentials(run, f"the run is {state}")
+                done = self.launcher.revoke_credentials(run, f"the run is {state}")
         elif state is RunState.CREATED:
             report = self._preflight(run, spec)
             if report.ok:
@@ -249,8 +249,8 @@ class Controller(GroupSupervising, LeasedDriving):
             if self.recovery.restart_if_due(run):
                 self._sup.pop(run_id, None)
         elif state is RunState.PAUSED:
-            self.launcher.revoke_credentials(run, "the run is paused")
-            done = True  # nothing of it runs or is held: `resume` puts it back in the queue
+            # Nothing of it runs or is held: `resume` puts it back in the queue.
+            done = self.launcher.revoke_credentials(run, "the run is paused")
         else:
             self._supervise(run, spec)
         self._emit(run_id)

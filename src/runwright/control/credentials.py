@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from pydantic import Field
 
-from runwright.errors import RunwrightError
+from runwright.errors import LaunchError
 from runwright.events import EventType
 from runwright.layout import checkpoint_location, checkpoint_root, run_paths
 from runwright.records import Record
@@ -70,8 +70,8 @@ scoped keys must not find the controller's through any of them."""
 USER_PATH = "/runwright/"
 
 
-class CredentialError(RunwrightError):
-    """Credentials could not be issued or revoked."""
+class CredentialError(LaunchError):
+    """Credentials could not be issued or revoked (a launch does not go on without them)."""
 
 
 class WorkerScope(Record):

@@ -92,9 +92,9 @@ class GroupLauncher:
             self.journal.record(run, EventType.WORKER_GROUP_ADOPTED, pid=group.pid, **engine)
             return group
         launch = self.launch_args(run, spec, executor)
-        launch["extra_env"].update(self.issue_credentials(run))
         warm = None
         try:
+            launch["extra_env"].update(self.issue_credentials(run))
             activate = getattr(executor, "activate_standby", None)
             if spec.recovery.warm_standby and activate is not None:
                 warm = activate(**{k: launch[k] for k in STANDBY_KEYS})
@@ -168,12 +168,15 @@ class GroupLauncher:
         )
         return issued.env()
 
-    def revoke_credentials(self, run: RunRecord, why: str, below: int | None = None) -> None:
+    def revoke_credentials(self, run: RunRecord, why: str, below: int | None = None) -> bool:
         """Revoke the run's live worker credentials: those of generations older than `below`,
-        or all of them; and any past its expiry."""
+        or all of them; and any past its expiry. False when one could not be revoked now (the
+        issuer's service did not answer): it stays live in the events and a later pass tries
+        again."""
         issuer = credentials.configured_issuer()
         if issuer is None:
-            return
+            return True
+        revoked_all = True
         kinds = (EventType.CREDENTIALS_ISSUED, EventType.CREDENTIALS_REVOKED)
         live = credentials.live_credentials(self.store.events(run.run_id, types=kinds))
         now = time.time()
@@ -181,7 +184,12 @@ class GroupLauncher:
             expired = float(issued.get("expires_unix_s", now)) < now
             if below is not None and generation >= below and not expired:
                 continue
-            issuer.revoke(str(issued["user"]), str(issued["access_key_id"]))
+            try:
+                issuer.revoke(str(issued["user"]), str(issued["access_key_id"]))
+            except credentials.CredentialError as exc:
+                log.warning("run %s: %s; tried again on a later pass", run.run_id, exc)
+                revoked_all = False
+                continue
             self.journal.record(
                 run.model_copy(update={"generation": generation}),
                 EventType.CREDENTIALS_REVOKED,
@@ -191,6 +199,7 @@ class GroupLauncher:
                 access_key_id=issued["access_key_id"],
                 reason="expired" if expired else why,
             )
+        return revoked_all
 
     def prepare_standby(self, run: RunRecord, spec: JobSpec) -> None:
         """Start the next generation's warm standby beside the group that trains (executors/

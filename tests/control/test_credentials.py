@@ -199,3 +199,36 @@ def test_a_local_datasets_files_are_made_read_only_for_the_workers(tmp_path):
     assert cr.read_only_dataset(f"file://{built.folder}") == 0  # already read-only
     assert cr.read_only_dataset("s3://bucket/datasets/x") == 0
     assert cr.read_only_dataset(str(tmp_path / "missing")) == 0
+
+
+def test_a_revocation_the_iam_service_does_not_answer_is_tried_again(tmp_path, monkeypatch):
+    """IAM unreachable (nothing listens on the discard port): the key stays live in the events
+    and revoke_credentials says False, so the controller keeps the run in its passes."""
+    from runwright.control.journal import Journal
+    from runwright.control.launching import GroupLauncher
+    from runwright.control.runlog import RunLogs
+    from runwright.store import NewEvent
+
+    monkeypatch.setenv(cr.ISSUER_ENV, "iam-user-v1")
+    monkeypatch.setenv("AWS_ENDPOINT_URL_IAM", "http://127.0.0.1:9")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "controller")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "controller")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    store = Store.open(tmp_path)
+    folder = str(tmp_path)
+    run, _ = store.create_run(run_id="r-1", name="r", spec={}, spec_hash="0" * 64, plan={},
+                              workdir=folder, root=folder, state="CANCELLED")  # fmt: skip
+    store.append_event(
+        NewEvent(event_id="issued", run_id="r-1", generation=1, type=EventType.CREDENTIALS_ISSUED,
+                 time_unix_s=0.0, attributes={"user": "rw-r-1-g1", "access_key_id": "AKIA1",
+                                              "expires_unix_s": 1e12}),
+        fenced=False,
+    )  # fmt: skip
+    journal = Journal(store)
+    launcher = GroupLauncher(store, journal, RunLogs(store), lambda _: None, "host")
+    assert launcher.revoke_credentials(run, "the run is CANCELLED") is False
+    assert not store.events("r-1", types=[EventType.CREDENTIALS_REVOKED])
+    kinds = [EventType.CREDENTIALS_ISSUED, EventType.CREDENTIALS_REVOKED]
+    assert cr.live_credentials(store.events("r-1", types=kinds)).keys() == {1}
+    store.close()

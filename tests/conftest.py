@@ -352,6 +352,25 @@ def s3_bucket(s3_env):
     return f"s3://{_s3_server_module().new_bucket()}"
 
 
+@pytest.fixture(scope="session")
+def iam_s3_server():
+    """A moto S3 server that enforces IAM policies, shared by the session (tests/s3_server.py,
+    IamMotoServer); its `env` carries the controller's all-allowed key."""
+    require_s3()
+    with _s3_server_module().iam_moto_server() as server:
+        yield server
+
+
+@pytest.fixture
+def iam_s3_env(iam_s3_server, monkeypatch):
+    """This test's environment points at the IAM-enforcing server, as its controller."""
+    for name, value in iam_s3_server.env.items():
+        monkeypatch.setenv(name, value)
+    _s3_server_module().forget_clients()
+    yield iam_s3_server
+    _s3_server_module().forget_clients()
+
+
 @pytest.fixture
 def own_s3_server(monkeypatch):
     """A moto S3 server of this test's own, which it may stop; the environment points at it."""

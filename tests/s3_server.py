@@ -131,3 +131,58 @@ def new_bucket(prefix: str = "rw") -> str:
     name = f"{prefix}-{uuid.uuid4().hex[:12]}"
     s3fs.S3FileSystem().mkdir(name)
     return name
+
+
+ADMIN_POLICY = (
+    '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+)
+"""The controller's own rights on the IAM-enforcing server: everything."""
+
+
+class IamMotoServer(MotoServer):
+    """A moto server that enforces IAM policies (what moto enforces: docs/trust.md): started
+    open, it makes an IAM user `controller` allowed everything with one access key, then switches
+    enforcement on (POST /moto-api/reset-auth 0, what INITIAL_NO_AUTH_ACTION_COUNT=0 sets at
+    start), so every later request must be signed by a known key whose policies allow it. `env`
+    carries the controller's key."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import botocore.session
+
+        iam = botocore.session.get_session().create_client(
+            "iam",
+            endpoint_url=self.endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="bootstrap",
+            aws_secret_access_key="bootstrap",
+        )
+        iam.create_user(UserName="controller")
+        iam.put_user_policy(UserName="controller", PolicyName="all", PolicyDocument=ADMIN_POLICY)
+        key = iam.create_access_key(UserName="controller")["AccessKey"]
+        self.access_key_id, self.secret_access_key = key["AccessKeyId"], key["SecretAccessKey"]
+        request = urllib.request.Request(
+            f"{self.endpoint}/moto-api/reset-auth",
+            data=b"0",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        with urllib.request.urlopen(request, timeout=30):
+            pass
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **super().env,
+            "AWS_ACCESS_KEY_ID": self.access_key_id,
+            "AWS_SECRET_ACCESS_KEY": self.secret_access_key,
+        }
+
+
+@contextlib.contextmanager
+def iam_moto_server() -> Iterator[IamMotoServer]:
+    server = IamMotoServer()
+    try:
+        yield server
+    finally:
+        server.remove()

@@ -74,6 +74,12 @@ class EventType(StrEnum):
     (standby_generation, pid)."""
     STANDBY_DISCARDED = "STANDBY_DISCARDED"
     """Warm standbys that will not be launched were killed (generations, reason)."""
+    CREDENTIALS_ISSUED = "CREDENTIALS_ISSUED"
+    """The controller issued a generation its own object-store credentials before its launch
+    (issuer, user, access_key_id, expires_unix_s, read_prefixes, write_prefixes; never the
+    secret): control/credentials.py."""
+    CREDENTIALS_REVOKED = "CREDENTIALS_REVOKED"
+    """A generation's object-store credentials were revoked (user, access_key_id, reason)."""
     WORKER_GROUP_ADOPTED = "WORKER_GROUP_ADOPTED"
     """A restarted controller found a generation still running and took it over (pid)."""
     ORPHAN_KILLED = "ORPHAN_KILLED"

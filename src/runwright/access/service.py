@@ -3,6 +3,7 @@
 from runwright.access.admin import AdminActions
 from runwright.access.dashboard import DashboardActions
 from runwright.access.datasets import DataContractActions
+from runwright.access.downloads import DownloadActions
 from runwright.access.releases import ReleaseActions
 from runwright.access.runs import RunActions
 from runwright.access.storage import StorageActions
@@ -15,6 +16,7 @@ class Access(
     AdminActions,
     DashboardActions,
     DataContractActions,
+    DownloadActions,
 ):
     """Runs, datasets, checkpoints, releases, tokens, roles and the audit log, as one actor may
     use them. The server builds one per request (its actor from the token), a CLI on the store

@@ -232,6 +232,8 @@ class Controller(GroupSupervising, LeasedDriving):
             self.launcher.discard_standbys(run, f"the run is {state}")
         if state in TERMINAL:
             done = self._wind_down(run, spec)
+            if done:
+                done = self.launcher.revoke_credentials(run, f"the run is {state}")
         elif state is RunState.CREATED:
             report = self._preflight(run, spec)
             if report.ok:
@@ -251,7 +253,8 @@ class Controller(GroupSupervising, LeasedDriving):
             if self.recovery.restart_if_due(run):
                 self._sup.pop(run_id, None)
         elif state is RunState.PAUSED:
-            done = True  # nothing of it runs or is held: `resume` puts it back in the queue
+            # Nothing of it runs or is held: `resume` puts it back in the queue.
+            done = self.launcher.revoke_credentials(run, "the run is paused")
         else:
             self._supervise(run, spec)
         self._emit(run_id)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from runwright.control import credentials
 from runwright.control.executors.protocol import Executor, GroupHandle
 from runwright.control.gangs import pinned_devices
 from runwright.control.journal import Journal
@@ -93,6 +94,7 @@ class GroupLauncher:
         launch = self.launch_args(run, spec, executor)
         warm = None
         try:
+            launch["extra_env"].update(self.issue_credentials(run))
             activate = getattr(executor, "activate_standby", None)
             if spec.recovery.warm_standby and activate is not None:
                 warm = activate(**{k: launch[k] for k in STANDBY_KEYS})
@@ -134,6 +136,70 @@ class GroupLauncher:
                 **(pinned_devices(spec, events, self.hostname) if executor.name == "local" else {}),
             },
         }
+
+    def issue_credentials(self, run: RunRecord) -> dict[str, str]:
+        """The current generation's own object-store credentials (control/credentials.py), as
+        launch environment; older generations' are revoked first (their processes are gone:
+        `launch` killed them). Empty when no issuer is configured or the run uses no `s3://`.
+        A local dataset's files are made read-only first, whatever the issuer."""
+        dataset = (run.spec.get("data") or {}).get("dataset")
+        if dataset and "://" not in dataset:
+            dataset = str(Path(run.workdir) / dataset)  # relative to the submit folder
+        credentials.read_only_dataset(dataset)
+        issuer = credentials.configured_issuer()
+        if issuer is None:
+            return {}
+        self.revoke_credentials(run, "a newer generation launches", below=run.generation)
+        scope = credentials.worker_scope(run.spec, run.run_id, run.root, run.generation)
+        if scope.empty:
+            return {}
+        issued = issuer.issue(scope, credentials.ttl_seconds())
+        self.journal.record(
+            run,
+            EventType.CREDENTIALS_ISSUED,
+            op=f"credentials-{issued.access_key_id}",
+            per_step=False,
+            issuer=issuer.name,
+            user=issued.user,
+            access_key_id=issued.access_key_id,
+            expires_unix_s=issued.expires_unix_s,
+            read_prefixes=list(scope.read_prefixes),
+            write_prefixes=list(scope.write_prefixes),
+        )
+        return issued.env()
+
+    def revoke_credentials(self, run: RunRecord, why: str, below: int | None = None) -> bool:
+        """Revoke the run's live worker credentials: those of generations older than `below`,
+        or all of them; and any past its expiry. False when one could not be revoked now (the
+        issuer's service did not answer): it stays live in the events and a later pass tries
+        again."""
+        issuer = credentials.configured_issuer()
+        if issuer is None:
+            return True
+        revoked_all = True
+        kinds = (EventType.CREDENTIALS_ISSUED, EventType.CREDENTIALS_REVOKED)
+        live = credentials.live_credentials(self.store.events(run.run_id, types=kinds))
+        now = time.time()
+        for generation, issued in sorted(live.items()):
+            expired = float(issued.get("expires_unix_s", now)) < now
+            if below is not None and generation >= below and not expired:
+                continue
+            try:
+                issuer.revoke(str(issued["user"]), str(issued["access_key_id"]))
+            except credentials.CredentialError as exc:
+                log.warning("run %s: %s; tried again on a later pass", run.run_id, exc)
+                revoked_all = False
+                continue
+            self.journal.record(
+                run.model_copy(update={"generation": generation}),
+                EventType.CREDENTIALS_REVOKED,
+                op=f"revoke{generation}",
+                per_step=False,
+                user=issued["user"],
+                access_key_id=issued["access_key_id"],
+                reason="expired" if expired else why,
+            )
+        return revoked_all
 
     def prepare_standby(self, run: RunRecord, spec: JobSpec) -> None:
         """Start the next generation's warm standby beside the group that trains (executors/

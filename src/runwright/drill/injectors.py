@@ -233,15 +233,22 @@ def knob_at_step(words: str) -> Callable[[Target], Injector]:
 
 def flip_bytes(path: Path, count: int = CORRUPT_BYTES) -> int:
     """Invert `count` bytes in the middle of `path`, written back with fsync; the offset."""
-    size = path.stat().st_size
+    status = path.stat()
+    size = status.st_size
     offset = max(0, size // 2 - count // 2)
-    with path.open("r+b") as f:
-        f.seek(offset)
-        data = f.read(count)
-        f.seek(offset)
-        f.write(bytes(b ^ 0xFF for b in data))
-        f.flush()
-        os.fsync(f.fileno())
+    # A dataset's shards are read-only (control/credentials.py, read_only_dataset): the drill
+    # damages one on purpose, so it lifts the mode for its write and puts it back.
+    path.chmod(status.st_mode | 0o200)
+    try:
+        with path.open("r+b") as f:
+            f.seek(offset)
+            data = f.read(count)
+            f.seek(offset)
+            f.write(bytes(b ^ 0xFF for b in data))
+            f.flush()
+            os.fsync(f.fileno())
+    finally:
+        path.chmod(status.st_mode & 0o7777)
     return offset
 
 

@@ -138,7 +138,16 @@ def create_app(
     """The API on the store at `store_url` (migrated here, before the first request) and the
     runwright root `root` (runs, datasets, checkpoints). `controller()`, when given, starts the
     controller beside the API at start-up and returns a handle whose `stop()` runs at shutdown."""
-    from runwright.server import admin, data_policies, metrics, releases, runs, storage, ui
+    from runwright.server import (
+        admin,
+        data_policies,
+        downloads,
+        metrics,
+        releases,
+        runs,
+        storage,
+        ui,
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -204,5 +213,6 @@ def create_app(
     app.include_router(admin.router)
     app.include_router(ui.router)
     app.include_router(metrics.router)
+    app.include_router(downloads.router)
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     return app

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from runwright.control.credentials import scoped_environment
 from runwright.control.executors import standby
 from runwright.control.executors.protocol import (
     EXIT_LOST,
@@ -531,6 +532,8 @@ class LocalExecutor:
             **(extra_env or {}),
             **({ENV_STANDBY: "1"} if as_standby else {}),
         }
+        # Scoped worker credentials replace every credential source of the controller's own.
+        env = scoped_environment(env)
         argv = [sys.executable, "-m", "runwright.control.supervise", str(attempt.agents_file)]
         # The supervisor alone gets no parent-death signal: the group must outlive a controller
         # restart, and the next controller adopts it by its pid file.

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from runwright.control.credentials import scoped_environment
 from runwright.control.executors.torchrun import Rendezvous, torchrun_argv
 from runwright.control.processes import processes_tagged
 from runwright.layout import AllocationPaths, AttemptPaths, NodePaths, parse_generation
@@ -138,7 +139,8 @@ def run(attempt_folder: Path, endpoint: str) -> int:
     node = node_slot(name, step_index, list(launch.get("hosts") or []))
     paths: NodePaths = attempt.node(node)
     paths.folder.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **launch["env"], ENV_NODE: str(node)}
+    # The allocation inherited the controller's environment: scoped credentials replace it.
+    env = scoped_environment({**os.environ, **launch["env"], ENV_NODE: str(node)})
     spec = spec_from_mapping(json.loads(Path(env[ENV_SPEC_FILE]).read_text()), "the run's spec")
     nodes = int(launch["nodes"])
     rendezvous = Rendezvous(endpoint, launch["run_id"], generation, nodes) if nodes > 1 else None

@@ -80,6 +80,7 @@ class SourceLoss:
         # Two index_add_ into the rows of one buffer: cheaper than stacking the pair per label.
         self._sums[0].index_add_(0, index, loss * mask)
         self._sums[1].index_add_(0, index, mask)
+        self._ready = None  # an add after `stage`: `flush` copies again, this one included
 
     def stage(self) -> None:
         """Queue the copy of this step's figures to the host (a GPU's pinned memory) without

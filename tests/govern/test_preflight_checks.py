@@ -59,8 +59,8 @@ def test_a_good_spec_passes_every_check_with_its_evidence(tiny, tmp_path):
     assert report.ok
     by_name = {check.name: check for check in report.checks}
     assert list(by_name) == [
-        "spec", "data", "data.verify", "data.read", "memory", "checkpoint.storage", "trainer",
-        "environment",
+        "spec", "data", "data.verify", "data.read", "memory", "data.policy", "checkpoint.storage",
+        "trainer", "environment",
     ]  # fmt: skip
     assert all(check.verdict == "pass" for check in report.checks), report.checks
     assert by_name["trainer"].evidence == "dp 2, dp_shard 1, tp 1, pp 1, fp32"

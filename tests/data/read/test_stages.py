@@ -4,15 +4,18 @@ sequences unchanged."""
 
 import hashlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
+from runwright_tests_tiny import tiny_gpt
 
 from runwright.data import DataLoader
 from runwright.data.errors import CursorMismatchError, DataError
+from runwright.data.format.manifest import read_manifest
 from runwright.data.read.cursor import DataCursor
 from runwright.data.read.mixture import MIXTURES
 from runwright.data.read.packing import PACKERS
@@ -20,7 +23,8 @@ from runwright.data.read.shuffle import SHUFFLES
 from runwright.data.read.stages import Stage, resolve_stages
 from runwright.data.read.step_plan import Planner
 from runwright.data.read.stream import DocStream, SourceTable, StreamState
-from runwright.spec import DataSpec
+from runwright.govern.preflight import against_manifest
+from runwright.spec import DataSpec, spec_from_mapping
 
 from .conftest import make_dataset
 
@@ -266,3 +270,13 @@ def test_quotas_are_exact_within_every_stage(case):
                 if name not in stage.weights:
                     assert cursor.source_draws[name] == previous.source_draws[name]
         previous = cursor
+
+
+def test_preflight_names_a_stage_source_the_dataset_lacks(three_sources):
+    manifest = read_manifest(three_sources)
+    data = tiny_gpt(SimpleNamespace(folder=three_sources, manifest=manifest), steps=4)
+    data["data"]["mixture"] = staged_spec(
+        stages=[{"name": "late", "start_step": 2, "sources": [{"name": "poetry", "weight": 1}]}]
+    ).mixture.model_dump()
+    (problem,) = against_manifest(spec_from_mapping(data), manifest)
+    assert "data.mixture.stages[late].sources names ['poetry']" in problem

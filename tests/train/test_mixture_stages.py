@@ -65,9 +65,8 @@ def spec_for(folder: Path, name: str, block_at_step: int | None = None):
         "sources": [{"name": "notes", "weight": 1}, {"name": "records", "weight": 1}],
         "stages": STAGES,
     }
-    data["code"]["args"] = ["--step-sleep", "0.1"]
     if block_at_step is not None:
-        data["code"]["args"] += ["--block-at-step", str(block_at_step)]
+        data["code"]["args"] = ["--block-at-step", str(block_at_step)]
     return spec_from_mapping(data)
 
 

@@ -224,6 +224,16 @@ class EventType(StrEnum):
     MIXTURE_ACTUAL = "MIXTURE_ACTUAL"
     """What the loader drew per source against the recipe's targets (actual, actual_units,
     targets, unit); sent when the loader or the context closes."""
+    MIXTURE_STAGE_STARTED = "MIXTURE_STAGE_STARTED"
+    """A staged mixture (`staged-quota-v1`, data/read/stages.py) began a stage: `step` is the
+    stage's first training step; stage (name), stage_index, previous (name), start_step (steps
+    consumed before it), unit, targets (its weights normalised). Rank 0, when the loader hands
+    out that step's batch (again after a restart that replays it)."""
+    DATA_SOURCE_CHANGED = "DATA_SOURCE_CHANGED"
+    """A declared new dataset version (data.source_growth; data/read/growth.py) was taken when
+    the loader restored a cursor of the old one: `step` is the steps consumed at the change;
+    from_dataset_id, to_dataset_id, mapping (new-epoch-v1), from_epoch, dropped_residual (the
+    split document not finished, or None). Rank 0."""
     DATA_SHARD_QUARANTINED = "DATA_SHARD_QUARANTINED"
     """Every rank agreed to leave a corrupt or missing train shard out (data.on_corrupt_shard:
     skip; data/read/quarantine.py): dataset_id, shard, source, reason (corrupt, missing),

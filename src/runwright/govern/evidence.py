@@ -229,7 +229,8 @@ def _shares(values: dict[str, float]) -> dict[str, float]:
 
 def mixture_rows(spec: dict[str, Any], events: Sequence[EventRecord]) -> list[MixtureRow]:
     """Targets (the last MIXTURE_ACTUAL's `targets`, else the spec's weights, normalised)
-    against the last MIXTURE_ACTUAL's `actual` counts (cumulative, per source)."""
+    against the last MIXTURE_ACTUAL's `actual` counts (cumulative, per source). A staged
+    mixture's rows are its current stage's: `stage_targets` against `stage_units`."""
     mixture = (spec.get("data") or {}).get("mixture") or {}
     targets = {s["name"]: float(s["weight"]) for s in mixture.get("sources", [])}
     actual: dict[str, float] = {}
@@ -241,6 +242,13 @@ def mixture_rows(spec: dict[str, Any], events: Sequence[EventRecord]) -> list[Mi
             counts = event.attributes.get("actual")
             if isinstance(counts, dict):
                 actual = {str(k): float(v) for k, v in counts.items()}
+            staged, stage_units = (
+                event.attributes.get("stage_targets"),
+                event.attributes.get("stage_units"),
+            )
+            if isinstance(staged, dict) and isinstance(stage_units, dict):
+                targets = {str(k): float(v) for k, v in staged.items()}
+                actual = {str(k): float(v) for k, v in stage_units.items()}
     target_share, actual_share = _shares(targets), _shares(actual)
     rows = []
     for source in sorted(set(targets) | set(actual)):

@@ -112,6 +112,13 @@ def against_manifest(spec: JobSpec, manifest: DatasetManifest) -> list[str]:
             f"data.mixture.sources names {missing}, which the dataset does not have; its "
             f"training sources are {have}"
         )
+    for stage in spec.data.mixture.stages:
+        missing = [s.name for s in stage.sources if s.name not in have]
+        if missing:
+            problems.append(
+                f"data.mixture.stages[{stage.name}].sources names {missing}, which the dataset "
+                f"does not have; its training sources are {have}"
+            )
     return problems
 
 

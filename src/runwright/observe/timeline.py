@@ -45,6 +45,7 @@ MARKER_KINDS = {
     EventType.RESTORED: "restore",
     EventType.BUDGET_WARNING: "intervention",
     EventType.STALE_WRITE_REJECTED: "intervention",
+    EventType.MIXTURE_STAGE_STARTED: "stage",
 }
 
 
@@ -108,7 +109,7 @@ class Marker(Record):
     """A moment drawn across every chart: a checkpoint commit, an incident, a restore."""
 
     kind: str
-    """checkpoint, incident, restore or intervention."""
+    """checkpoint, incident, restore, intervention or stage (a mixture stage began)."""
     time_unix_s: float
     """When it happened."""
     label: str
@@ -303,6 +304,8 @@ def _label(event: Event) -> str:
         return f"{attrs.get('failure_class', 'failure')} (rank {attrs.get('rank', '?')})"
     if event.type == EventType.RESTORED:
         return f"restored @{event.step}"
+    if event.type == EventType.MIXTURE_STAGE_STARTED:
+        return f"stage {attrs.get('stage', '?')} @{event.step}"
     return event.type.lower().replace("_", " ")
 
 

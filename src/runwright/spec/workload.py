@@ -114,6 +114,37 @@ class MixtureSource(Section):
     """What happens when this source runs out within an epoch."""
 
 
+class MixtureStage(Section):
+    """A later stage of a staged mixture (`staged-quota-v1`): from a global step or a token
+    count on, its own sources and weights, e.g. an annealing stage at the end."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    """Stage name, shown in the MIXTURE_STAGE_STARTED event and on the report's charts."""
+    start_step: PositiveInt | None = Field(default=None, le=limits.MAX_STEPS)
+    """Global steps consumed before the stage begins (its first step is start_step + 1)."""
+    start_tokens: PositiveInt | None = Field(default=None, le=limits.MAX_TOKENS)
+    """Or: training tokens consumed before it begins, rounded up to a whole global step."""
+    sources: list[MixtureSource] = Field(min_length=1)
+    """The stage's sources and weights; a source left out is not drawn in this stage."""
+
+    @model_validator(mode="after")
+    def _one_start_and_unique_sources(self) -> "MixtureStage":
+        if (self.start_step is None) == (self.start_tokens is None):
+            raise ValueError(
+                f"stage {self.name!r}: give exactly one of start_step or start_tokens "
+                f"(got start_step={self.start_step}, start_tokens={self.start_tokens})"
+            )
+        names = [s.name for s in self.sources]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"stage {self.name!r}: source names must be unique; repeated: {dupes}")
+        return self
+
+
+STAGED_MIXTURE = "staged-quota-v1"
+"""The mixture algorithm that reads `mixture.stages` (data/read/stages.py)."""
+
+
 class MixtureSpec(Section):
     """How sources are interleaved into one logical sequence."""
 
@@ -123,6 +154,9 @@ class MixtureSpec(Section):
     """What the weights count."""
     sources: list[MixtureSource] = Field(default_factory=list)
     """Sources with weights; empty means every source in proportion to its size."""
+    stages: list[MixtureStage] = Field(default_factory=list)
+    """Later stages (algorithm `staged-quota-v1`): `sources` is the first stage, from step 0;
+    each stage here replaces the weights from its start on, with exact quotas within it."""
 
     @model_validator(mode="after")
     def _unique_sources(self) -> "MixtureSpec":
@@ -131,6 +165,43 @@ class MixtureSpec(Section):
         if dupes:
             raise ValueError(f"mixture source names must be unique; repeated: {dupes}")
         return self
+
+    @model_validator(mode="after")
+    def _stages_are_staged(self) -> "MixtureSpec":
+        if not self.stages:
+            return self
+        if self.algorithm != STAGED_MIXTURE:
+            raise ValueError(
+                f"mixture.stages needs algorithm {STAGED_MIXTURE!r} (got {self.algorithm!r}); "
+                f"set mixture.algorithm: {STAGED_MIXTURE}"
+            )
+        if not self.sources:
+            raise ValueError(
+                "mixture.stages needs mixture.sources: the first stage's sources and weights"
+            )
+        names = [s.name for s in self.stages]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"mixture stage names must be unique; repeated: {dupes}")
+        steps = [s.start_step for s in self.stages if s.start_step is not None]
+        if steps != sorted(set(steps)):
+            raise ValueError(
+                f"mixture.stages: start_step values must increase from stage to stage; got {steps}"
+            )
+        return self
+
+
+class SourceGrowthSpec(Section):
+    """An explicit new version of the dataset's sources during a run (growing sources): a run
+    whose data cursor was written for `from_manifest_id` continues on `data.dataset` at the
+    cursor's step boundary, mapped by `mapping`, and records the change in the cursor."""
+
+    from_manifest_id: str = Field(pattern=r"^[0-9a-f]{64}$")
+    """Dataset id the cursor was written for (the version being replaced); any other is refused."""
+    mapping: Literal["new-epoch-v1"] = "new-epoch-v1"
+    """How the cursor maps onto the new version: `new-epoch-v1` keeps the step, sample position
+    and mixture stage, ends the epoch there (the document a step boundary split is not
+    finished) and draws the next epoch from the new version's permutations."""
 
 
 class DataSpec(Section):
@@ -163,6 +234,9 @@ class DataSpec(Section):
     and leaves its documents out from the next step on, the same on every rank and after every
     restart, and reports the documents and tokens lost (docs/data.md, "Corrupt or missing
     shards")."""
+    source_growth: SourceGrowthSpec | None = None
+    """A declared new version of growing sources (docs/data.md, "Growing sources"); without it a
+    cursor of another dataset version is refused."""
 
     @field_validator("dataset")
     @classmethod

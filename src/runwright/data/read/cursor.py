@@ -64,6 +64,23 @@ class QuarantinedShard(Record):
     shard's mean length (its manifest tokens / documents) instead of its own."""
 
 
+class SourceChange(Record):
+    """A declared new version of the dataset taken at a step boundary (data.source_growth)."""
+
+    from_dataset_id: Digest
+    """Dataset the cursor was written for."""
+    to_dataset_id: Digest
+    """Dataset read from the change on."""
+    at_step: int = Field(ge=0, le=(1 << 63) - 1)
+    """Global steps consumed when the change was taken."""
+    mapping: Algorithm
+    """How the cursor was mapped (`new-epoch-v1`)."""
+    from_epoch: int = Field(ge=0, le=(1 << 63) - 1)
+    """Epoch the cursor was in; the new version starts at the next one."""
+    dropped_residual: PackerResidual | None = None
+    """The document the step boundary had split, whose rest was not trained."""
+
+
 class DataCursor(Record):
     """Position in the logical sequence, after the last consumed global step."""
 
@@ -97,6 +114,14 @@ class DataCursor(Record):
     """Mixture units consumed per source in this epoch (equal to draws for `documents`)."""
     residual: PackerResidual | None = None
     """Partly packed document at the boundary, or None at a document boundary."""
+    stage: int = Field(default=0, ge=0, le=1 << 16)
+    """Mixture stage (index into `mixture.stages`, 0 the first) the next document comes from;
+    a document split by a stage's start belongs to the stage it was drawn in."""
+    stage_units: Draws = Field(default_factory=dict)
+    """Units per source when the stage began in this epoch (empty: all 0); the stage's quotas
+    count from there."""
+    source_changes: tuple[SourceChange, ...] = ()
+    """New dataset versions taken during the run, oldest first (data.source_growth)."""
     quarantined: tuple[QuarantinedShard, ...] = ()
     """Shards left out of the stream, in the order they were quarantined."""
 
@@ -150,5 +175,10 @@ def reconcile(saved: DataCursor, expected: DataCursor, coverage_only: bool) -> D
             "source_units": {n: saved.source_units.get(n, 0) for n in sorted(names)},
             "residual": None,
             "quarantined": saved.quarantined,
+            "source_changes": saved.source_changes,
+            "stage": saved.stage,
+            "stage_units": {n: saved.stage_units.get(n, 0) for n in sorted(names)}
+            if saved.stage_units
+            else {},
         }
     )

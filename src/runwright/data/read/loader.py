@@ -30,6 +30,7 @@ from runwright.data.format.manifest import DatasetManifest
 from runwright.data.read.batch import Batch, LoaderStats, materialise
 from runwright.data.read.cursor import DataCursor, reconcile
 from runwright.data.read.drift import DRIFT_WINDOW_STEPS, Counts
+from runwright.data.read.growth import take_source_change
 from runwright.data.read.kernels import ShardTable
 from runwright.data.read.ledger import ConsumptionLedger
 from runwright.data.read.loss_groups import DEFAULT_LENGTH_EDGES, LossGroups
@@ -39,6 +40,7 @@ from runwright.data.read.prefetch import END, ReadPipeline
 from runwright.data.read.quarantine import ShardGuard
 from runwright.data.read.reporting import LoaderReports
 from runwright.data.read.shuffle import SHUFFLES
+from runwright.data.read.stages import resolve_stages
 from runwright.data.read.step_plan import BatchPlan, CursorPoint, Planner
 from runwright.data.read.stream import DocStream, StreamState
 from runwright.data.read.tables import identity_cursor, source_tables
@@ -159,10 +161,11 @@ class DataLoader:
             else LossGroups(tuple(t.name for t in tables), tuple(loss_length_buckets))
         )
         """Each batch's labels by (source, length bucket), for runtime.SourceLoss; None: off."""
+        self._stages = resolve_stages(data_spec, global_batch_samples)
         # Shards the cursor has quarantined, kept here: reading them off the cursor point of
         # every step would build its DataCursor (tens of us) at every step.
         self._quarantined: set[int] = set()
-        self._origin = identity_cursor(self.dataset, data_spec, tables)
+        self._origin = identity_cursor(self.dataset, data_spec, tables, self._stages)
         self._cursor: DataCursor | CursorPoint = self._origin
         self._wait_total = 0.0
         self._wait_last = 0.0
@@ -173,7 +176,9 @@ class DataLoader:
         self._bytes_lock = threading.Lock()
         self._pipeline: ReadPipeline | None = None
         self._finished = False
-        self._reports = LoaderReports(manifest, data_spec, dp_rank, drift_window_steps)
+        self._reports = LoaderReports(
+            manifest, data_spec, dp_rank, drift_window_steps, self._stages
+        )
         if dp_rank == 0:
             report_at_close(self.report_mixture)
 
@@ -214,7 +219,18 @@ class DataLoader:
         except ValidationError as exc:
             raise CursorMismatchError(f"not a runwright data cursor: {exc}") from None
         coverage = self.resume == "coverage" if coverage_only is None else coverage_only
+        if saved.dataset_id != self._origin.dataset_id and not coverage:
+            # Another dataset version: refused unless declared (growth.py).
+            train = {s.name for s in self.manifest.shards if s.split == "train"}
+            saved, change = take_source_change(saved, self._origin, self.spec.source_growth, train)
+            self._reports.source_changed(change)
         cursor = self._guard.restored(reconcile(saved, self._origin, coverage))
+        stages = len(self._stages) if self._stages is not None else 1
+        if cursor.stage >= stages:
+            raise CursorMismatchError(
+                f"the data cursor is in mixture stage {cursor.stage}, but this mixture has "
+                f"{stages} stage(s); resume with the mixture.stages it was written for"
+            )
         self._shutdown()
         self._cursor = cursor
         self.sources = self._guard.stream_tables(cursor)
@@ -247,7 +263,12 @@ class DataLoader:
             epoch=c.epoch,
             draws=[c.source_draws.get(n, 0) for n in names],
             units=[c.source_units.get(n, 0) for n in names],
+            stage=c.stage,
+            base=tuple(c.stage_units.get(n, 0) for n in names) if c.stage_units else None,
         )
+        tables = self.sources
+        if self._stages is not None:
+            tables = self._stages[c.stage].tables(self.sources)
         unit = self.spec.mixture.unit
         doc_units = None
         if unit != "documents":
@@ -257,7 +278,7 @@ class DataLoader:
                 return packer.units(lengths, unit, seq)
 
         return DocStream(
-            sources=self.sources,
+            sources=tables,
             shuffle=self._shuffle,
             mixture=self._mixture,
             doc_units=doc_units,
@@ -279,6 +300,7 @@ class DataLoader:
             dp_rank=self.dp_rank,
             dp_size=self.dp_size,
             exclusion=self._guard.exclusion(c),
+            stages=self._stages,
         )
 
     def _decide(self, read: list[int]) -> bool:

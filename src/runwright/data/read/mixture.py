@@ -14,6 +14,9 @@ still active, so its state is exactly what a DataCursor stores.
   consumed so far; each source then stays within one document's units of its target. `edf_loop`
   is the definition; the loader runs the same loop compiled (`_kernels.quota_v1`, ~5 ns per
   draw with two sources against ~0.3 us in Python), and the tests check one against the other.
+- `staged-quota-v1`: quota-v1 within each stage of `mixture.stages` (stages.py). The stream hands
+  it the units consumed since the stage began, so every prefix of a stage keeps quota-v1's bound
+  against that stage's weights; what changes is only where the counters start.
 - `categorical-v1`: independent draws, `I_t ~ Categorical(w)`, so `E[N_i(H)] = H * w_i` but not
   exact (seed 003, "shuffle and mixture are versioned algorithms"). Draw t uses a counter-based
   uniform from splitmix64(key + t), so draw t is random-access too.
@@ -112,6 +115,12 @@ def edf_loop(
     return out
 
 
+class StagedQuotaMixture(QuotaMixture):
+    """staged-quota-v1: quota-v1 over the current stage's counters (the stream resets them)."""
+
+    name = "staged-quota-v1"
+
+
 class CategoricalMixture:
     """categorical-v1: independent draws with the target weights as probabilities."""
 
@@ -143,6 +152,7 @@ class CategoricalMixture:
 MIXTURES: Registry[Mixture] = Registry("mixture")
 MIXTURES.register("quota-v1", QuotaMixture())
 MIXTURES.register("categorical-v1", CategoricalMixture())
+MIXTURES.register("staged-quota-v1", StagedQuotaMixture())
 
 
 def mixture_sequence(

@@ -1,10 +1,12 @@
 """What a loader tells the run it belongs to (loader.py's docstring).
 
 Data-parallel rank 0 reports DATA_STAGE_READY when the loader opens its dataset, a
-MIXTURE_WINDOW at the end of each drift window (drift.py) and MIXTURE_ACTUAL when the loader or
-the run closes. Every rank adds the last batch's facts (its sample range, token counts, input
-wait and what quarantine has cost so far) to the STEP_HEALTHY its script reports, and keeps the
-consumed-sample ledger of the batches it handed out. Outside a run `emit` is a no-op.
+MIXTURE_WINDOW at the end of each drift window (drift.py), MIXTURE_ACTUAL when the loader or
+the run closes, a staged mixture's MIXTURE_STAGE_STARTED when it hands out a stage's first step
+and DATA_SOURCE_CHANGED when it takes a declared new dataset version. Every rank adds the last
+batch's facts (its sample range, token counts, input wait and what quarantine has cost so far)
+to the STEP_HEALTHY its script reports, and keeps the consumed-sample ledger of the batches it
+handed out. Outside a run `emit` is a no-op.
 """
 
 from collections.abc import Callable
@@ -13,9 +15,10 @@ from typing import Any
 from runwright.data.format.manifest import DatasetManifest
 from runwright.data.read.baseline import build_baseline
 from runwright.data.read.batch import Batch
-from runwright.data.read.cursor import DataCursor
+from runwright.data.read.cursor import DataCursor, SourceChange
 from runwright.data.read.drift import Counts, DriftWindow
 from runwright.data.read.ledger import ConsumptionLedger, record_steps
+from runwright.data.read.stages import Stage
 from runwright.data.read.step_plan import CursorPoint
 from runwright.data.read.stream import StreamState
 from runwright.events import EventType, emit, report_with_each_step
@@ -31,8 +34,12 @@ class LoaderReports:
         spec: DataSpec,
         dp_rank: int,
         drift_window_steps: int | None,
+        stages: list[Stage] | None = None,
     ) -> None:
         self.dataset_id = manifest.dataset_id
+        self.stages = stages
+        self._stage_at = {s.start_step: k for k, s in enumerate(stages or []) if k}
+        """Steps consumed before a later stage -> its index."""
         self.spec = spec
         self.dp_rank = dp_rank
         self._ledger = ConsumptionLedger()
@@ -69,6 +76,13 @@ class LoaderReports:
         """The loader continues after `cursor` (a restore): the drift window starts there."""
         if self._drift is not None:
             self._drift.start_at(cursor.epoch, dict(cursor.source_draws), dict(cursor.source_units))
+            if self.stages is not None:
+                self._drift.targets = _shares(self.stages[self._stage_of(cursor.step)].weights)
+
+    def _stage_of(self, steps: int) -> int:
+        """The stage whose steps include the one after `steps` consumed ones."""
+        assert self.stages is not None
+        return max(k for k, s in enumerate(self.stages) if s.start_step <= steps)
 
     @property
     def ledger(self) -> ConsumptionLedger:
@@ -105,6 +119,9 @@ class LoaderReports:
                 q.shard: {"documents": docs, "tokens": tokens}
                 for q, (docs, tokens) in zip(cursor.template.quarantined, cursor.lost, strict=True)
             }
+        stage = self._stage_at.get(batch.step)
+        if stage is not None:
+            self._stage_started(stage, batch.step)
         if self._drift is not None:
             window = self._drift.add(batch, counts, epoch_end)
             if window is not None:
@@ -114,6 +131,43 @@ class LoaderReports:
                     step=batch.step + 1,
                     **window,
                 )
+
+    def _stage_started(self, index: int, steps: int) -> None:
+        """Rank 0 reports the stage; the drift windows measure against its weights from now."""
+        assert self.stages is not None
+        stage = self.stages[index]
+        targets = _shares(stage.weights)
+        if self._drift is not None:
+            self._drift.targets = targets
+        if self.dp_rank != 0:
+            return
+        emit(
+            EventType.MIXTURE_STAGE_STARTED,
+            key=f"mixture-stage-{index}",
+            step=steps + 1,
+            stage=stage.name,
+            stage_index=index,
+            previous=self.stages[index - 1].name,
+            start_step=stage.start_step,
+            unit=self.spec.mixture.unit,
+            targets=targets,
+        )
+
+    def source_changed(self, change: SourceChange) -> None:
+        """Rank 0 reports a declared new dataset version taken at a step boundary."""
+        if self.dp_rank != 0:
+            return
+        residual = change.dropped_residual
+        emit(
+            EventType.DATA_SOURCE_CHANGED,
+            key=f"source-change-{change.at_step}-{change.to_dataset_id[:16]}",
+            step=change.at_step,
+            from_dataset_id=change.from_dataset_id,
+            to_dataset_id=change.to_dataset_id,
+            mapping=change.mapping,
+            from_epoch=change.from_epoch,
+            dropped_residual=residual.model_dump(mode="json") if residual else None,
+        )
 
     def step_facts(self) -> dict[str, Any]:
         """What the last batch handed out adds to the step the script reports."""
@@ -132,4 +186,26 @@ class LoaderReports:
             actual=dict(cursor.source_draws),
             actual_units=dict(cursor.source_units),
             targets={s.name: s.weight for s in self.spec.mixture.sources},
+            **self._stage_facts(cursor),
         )
+
+    def _stage_facts(self, cursor: DataCursor) -> dict[str, Any]:
+        """A staged mixture's current stage: its name, its units per source so far in this
+        epoch (what its exact quotas count) and its weights."""
+        if self.stages is None:
+            return {}
+        stage = self.stages[cursor.stage]
+        return {
+            "stage": stage.name,
+            "stage_units": {
+                n: u - cursor.stage_units.get(n, 0)
+                for n, u in cursor.source_units.items()
+                if n in stage.weights
+            },
+            "stage_targets": dict(stage.weights),
+        }
+
+
+def _shares(weights: dict[str, float]) -> dict[str, float]:
+    total = sum(weights.values())
+    return {k: v / total for k, v in weights.items()} if total > 0 else {}

@@ -12,6 +12,10 @@ were, but they never enter the window that rows are packed from. Rows stay full 
 documents move up), no sample is missing from the ledger, and each skipped document is counted
 against its shard's record in the cursor. Every rank plans from the same cursor, so all skip
 the same documents.
+
+A staged mixture (stages.py) starts its next stage where the next step's first row starts: the
+planner cuts the block of draws at the first (kept) document starting there, rewinds the stream
+to the counters after the documents before it and lets the stream continue in the new stage.
 """
 
 from dataclasses import dataclass
@@ -21,7 +25,8 @@ import numpy as np
 from runwright.data.errors import DataError
 from runwright.data.read.cursor import DataCursor, PackerResidual
 from runwright.data.read.packing import DocWindow, Packer
-from runwright.data.read.stream import DocBlock, DocStream, SourceTable
+from runwright.data.read.stages import Stage
+from runwright.data.read.stream import DocBlock, DocStream, SourceTable, StreamState
 
 _TRIM_DOCUMENTS = 4096
 """Consumed documents the planner's window may hold before it drops them."""
@@ -91,6 +96,8 @@ class CursorPoint:
                 source=self.names[source], draw=draw, token_offset=token_offset
             )
         update = {
+            "stage": state.stage,
+            "stage_units": dict(zip(self.names, state.base, strict=True)) if state.base else {},
             "epoch": state.epoch,
             "step": self.step,
             "position": self.sample,
@@ -161,6 +168,7 @@ class Planner:
         dp_rank: int,
         dp_size: int,
         exclusion: Exclusion | None = None,
+        stages: list[Stage] | None = None,
     ) -> None:
         self.stream = stream
         self.exclusion = exclusion
@@ -194,8 +202,45 @@ class Planner:
         self._end = np.zeros(0, dtype=np.int64)
         self._bidx = np.zeros(0, dtype=np.int64)
         """Each window document's index within its block."""
+        self.stages = stages
+        self._stage = cursor.stage
+        self._boundary: int | None = None
+        """Stream position where the next stage begins (this planner's positions), or None."""
+        self._set_boundary()
         if cursor.residual is not None:
             self._seed_residual(cursor.residual)
+
+    def _set_boundary(self) -> None:
+        stages = self.stages
+        if stages is None or self._stage + 1 >= len(stages):
+            self._boundary = None
+            return
+        # Position 0 is the cursor's step; the next stage's first row starts its steps later.
+        steps_ahead = stages[self._stage + 1].start_step - self.template.step
+        self._boundary = steps_ahead * self.global_batch * self.stride
+
+    def _enter_next_stage(self, state: StreamState) -> None:
+        """Continue the stream from `state` in the next stage."""
+        assert self.stages is not None
+        self._stage += 1
+        tables = self.stages[self._stage].tables(self.sources)
+        self.stream.enter_stage(self._stage, tables, state)
+        self._set_boundary()
+
+    def _stage_cut(self, block: DocBlock, shard: np.ndarray, origin: int) -> int | None:
+        """Index of the block's first kept document starting at or after the next stage's
+        start, or None when the whole block lies before it."""
+        if self._boundary is None:
+            return None
+        kept = np.ones(len(block), dtype=bool)
+        if self.exclusion is not None:
+            kept = self.exclusion.slot[shard] < 0
+        spans = self.packer.spans(block.length[kept])
+        starts = origin + np.cumsum(spans) - spans
+        first = int(np.searchsorted(starts, self._boundary, side="left"))
+        if first == starts.shape[0]:
+            return None
+        return int(np.flatnonzero(kept)[first])
 
     def _seed_residual(self, residual: PackerResidual) -> None:
         names = [s.name for s in self.sources]
@@ -220,6 +265,8 @@ class Planner:
             doc=doc,
             length=length,
             units=units,
+            stage=st.stage,
+            base=st.base,
         )
         self._append(block, first_start=-residual.token_offset)
 
@@ -232,6 +279,16 @@ class Planner:
             table = self.sources[i]
             shard[sel] = table.shard[block.doc[sel]]
             offset[sel] = table.offset[block.doc[sel]]
+        origin = (
+            (int(self._end[-1]) if self._end.shape[0] else 0)
+            if first_start is None
+            else (first_start)
+        )
+        cut = None if first_start is not None else self._stage_cut(block, shard, origin)
+        if cut is not None:
+            # The rest of the block belongs to the next stage: draw it again there.
+            block, shard, offset = block.head(cut), shard[:cut], offset[:cut]
+            self._enter_next_stage(block.state_before(cut))
         source, draw, doc, length = block.source, block.draw, block.doc, block.length
         bidx = np.arange(len(block), dtype=np.int64)
         skips = self._skips(block, shard)
@@ -240,11 +297,6 @@ class Planner:
             source, draw, doc, length = source[kept], draw[kept], doc[kept], length[kept]
             shard, offset, bidx = shard[kept], offset[kept], bidx[kept]
         spans = self.packer.spans(length)
-        origin = (
-            (int(self._end[-1]) if self._end.shape[0] else 0)
-            if first_start is None
-            else (first_start)
-        )
         ends = origin + np.cumsum(spans)
         self._blocks.append((self._base + self._src.shape[0], block, skips))
         self._src = np.concatenate([self._src, source])
@@ -289,6 +341,10 @@ class Planner:
     def _cover(self, position: int) -> bool:
         """Extend the window until a document ends after `position`; False at stream end."""
         while not self._end.shape[0] or int(self._end[-1]) <= position:
+            end = int(self._end[-1]) if self._end.shape[0] else 0
+            while self._boundary is not None and end >= self._boundary:
+                # The window ends at or past the next stage's start: draw in that stage.
+                self._enter_next_stage(self.stream.state)
             block = self.stream.next_block()
             if block is None:
                 return False

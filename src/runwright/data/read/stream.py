@@ -12,10 +12,15 @@ Exhaustion policies, applied when a source has given all n_i documents of the ep
 - `stop`: the epoch ends.
 - `error`: the next draw of the epoch raises SourceExhaustedError.
 An epoch also ends when no source is left. The next epoch resets the counters and reshuffles.
+
+A staged mixture (`staged-quota-v1`, stages.py) swaps the sources' weights at a stage's start: a
+source at weight 0 is not drawn, and the mixture sees the units consumed since the stage began
+(`StreamState.base` holds the units at its start), so its quotas are exact within each stage
+while every source's draws, and so its place in its permutation, carry on.
 """
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -58,6 +63,10 @@ class StreamState:
     epoch: int
     draws: list[int]
     units: list[int]
+    stage: int = 0
+    """Mixture stage (0 unless the mixture is staged)."""
+    base: tuple[int, ...] | None = None
+    """Units per source when the stage began in this epoch; None: all 0."""
 
 
 @dataclass(frozen=True)
@@ -77,9 +86,24 @@ class DocBlock:
     """Tokens of each document (int64)."""
     units: np.ndarray
     """Mixture units of each document (int64)."""
+    stage: int = 0
+    """Mixture stage the block was drawn in."""
+    base: tuple[int, ...] | None = None
+    """Units per source when that stage began in this epoch; None: all 0."""
 
     def __len__(self) -> int:
         return int(self.source.shape[0])
+
+    def head(self, count: int) -> "DocBlock":
+        """The block's first `count` draws."""
+        return replace(
+            self,
+            source=self.source[:count],
+            draw=self.draw[:count],
+            doc=self.doc[:count],
+            length=self.length[:count],
+            units=self.units[:count],
+        )
 
     def state_before(self, j: int) -> StreamState:
         """Counters before document j of the block was drawn."""
@@ -91,6 +115,8 @@ class DocBlock:
             epoch=self.epoch,
             draws=[a + int(b) for a, b in zip(self.start_draws, d, strict=True)],
             units=[a + b for a, b in zip(self.start_units, u, strict=True)],
+            stage=self.stage,
+            base=self.base,
         )
 
 
@@ -124,7 +150,29 @@ class DocStream:
     def _new_epoch(self) -> None:
         self.epoch_ends[self.state.epoch] = self.state
         m = len(self.sources)
-        self.state = StreamState(epoch=self.state.epoch + 1, draws=[0] * m, units=[0] * m)
+        self.state = StreamState(
+            epoch=self.state.epoch + 1, draws=[0] * m, units=[0] * m, stage=self.state.stage
+        )
+
+    def enter_stage(self, stage: int, sources: list[SourceTable], state: StreamState) -> None:
+        """Continue from `state` (counters after the previous stage's last draw) in `stage`,
+        drawing from `sources` (the same tables with that stage's weights)."""
+        self.sources = sources
+        self.state = StreamState(
+            epoch=state.epoch,
+            draws=list(state.draws),
+            units=list(state.units),
+            stage=stage,
+            base=tuple(state.units),
+        )
+        self._poisoned = None
+        for i, src in enumerate(sources):
+            if (
+                src.exhaustion == "error"
+                and src.weight > 0
+                and self.state.draws[i] >= src.documents
+            ):
+                self._poisoned = src.name
 
     def lookup(self, i: int, draws: np.ndarray, epoch: int) -> np.ndarray:
         """Document indices of source i's draws (increasing), vectorised over passes."""
@@ -156,7 +204,11 @@ class DocStream:
             stop = any(
                 self._exhausted(i) and s.exhaustion == "stop" for i, s in enumerate(self.sources)
             )
-            active = [i for i in range(len(self.sources)) if not self._exhausted(i)]
+            active = [
+                i
+                for i in range(len(self.sources))
+                if not self._exhausted(i) and self.sources[i].weight > 0
+            ]
             if stop or not active:
                 self._new_epoch()
                 continue
@@ -180,7 +232,8 @@ class DocStream:
                 ahead.append(self.doc_units(self.sources[i].lengths[ahead_doc[i]]))
         total_weight = sum(self.sources[i].weight for i in active)
         shares = [self.sources[i].weight / total_weight for i in active]
-        local_units = [st.units[i] for i in active]
+        base = st.base or (0,) * len(self.sources)
+        local_units = [st.units[i] - base[i] for i in active]
         draws_so_far = sum(st.draws)
         mix_key = self._key(self.mixture.name, st.epoch)
         local = self.mixture.choose_block(shares, local_units, draws_so_far, mix_key, count, ahead)
@@ -209,6 +262,8 @@ class DocStream:
             doc=doc,
             length=length,
             units=units,
+            stage=st.stage,
+            base=st.base,
         )
         self.state = block.state_before(count)
         for i in active:

@@ -12,6 +12,7 @@ from runwright.data.errors import DataError
 from runwright.data.format.dataset import OpenDataset
 from runwright.data.format.manifest import ShardRecord
 from runwright.data.read.cursor import DataCursor
+from runwright.data.read.stages import Stage, stages_identity, union_sources
 from runwright.data.read.stream import SourceTable
 from runwright.spec import DataSpec, canonical_json, sha256_hex
 
@@ -26,7 +27,8 @@ def source_tables(
     available = manifest.sources("train")
     mix = spec.mixture
     if mix.sources:
-        wanted = [(s.name, float(s.weight), s.exhaustion) for s in mix.sources]
+        # A staged mixture's later-stage sources join at weight 0 (stages.py).
+        wanted = union_sources(spec)
     else:
         # No weights: every source in proportion to its size, each read once per epoch.
         wanted = []
@@ -68,13 +70,20 @@ def source_tables(
     return tables
 
 
-def identity_cursor(dataset: OpenDataset, spec: DataSpec, tables: list[SourceTable]) -> DataCursor:
+def identity_cursor(
+    dataset: OpenDataset,
+    spec: DataSpec,
+    tables: list[SourceTable],
+    stages: list[Stage] | None = None,
+) -> DataCursor:
     """The cursor at the start of the sequence: what it was written for, and nothing consumed."""
     mix = spec.mixture
-    mixture_key = {
+    mixture_key: dict[str, object] = {
         "unit": mix.unit,
         "sources": [[t.name, t.weight, t.exhaustion] for t in tables],
     }
+    if stages is not None:
+        mixture_key["stages"] = stages_identity(stages)
     names = [t.name for t in tables]
     return DataCursor(
         dataset_id=dataset.manifest.dataset_id,

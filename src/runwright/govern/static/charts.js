@@ -11,6 +11,7 @@ window.RunCharts = (() => {
   const CONFIG = { responsive: true, displaylogo: false };
   const MARKER_COLOURS = {
     checkpoint: "#2b8a3e", incident: "#c92a2a", restore: "#1971c2", intervention: "#e67700",
+    stage: "#7048e8",
   };
   const STATE_COLOURS = {
     QUEUED: "#adb5bd", ALLOCATING: "#ced4da", STARTING: "#74c0fc", RUNNING: "#40c057",

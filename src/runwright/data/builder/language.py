@@ -35,6 +35,12 @@ def _identifier() -> Any:
     return LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
 
 
+def preload() -> None:
+    """Load the identifier in this process, so the partition workers forked from it share it
+    instead of each decompressing the model again."""
+    _identifier()
+
+
 @cache
 def model_identity() -> dict[str, str]:
     """Package version and model file digest: what makes two identifications equal."""

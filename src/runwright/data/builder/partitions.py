@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 from rich.progress import Progress
 
 from runwright.data.builder.dedup import signature, text_hash
-from runwright.data.builder.language import LanguageId
+from runwright.data.builder.language import LanguageId, preload
 from runwright.data.builder.pii import Pii
 from runwright.data.builder.profile import PartitionProfile, tally
 from runwright.data.builder.recipe import (
@@ -200,6 +200,8 @@ def plan_partitions(recipe: Recipe, parts_dir: Path) -> list[PartitionTask]:
 def run_partitions(todo: list[PartitionTask], workers: int, progress: Progress | None) -> None:
     bar = progress.add_task("read, clean, hash", total=len(todo)) if progress else None
     failed: list[str] = []
+    if any(t.language is not None for t in todo):
+        preload()  # once here, not once per forked worker
     pool = (
         ProcessPoolExecutor(
             max_workers=workers,

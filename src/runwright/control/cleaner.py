@@ -166,8 +166,8 @@ class _Staging:
         from runwright.ckpt.inventory import collect
 
         root = self._root(scope)
-        if "://" not in root and not Path(root).is_dir():
-            return []
+        if "://" not in root and (not Path(root).is_dir() or not any(Path(root).iterdir())):
+            return []  # no checkpoint root yet (nothing saved): nothing staged either
         report = collect(root, 0.0, 10_000, dry_run=True)
         return [
             Leftover(kind=self.name, what=f"{root}/{path}", owned_because=why)

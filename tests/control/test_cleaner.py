@@ -137,3 +137,17 @@ def test_a_releaser_plugs_in_by_a_new_name_only():
     with pytest.raises(ValueError, match="registered already"):
         register_releaser(Credentials())
     assert next(iter(RELEASERS)) == "processes-v1"  # processes go first: nothing writes after
+
+
+def test_a_run_that_never_saved_leaves_nothing_to_find(tmp_path):
+    """An empty checkpoint folder (the run ended before its first save) is no leftover and no
+    error: there is nothing staged in it."""
+    spec = spec_from_mapping(yaml.safe_load(SKELETON.read_text()))
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, poll_seconds=0.05)
+    run, _ = controller.submit(spec, tmp_path)
+    request_cancel(store, run.run_id, "test")
+    assert controller.drive(run.run_id).state == "CANCELLED"
+    run_paths(tmp_path, run.run_id).checkpoints.mkdir(parents=True, exist_ok=True)
+    assert leftovers(store, tmp_path, run.run_id) == []
+    store.close()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 from runwright_tests_browser import FLAGS, assert_not_blank, playwright_chromium
+from runwright_tests_leftovers import assert_nothing_left
 from runwright_tests_tiny import TINY_DATA, tiny_gpt
 from typer.testing import CliRunner
 
@@ -24,6 +25,7 @@ from runwright.ladder.gates import LadderSettings, judge
 from runwright.ladder.rungs import ladder_rungs
 from runwright.ladder.runner import LadderReport
 from runwright.spec import spec_from_mapping
+from runwright.store import Store
 
 STEPS = 4
 LOAD_SECONDS = 60
@@ -68,6 +70,15 @@ def test_the_ladder_climbs_one_rank_to_two_ranks_to_two_nodes(climbed):
     assert two_nodes.measure.restore_mode == "exact"
     saved = json.loads(Path(report.json_path).read_text())
     assert saved["ok"] and len(saved["results"]) == 3
+    # Every run the ladder made ended and left nothing behind (tests/leftovers.py).
+    root = Path(report.json_path).parents[2]  # <root>/ladders/<ladder id>/ladder.json
+    runs = [m.run_id for m in (first.measure, one_node.measure, two_nodes.measure)]
+    runs += [one_node.measure.carry_run_id, two_nodes.measure.carry_run_id]
+    store = Store.open(root)
+    try:
+        assert_nothing_left(store, root, *runs)
+    finally:
+        store.close()
 
 
 @pytest.mark.integration

@@ -22,7 +22,10 @@ def gc(
     store: str | None = StoreOption,
     json_out: bool = typer.Option(False, "--json", help="Print the sweep as JSON."),
 ) -> None:
-    """Sweep a root: for every ended run (SUCCEEDED, FAILED, CANCELLED) release what its records
+    """Release what ended runs left behind under a root: processes, temporary folders,
+    checkpoint staging, leases (--dry-run lists them).
+
+    For every ended run (SUCCEEDED, FAILED, CANCELLED) release what its records
     say it still holds: processes started with its launch tags, its nodes' temporary folders,
     checkpoint staging and residue, torch shared memory of its ranks, a lease of a controller
     that is gone. Live runs are left alone; running it twice releases nothing the second time.

@@ -42,11 +42,15 @@ def ladder(
     store: str | None = StoreOption,
     json_out: bool = typer.Option(False, "--json", help="Print the ladder report as JSON."),
 ) -> None:
-    """Run SPEC at one rank, one node, two nodes and its own shape, with the same model, data
-    and global batch. Each rung must succeed and commit its last checkpoint, agree with the
-    previous rung's loss curve on a coverage-equivalent ledger, keep E(N) above the minimum,
-    and restore the previous rung's checkpoint resharded into its layout. Stops at the first
-    failed gate with the reason; exits 1 then."""
+    """Climb the scale-up ladder: one rank, one node, two nodes, the target shape, each rung
+    gated on the loss curve, E(N) and a resharded checkpoint restore (ladder.json,
+    ladder.html).
+
+    SPEC runs at each shape with the same model, data and global batch. Each rung must succeed
+    and commit its last checkpoint, agree with the previous rung's loss curve on a
+    coverage-equivalent ledger, keep E(N) above the minimum, and restore the previous rung's
+    checkpoint resharded into its layout. Stops at the first failed gate with the reason;
+    exits 1 then."""
     from runwright.ladder.gates import LadderSettings
     from runwright.ladder.runner import run_ladder
     from runwright.spec import load_spec

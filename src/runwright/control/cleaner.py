@@ -42,7 +42,7 @@ from runwright.control.executors.protocol import AllocationState
 from runwright.control.leasing import holder_gone, node_id
 from runwright.control.processes import is_alive, signal_all, wait_gone
 from runwright.events import EventType
-from runwright.layout import run_paths
+from runwright.layout import parse_generation, run_paths
 from runwright.records import Record
 from runwright.store import RunRecord, Store
 from runwright.store.fence import run_checkpoint_root
@@ -132,12 +132,11 @@ def _node_tmp_folders(scope: RunScope) -> Iterator[Path]:
     paths = run_paths(scope.root, scope.run.run_id)
     if not paths.attempts.is_dir():
         return
-    for attempt_dir in sorted(paths.attempts.iterdir()):
-        nodes = attempt_dir / "nodes"
-        if nodes.is_dir():
-            for node_dir in sorted(nodes.iterdir()):
-                if (node_dir / "tmp").exists():
-                    yield node_dir / "tmp"
+    found = (parse_generation(p.name) for p in paths.attempts.iterdir())
+    for generation in sorted(g for g in found if g is not None):
+        for node in paths.attempt(generation).node_paths():
+            if node.tmp.exists():
+                yield node.tmp
 
 
 class _Temporary:
@@ -167,8 +166,8 @@ class _Staging:
         from runwright.ckpt.inventory import collect
 
         root = self._root(scope)
-        if "://" not in root and not Path(root).is_dir():
-            return []
+        if "://" not in root and (not Path(root).is_dir() or not any(Path(root).iterdir())):
+            return []  # no checkpoint root yet (nothing saved): nothing staged either
         report = collect(root, 0.0, 10_000, dry_run=True)
         return [
             Leftover(kind=self.name, what=f"{root}/{path}", owned_because=why)

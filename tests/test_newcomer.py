@@ -31,6 +31,10 @@ COVERED_ELSEWHERE = {
     "release": "tests/govern/test_release.py, tests/server/test_releases.py",
     "pause": "tests/control/test_pause.py (pause, resume and an alert's pause on a live run)",
     "resume": "tests/control/test_pause.py",
+    "rollback": "tests/control/test_operator_actions.py (each operator action on a live run)",
+    "skip-shard": "tests/control/test_operator_actions.py",
+    "move": "tests/control/test_operator_actions.py",
+    "stop": "tests/control/test_operator_actions.py",
     "drill": "tests/drill/test_drill_runs.py (two faults; the whole matrix with -m slow)",
 }
 

@@ -2,12 +2,15 @@
 
 from runwright.access.admin import AdminActions
 from runwright.access.dashboard import DashboardActions
+from runwright.access.operator import OperatorActions
 from runwright.access.releases import ReleaseActions
 from runwright.access.runs import RunActions
 from runwright.access.storage import StorageActions
 
 
-class Access(RunActions, StorageActions, ReleaseActions, AdminActions, DashboardActions):
+class Access(
+    OperatorActions, RunActions, StorageActions, ReleaseActions, AdminActions, DashboardActions
+):
     """Runs, datasets, checkpoints, releases, tokens, roles and the audit log, as one actor may
     use them. The server builds one per request (its actor from the token), a CLI on the store
     one per command (`local_actor()`)."""

@@ -139,6 +139,7 @@ def create_app(
     runwright root `root` (runs, datasets, checkpoints). `controller()`, when given, starts the
     controller beside the API at start-up and returns a handle whose `stop()` runs at shutdown."""
     from runwright.server import admin, metrics, releases, runs, storage, ui
+    from runwright.server import operator as operator_routes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -198,6 +199,7 @@ def create_app(
         return {"ok": True, "version": __version__}
 
     app.include_router(runs.router)
+    app.include_router(operator_routes.router)
     app.include_router(storage.router)
     app.include_router(releases.router)
     app.include_router(admin.router)

@@ -14,6 +14,7 @@ script reports, the last batch's sample range, token counts and input wait, whic
 consumed-sample ledger, the token accounting and the input-wait share read.
 """
 
+import json
 import os
 import threading
 import time
@@ -42,7 +43,25 @@ from runwright.data.read.step_plan import BatchPlan, CursorPoint, Planner
 from runwright.data.read.stream import DocStream, StreamState
 from runwright.data.read.tables import identity_cursor, source_tables
 from runwright.events import report_at_close
+from runwright.protocol import ENV_SKIP_SHARDS
 from runwright.spec import DataSpec
+
+
+def operator_skips() -> dict[str, str]:
+    """The shards an operator told this run to skip (shard -> reason), as the controller passes
+    them (protocol.ENV_SKIP_SHARDS); none outside a run or without one."""
+    text = os.environ.get(ENV_SKIP_SHARDS)
+    if not text:
+        return {}
+    try:
+        named = json.loads(text)
+    except ValueError as exc:
+        raise DataError(
+            f"{ENV_SKIP_SHARDS} is not JSON ({exc}): the controller writes it"
+        ) from None
+    if not isinstance(named, dict):
+        raise DataError(f"{ENV_SKIP_SHARDS} must map shard names to reasons, got {text[:80]!r}")
+    return {str(k): str(v) for k, v in named.items()}
 
 
 def _useful_workers(requested: int) -> int:
@@ -89,6 +108,7 @@ class DataLoader:
         reorder_capacity: int | None = None,
         drift_window_steps: int | None = DRIFT_WINDOW_STEPS,
         group: Any = None,
+        skip_shards: dict[str, str] | None = None,
     ) -> None:
         if dp_size < 1 or not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank={dp_rank} must lie in [0, dp_size={dp_size})")
@@ -148,7 +168,14 @@ class DataLoader:
         self._itemsize = tokens[0].dtype.itemsize if tokens else 2
         tables = source_tables(self.dataset, data_spec, train)
         self._guard = ShardGuard(
-            data_spec.on_corrupt_shard, self.dataset, train, tables, dp_rank, dp_size, group
+            data_spec.on_corrupt_shard,
+            self.dataset,
+            train,
+            tables,
+            dp_rank,
+            dp_size,
+            group,
+            operator=skip_shards if skip_shards is not None else operator_skips(),
         )
         self.sources = tables
         # Shards the cursor has quarantined, kept here: reading them off the cursor point of

@@ -87,6 +87,7 @@ def _act(root, store, run_id, *argv):
     return generation
 
 
+@pytest.mark.timeout(900)  # five groups on a busy 2-core machine: give it room
 def test_each_operator_action_on_a_real_run(tmp_path, tiny_dataset):
     (tmp_path / "pools.yaml").write_text("pools: {default: {}, spare: {}}\n")
     data = tiny_gpt(tiny_dataset, steps=400, devices=1, every_steps=4)
@@ -131,7 +132,14 @@ def test_each_operator_action_on_a_real_run(tmp_path, tiny_dataset):
     assert final.state == "CANCELLED" and final.terminal_reason == "USER_CANCELLED", (
         final.state_detail
     )
-    assert final.state_detail.startswith(f"stopped by an operator at step {final.last_step}")
+    stop_step = max(
+        e.step
+        for e in store.events(run_id, types=[EventType.STOP_ACKNOWLEDGED])
+        if e.generation == final.generation
+    )
+    assert final.state_detail == (
+        f"stopped by an operator at step {stop_step} (saved at step {stop_step})"
+    )
 
     applied = {
         e.attributes["action"]: e
@@ -176,7 +184,9 @@ def test_each_operator_action_on_a_real_run(tmp_path, tiny_dataset):
     assert final.spec["resources"]["pool"] == "spare" and final.spec_hash != spec.spec_hash
 
     # Stop with a save: the newest checkpoint is at the stop step.
-    assert newest.record.step == final.last_step and newest.record.generation == final.generation
+    assert newest.record.step == stop_step and newest.record.generation == final.generation
+    rows = {c.checkpoint_id: c.status for c in store.checkpoints.list(run_id)}
+    assert {rows[c.record.checkpoint_id] for c in abandoned} == {"ABANDONED"}
 
     # Audit and report: each action with actor, reason and effect.
     audit = AuditLog(store.engine).query(target=run_id)

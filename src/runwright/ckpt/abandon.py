@@ -31,6 +31,8 @@ class Rewound(Record):
     """Its folder under the checkpoint root."""
     abandoned: tuple[str, ...] = ()
     """Folders marked ABANDONED now (newer than the chosen one), oldest first."""
+    abandoned_ids: tuple[str, ...] = ()
+    """Their checkpoint ids, in the same order."""
     publish: PublishOutcome
     """The fence's answer to publishing the chosen checkpoint again as latest."""
 
@@ -76,17 +78,19 @@ def roll_back_to(
     """Abandon every committed checkpoint newer than `checkpoint_id` (marker `reason`) and
     publish it again as latest under the fence's current generation (module doc)."""
     chosen = find_committed(storage, checkpoint_id)
-    marked = []
+    marked, ids = [], []
     for checkpoint in reversed(scan(storage)[0]):
         if checkpoint.record.step <= chosen.record.step or checkpoint.abandoned is not None:
             continue
         storage.write_durable(f"{checkpoint.path}/{ABANDONED_FILE}", f"{reason}\n".encode())
         marked.append(checkpoint.folder)
+        ids.append(checkpoint.record.checkpoint_id)
     outcome = fence.publish(chosen.record, fence.current_generation())
     return Rewound(
         checkpoint_id=chosen.record.checkpoint_id,
         step=chosen.record.step,
         folder=chosen.folder,
         abandoned=tuple(marked),
+        abandoned_ids=tuple(ids),
         publish=outcome,
     )

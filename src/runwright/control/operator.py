@@ -353,8 +353,8 @@ class OperatorStep:
         """Apply `request` to the run whose group stopped (module doc); False while the engine
         cannot be reached to give a moved run's allocation back (the next pass tries again)."""
         action = request.attributes.get("action")
-        saved = self.store.checkpoints.list(run.run_id, status="COMMITTED")
-        newest = saved[-1].step if saved else None
+        latest = self.store.checkpoints.latest(run.run_id)  # the fence's pointer
+        newest = latest.step if latest is not None else None
         if action == MOVE_POOL:
             pool = str(request.attributes["pool"])
             if not self.release(run, f"moving to pool {pool}"):
@@ -369,12 +369,18 @@ class OperatorStep:
             return True
         sup.end_attempt(self.store, run.run_id, exit_code, None)
         if action == STOP_WITH_SAVE:
+            acks = [
+                e.step
+                for e in self.store.events(run.run_id, types=[EventType.STOP_ACKNOWLEDGED])
+                if e.generation == run.generation and e.step is not None
+            ]
+            at = max(acks, default=run.last_step)
             said = (
                 f"saved at step {newest}"
-                if newest == run.last_step
-                else (f"nothing was saved at the stop; the newest checkpoint is at step {newest}")
+                if newest == at
+                else f"nothing was saved at the stop; the newest checkpoint is at step {newest}"
             )
-            words = f"stopped by an operator at step {run.last_step} ({said})"
+            words = f"stopped by an operator at step {at} ({said})"
             _applied(self.journal, run, request, words, saved_step=newest)
             self.journal.finish(run, RunState.CANCELLED, TerminalReason.USER_CANCELLED, words)
             return True
@@ -409,6 +415,7 @@ class OperatorStep:
         )
         from runwright.ckpt.catalog import read_committed
 
+        self.store.checkpoints.mark_abandoned(run.run_id, list(rewound.abandoned_ids))
         chosen = read_committed(storage, rewound.folder)
         cursor = getattr(getattr(chosen, "manifest", None), "data_cursor", None)
         self.store.update_run(run.run_id, data_cursor=cursor)

@@ -331,7 +331,13 @@ def main(argv: list[str] | None = None) -> int:
 
     # -- finish: save at the stop step (or the last one); the context's close reports the rest --
     if saved_step != step:
-        ckpt.maybe_save(step, state, stopping=True)
+        asked = ctx.stop_request
+        if asked is not None and asked.save and spec.checkpoint.enabled:
+            # The stop asks for a save (an operator's stop with a save asks whatever
+            # checkpoint.save_on_stop says: control/operator.py); every rank agreed on it.
+            ckpt.save(step, state)
+        else:
+            ckpt.maybe_save(step, state, stopping=True)
     ckpt.close()
     loop.close()
     loader.close()

@@ -87,7 +87,9 @@ class DataLoader:
     A train shard that is corrupt or missing, at open or while it is read, is handled as
     `data_spec.on_corrupt_shard` says (data/read/quarantine.py). Under `skip` the ranks agree on
     it over `group` (a gloo-capable group; default: every rank of the default process group,
-    and every rank must then construct a loader and take the same steps).
+    and every rank must then construct a loader and take the same steps). `skip_shards` (shard
+    name -> reason; default: what the controller passes in protocol.ENV_SKIP_SHARDS) are left
+    out from the step the loader starts at, as an operator asked (quarantine reason `operator`).
     """
 
     def __init__(

@@ -10,6 +10,7 @@ from runwright.ckpt import Checkpointer, HealthVerdict, MemorySink, restore_cand
 from runwright.ckpt.abandon import find_committed, roll_back_to
 from runwright.ckpt.errors import CheckpointError
 from runwright.ckpt.fence import PublishOutcome
+from runwright.ckpt.gc import find_residue
 from runwright.ckpt.storage import CheckpointStorage
 from runwright.spec.policies import CheckpointSpec
 
@@ -37,6 +38,12 @@ def test_a_rollback_abandons_the_newer_checkpoints_and_restore_goes_back(tmp_pat
     assert [c.record.step for c in restore_candidates(storage, saver.fence)] == [4]
     with pytest.raises(CheckpointError, match="cannot be restored: abandoned by a rollback"):
         find_committed(storage, by_step[6].record.checkpoint_id)
+    # GC takes a fenced generation's committed folder beyond the pointer for a publish that
+    # never happened; an abandoned one was published, and stays.
+    residue, _ = find_residue(
+        storage, current_generation=saver.generation + 1, min_age_seconds=0, latest_step=4
+    )
+    assert not [r for r in residue if r.path.startswith(by_step[6].folder)], residue
     again = roll_back_to(storage, saver.fence, by_step[4].record.checkpoint_id, "again")
     assert again.abandoned == () and again.publish is PublishOutcome.ALREADY_APPLIED
 

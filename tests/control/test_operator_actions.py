@@ -101,9 +101,8 @@ def test_each_operator_action_on_a_real_run(tmp_path, tiny_dataset):
     run_id = run.run_id
     driver = threading.Thread(target=controller.drive, args=(run_id,))
     driver.start()
-    me = f"local:{getpass.getuser()}"
-    storage = CheckpointStorage(run_checkpoint_root(run))
     shard = next(s.name for s in tiny_dataset.manifest.shards if s.split == "train")
+    asked_all = False
     try:
         # 1. Roll back to step 4 once step 8 is committed; wait until a later generation has
         # trained past step 8 again and committed it.
@@ -124,28 +123,39 @@ def test_each_operator_action_on_a_real_run(tmp_path, tiny_dataset):
         _wait(store, run_id, _live_after(g_move, store, run_id), "a start in pool spare", driver)
         code, out = _cli(tmp_path, "stop", run_id, "--reason", "enough for today", "--json")
         assert code == 0 and json.loads(out)["outcome"] == "APPLIED", out
+        asked_all = True
     finally:
-        if driver.is_alive() and store.get_run(run_id).state not in ("CANCELLED", "FAILED"):
-            _cli(tmp_path, "cancel", run_id)
+        if not asked_all and driver.is_alive():
+            _cli(tmp_path, "cancel", run_id)  # a failed step above: leave nothing running
         driver.join(timeout=WAIT_SECONDS)
+    assert not driver.is_alive(), "the stop with a save did not end the run"
+    _check_outcome(store, run_id, spec.spec_hash, shard, g_rollback, g_skip)
+    store.close()
+
+
+def _check_outcome(store, run_id, submitted_hash, shard, g_rollback, g_skip):
+    """What the four actions left: the run, its checkpoints, its cursor, the audit log and the
+    report."""
+    me = f"local:{getpass.getuser()}"
+    storage = CheckpointStorage(run_checkpoint_root(store.get_run(run_id)))
     final = store.get_run(run_id)
     assert final.state == "CANCELLED" and final.terminal_reason == "USER_CANCELLED", (
         final.state_detail
     )
-    stop_step = max(
-        e.step
-        for e in store.events(run_id, types=[EventType.STOP_ACKNOWLEDGED])
-        if e.generation == final.generation
-    )
-    assert final.state_detail == (
-        f"stopped by an operator at step {stop_step} (saved at step {stop_step})"
-    )
-
     applied = {
         e.attributes["action"]: e
         for e in store.events(run_id, types=[EventType.OPERATOR_ACTION_APPLIED])
     }
     assert sorted(applied) == ["move_pool", "rollback", "skip_shard", "stop_with_save"]
+    g_stop = applied["stop_with_save"].generation  # the run's own moved on: a cancel bumps it
+    stop_step = max(
+        e.step
+        for e in store.events(run_id, types=[EventType.STOP_ACKNOWLEDGED])
+        if e.generation == g_stop
+    )
+    assert final.state_detail == (
+        f"stopped by an operator at step {stop_step} (saved at step {stop_step})"
+    )
 
     # Rollback: gen 1's later checkpoints kept and abandoned; gen 2 restored step 4 and replayed
     # gen 1's steps with the same losses, and committed the same data cursor at step 8.
@@ -181,10 +191,10 @@ def test_each_operator_action_on_a_real_run(tmp_path, tiny_dataset):
         e.attributes.get("pool") for e in store.events(run_id, types=[EventType.ALLOCATION_READY])
     ]
     assert pools[-1] == "spare" and pools[0] == "default", pools
-    assert final.spec["resources"]["pool"] == "spare" and final.spec_hash != spec.spec_hash
+    assert final.spec["resources"]["pool"] == "spare" and final.spec_hash != submitted_hash
 
     # Stop with a save: the newest checkpoint is at the stop step.
-    assert newest.record.step == stop_step and newest.record.generation == final.generation
+    assert newest.record.step == stop_step and newest.record.generation == g_stop
     rows = {c.checkpoint_id: c.status for c in store.checkpoints.list(run_id)}
     assert {rows[c.record.checkpoint_id] for c in abandoned} == {"ABANDONED"}
 
@@ -212,4 +222,3 @@ def test_each_operator_action_on_a_real_run(tmp_path, tiny_dataset):
     assert "queued in pool spare" in effects["move_pool"]
     assert "stopped by an operator" in effects["stop_with_save"]
     assert "rack work -&gt; stopped at step" in html or "rack work" in html
-    store.close()

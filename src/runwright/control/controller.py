@@ -37,7 +37,7 @@ from runwright.control.leasing import (
     LeaseGuardedExecutor,
 )
 from runwright.control.membership import is_elastic, spec_for
-from runwright.control.operator import OperatorStep
+from runwright.control.operator_step import OperatorStep
 from runwright.control.outage import OutageRider
 from runwright.control.pause import PauseStep
 from runwright.control.pools import PoolExecutors, PoolsError

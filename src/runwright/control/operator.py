@@ -7,7 +7,8 @@ can at once (the checkpoint is committed and restorable, the shard is a train sh
 dataset, the pool exists and can place the spec), records OPERATOR_ACTION_REQUESTED with the
 actor and reason, and asks the live group to stop at its next step boundary through the worker
 protocol's stop request (reason `rollback` without a save; `skip_shard`, `move_pool`,
-`operator_stop` with one). Once the group has stopped, the controller's side (`OperatorStep`)
+`operator_stop` with one). Once the group has stopped, the controller's side (`OperatorStep`,
+control/operator_step.py)
 applies it and records OPERATOR_ACTION_APPLIED with the effect in words:
 
 - rollback: every committed checkpoint newer than the chosen one is marked ABANDONED (kept, never
@@ -31,19 +32,15 @@ launch carries it); a rollback or a stop with a save needs a live group and is r
 
 import json
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from runwright.control.journal import Journal
-from runwright.control.states import RunState, TerminalReason
+from runwright.control.states import RunState
 from runwright.events import EventType
 from runwright.protocol import ENV_SKIP_SHARDS
 from runwright.spec import spec_from_mapping
 from runwright.store import EventRecord, Outcome, RunRecord, Store, WriteResult
-
-if TYPE_CHECKING:
-    from runwright.control.supervision import Supervision
 
 LIVE = {RunState.STARTING, RunState.RUNNING, RunState.CHECKPOINTING}
 AT_REST = {RunState.QUEUED, RunState.PAUSED}
@@ -231,10 +228,10 @@ def _ask_or_apply(
     )
     request = store.events(run.run_id, types=[EventType.OPERATOR_ACTION_REQUESTED])[-1]
     if action == MOVE_POOL:
-        effect = _move_spec(store, run, str(target["pool"]))
+        effect = move_spec(store, run, str(target["pool"]))
     else:
         effect = f"the run is {run.state}: its next generation leaves shard {target['shard']} out"
-    _applied(journal, store.get_run(run.run_id), request, effect)
+    record_applied(journal, store.get_run(run.run_id), request, effect)
     return WriteResult(outcome=Outcome.APPLIED, run=store.get_run(run.run_id))
 
 
@@ -266,7 +263,7 @@ def _moved_spec(run: RunRecord, pool: str) -> tuple[Any, dict[str, Any]]:
     return spec, spec.model_dump(mode="json")
 
 
-def _move_spec(store: Store, run: RunRecord, pool: str) -> str:
+def move_spec(store: Store, run: RunRecord, pool: str) -> str:
     """Give the run a spec in `pool`, and its allocation record the new pool (a released
     allocation's record names the pool the next request is made in). Returns the effect."""
     from runwright.control.pools import load_pools, pool_named, pool_record, pools_path
@@ -283,7 +280,7 @@ def _move_spec(store: Store, run: RunRecord, pool: str) -> str:
     return f"queued in pool {pool}; spec {run.spec_hash[:12]} -> {spec.spec_hash[:12]}"
 
 
-def _applied(
+def record_applied(
     journal: Journal, run: RunRecord, request: EventRecord, effect: str, **attributes: Any
 ) -> None:
     a = request.attributes
@@ -317,138 +314,3 @@ def skip_shards_env(events: list[EventRecord]) -> dict[str, str]:
     """The launch environment that carries the run's skipped shards (empty without any)."""
     named = skipped_shards(events)
     return {ENV_SKIP_SHARDS: json.dumps(named, sort_keys=True)} if named else {}
-
-
-# -- the controller's side ---------------------------------------------------------------------
-
-
-class OperatorStep:
-    """Applies an operator's action once the group asked to stop for it has stopped."""
-
-    def __init__(
-        self, store: Store, journal: Journal, release: Callable[[RunRecord, str], bool]
-    ) -> None:
-        self.store = store
-        self.journal = journal
-        self.release = release
-
-    def asked(self, run: RunRecord, reason: str | None) -> EventRecord | None:
-        """The operator's request the current generation stopped for (`reason`), if any."""
-        if reason not in STOP_REASON.values():
-            return None
-        for e in reversed(
-            self.store.events(run.run_id, types=[EventType.OPERATOR_ACTION_REQUESTED])
-        ):
-            a = e.attributes
-            if (
-                a.get("stopping_generation") == run.generation
-                and STOP_REASON.get(str(a.get("action"))) == reason
-            ):
-                return e
-        return None
-
-    def stopped(
-        self, run: RunRecord, sup: "Supervision", exit_code: int, request: EventRecord
-    ) -> bool:
-        """Apply `request` to the run whose group stopped (module doc); False while the engine
-        cannot be reached to give a moved run's allocation back (the next pass tries again)."""
-        action = request.attributes.get("action")
-        latest = self.store.checkpoints.latest(run.run_id)  # the fence's pointer
-        newest = latest.step if latest is not None else None
-        if action == MOVE_POOL:
-            pool = str(request.attributes["pool"])
-            if not self.release(run, f"moving to pool {pool}"):
-                return False
-            sup.end_attempt(self.store, run.run_id, exit_code, None)
-            effect = _move_spec(self.store, run, pool)
-            effect = f"stopped at step {run.last_step} (saved: step {newest}); {effect}"
-            _applied(self.journal, run, request, effect, saved_step=newest)
-            self.journal.move(run, RunState.PAUSED, detail=f"moving to pool {pool}")
-            moved = self.store.get_run(run.run_id)
-            self.journal.move(moved, RunState.QUEUED, detail=f"moved to pool {pool}")
-            return True
-        sup.end_attempt(self.store, run.run_id, exit_code, None)
-        if action == STOP_WITH_SAVE:
-            acks = [
-                e.step
-                for e in self.store.events(run.run_id, types=[EventType.STOP_ACKNOWLEDGED])
-                if e.generation == run.generation and e.step is not None
-            ]
-            at = max(acks, default=run.last_step)
-            said = (
-                f"saved at step {newest}"
-                if newest == at
-                else f"nothing was saved at the stop; the newest checkpoint is at step {newest}"
-            )
-            words = f"stopped by an operator at step {at} ({said})"
-            _applied(self.journal, run, request, words, saved_step=newest)
-            self.journal.finish(run, RunState.CANCELLED, TerminalReason.USER_CANCELLED, words)
-            return True
-        if action == ROLLBACK:
-            self._roll_back(run, request)
-        else:
-            shard = request.attributes.get("shard")
-            words = f"skipping shard {shard}: restarting from step {newest or 0} without it"
-            self._restart(run, words, restore_at_most_step=None)
-            _applied(self.journal, run, request, words, restored_step=newest or 0)
-        return True
-
-    def _roll_back(self, run: RunRecord, request: EventRecord) -> None:
-        from runwright.ckpt.abandon import roll_back_to
-        from runwright.ckpt.fence import open_fence
-        from runwright.ckpt.storage import CheckpointStorage
-        from runwright.store.fence import run_checkpoint_root
-
-        a = request.attributes
-        target = str(a["checkpoint_id"])
-        who = f" by {a['actor']}" if a.get("actor") else ""
-        words = f"rolling back{who} from step {run.last_step} to checkpoint {target[:12]}"
-        self.journal.move(run, RunState.RECOVERING, detail=words)
-        run = self.store.get_run(run.run_id)  # the old group's generation is fenced off now
-        root = run_checkpoint_root(run)
-        storage = CheckpointStorage(root)
-        rewound = roll_back_to(
-            storage,
-            open_fence(root),
-            target,
-            f"abandoned by a rollback to {target}: {a.get('detail')}",
-        )
-        from runwright.ckpt.catalog import read_committed
-
-        self.store.checkpoints.mark_abandoned(run.run_id, list(rewound.abandoned_ids))
-        chosen = read_committed(storage, rewound.folder)
-        cursor = getattr(getattr(chosen, "manifest", None), "data_cursor", None)
-        self.store.update_run(run.run_id, data_cursor=cursor)
-        self._restart(run, words, restore_at_most_step=rewound.step)
-        effect = (
-            f"rolled back from step {run.last_step} to step {rewound.step} "
-            f"({rewound.checkpoint_id[:12]}); abandoned {len(rewound.abandoned)} later "
-            f"checkpoint{'s' if len(rewound.abandoned) != 1 else ''}"
-            + (f" ({', '.join(rewound.abandoned)})" if rewound.abandoned else "")
-            + f"; latest pointer: {rewound.publish}"
-        )
-        _applied(
-            self.journal,
-            run,
-            request,
-            effect,
-            restored_step=rewound.step,
-            abandoned=list(rewound.abandoned),
-        )
-
-    def _restart(self, run: RunRecord, words: str, restore_at_most_step: int | None) -> None:
-        """RECOVERING with a restart decided now: not a failure (no class, no retry spent)."""
-        if RunState(run.state) is not RunState.RECOVERING:
-            self.journal.move(run, RunState.RECOVERING, detail=words)
-            run = self.store.get_run(run.run_id)
-        now = time.time()
-        self.journal.record(
-            run,
-            EventType.RECOVERY_STARTED,
-            action="restart",
-            reason=words,
-            last_step=run.last_step,
-            detected_unix_s=now,
-            not_before_unix_s=now,
-            restore_at_most_step=restore_at_most_step,
-        )

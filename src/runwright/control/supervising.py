@@ -23,7 +23,7 @@ from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.launching import GroupLauncher
 from runwright.control.membership import RESIZE_REASON
-from runwright.control.operator import OperatorStep
+from runwright.control.operator_step import OperatorStep
 from runwright.control.pause import PAUSE_REASON, PauseStep
 from runwright.control.recovery import RecoverySequence
 from runwright.control.replay_check import ReplayVerifier

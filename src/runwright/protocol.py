@@ -184,6 +184,9 @@ STOP_REASONS = (
     "move_pool",
 )
 """In this order for ever: the ranks' stop vote sends a reason as its index here."""
+OPERATOR_SAVING_STOPS = ("operator_stop", "skip_shard", "move_pool")
+"""An operator's stops that save at the stop step whatever checkpoint.save_on_stop says (the
+other reasons save only under save_on_stop, as they always did)."""
 
 
 class StopRequest(Record):

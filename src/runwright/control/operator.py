@@ -207,7 +207,8 @@ def _ask_or_apply(
         refused = _already_stopping(store, run)
         if refused is not None:
             return refused
-        return _ask(store, run, action, why, actor, save=True, **target)
+        save = spec_from_mapping(run.spec).checkpoint.enabled  # restarts from its save
+        return _ask(store, run, action, why, actor, save=save, **target)
     if state not in AT_REST:
         return _refuse(
             run,

@@ -331,10 +331,9 @@ def main(argv: list[str] | None = None) -> int:
 
     # -- finish: save at the stop step (or the last one); the context's close reports the rest --
     if saved_step != step:
-        asked = ctx.stop_request
-        if asked is not None and asked.save and spec.checkpoint.enabled:
-            # The stop asks for a save (an operator's stop with a save asks whatever
-            # checkpoint.save_on_stop says: control/operator.py); every rank agreed on it.
+        if ctx.save_forced_at_stop:
+            # An operator's stop asks for a save whatever checkpoint.save_on_stop says
+            # (control/operator.py); every rank agreed on the same stop.
             ckpt.save(step, state)
         else:
             ckpt.maybe_save(step, state, stopping=True)

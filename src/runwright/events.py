@@ -130,6 +130,15 @@ class EventType(StrEnum):
     STOP_REQUESTED = "STOP_REQUESTED"
     """A generation was asked to stop at its next step boundary (reason: cancel, pause,
     preemption, ...; save; actor and detail when a person asked)."""
+    OPERATOR_ACTION_REQUESTED = "OPERATOR_ACTION_REQUESTED"
+    """A person asked for an operator action on a run (control/operator.py; action: rollback,
+    skip_shard, move_pool, stop_with_save; actor, detail: their reason, stopping_generation,
+    and the action's target: checkpoint_id and step, shard, pool and from_pool)."""
+    OPERATOR_ACTION_APPLIED = "OPERATOR_ACTION_APPLIED"
+    """The controller applied a requested operator action at a step boundary (action, actor,
+    detail: the reason, effect in words, request: the OPERATOR_ACTION_REQUESTED's event id, and
+    per action: restored_step, checkpoint_id, abandoned; shard; pool, from_pool, spec_hash,
+    from_spec_hash; saved_step)."""
     STOP_GRACE_EXPIRED = "STOP_GRACE_EXPIRED"
     """A generation asked to stop had not stopped when its grace ran out, so it was killed
     (reason: why it was asked, grace_seconds); a preemption victim that could not save in time

@@ -49,6 +49,10 @@ ENV_SKIP_STEPS = "RUNWRIGHT_SKIP_STEPS"
 ENV_RESUME_FROM = "RUNWRIGHT_RESUME_FROM"
 # The newest step a restarted group may restore (an alert's rollback to before a bad step).
 ENV_RESTORE_AT_MOST_STEP = "RUNWRIGHT_RESTORE_AT_MOST_STEP"
+# JSON object shard name -> reason in words: train shards an operator told the run to skip
+# (control/operator.py). The loader quarantines them (reason `operator`) from the step it starts
+# at, so every rank of every later generation leaves out the same documents.
+ENV_SKIP_SHARDS = "RUNWRIGHT_SKIP_SHARDS"
 # Set ("1") on a warm standby's ranks (control/executors/local.py): each waits in `runtime.init`,
 # after its imports and before it writes anything, for its generation's activation file.
 ENV_STANDBY = "RUNWRIGHT_STANDBY"
@@ -175,8 +179,14 @@ STOP_REASONS = (
     "rollback",
     "pause",
     "resize",
+    "operator_stop",
+    "skip_shard",
+    "move_pool",
 )
 """In this order for ever: the ranks' stop vote sends a reason as its index here."""
+OPERATOR_SAVING_STOPS = ("operator_stop", "skip_shard", "move_pool")
+"""An operator's stops that save at the stop step whatever checkpoint.save_on_stop says (the
+other reasons save only under save_on_stop, as they always did)."""
 
 
 class StopRequest(Record):
@@ -186,7 +196,8 @@ class StopRequest(Record):
     """Protocol version of the writer (absent before it existed: version 1)."""
     reason: str
     """One of STOP_REASONS: cancel, preemption, budget, controller, criterion, alert,
-    rollback, pause, resize (an elastic run grows back: control/membership.py)."""
+    rollback, pause, resize (an elastic run grows back: control/membership.py), and an
+    operator's operator_stop, skip_shard, move_pool (control/operator.py)."""
     save: bool = True
     """Save a checkpoint at the stop step before exiting."""
     requested_unix_s: float

@@ -135,3 +135,25 @@ def test_reports_older_than_the_checkpoint_before_the_newest_are_let_go():
     ((_, kind, attrs),) = [(g.generation, k, a) for g, k, a in replays.verdicts(False)]
     assert kind == EventType.RECOVERY_VERIFIED and attrs["compared"] == 8
     assert attrs["unchecked"] == 12
+
+
+def test_an_operators_skipped_shard_makes_the_replay_no_reference():
+    """A generation that starts without a shard an operator named (control/operator.py) reads
+    other data than the generations before it: neither it nor a later one is judged against
+    them (unverified, not diverged)."""
+    skip = ChannelMessage(
+        event_id=f"e{next(_ids)}",
+        type=EventType.DATA_SHARD_QUARANTINED,
+        generation=2,
+        rank=0,
+        step=5,
+        time_unix_s=0.0,
+        attributes={"shard": "notes-00000", "reason": "operator"},
+    )
+    messages = run_of({1: range(1, 9)})
+    messages += [skip] + [step(2, r, n, 9.0 + n + r) for n in range(5, 8) for r in range(2)]
+    messages += [step(3, r, n, 9.0 + n + r) for n in range(6, 10) for r in range(2)]
+    found = {g: (kind, attrs) for g, kind, attrs in verdicts(messages, ended=True)}
+    assert found[2][0] == EventType.RECOVERY_UNVERIFIED
+    assert "an operator had shard notes-00000 skipped" in found[2][1]["reason"]
+    assert found[3][0] == EventType.RECOVERY_VERIFIED, found[3]  # against generation 2 only

@@ -244,12 +244,14 @@ class RunActions(AccessBase):
         run_id: str,
         reason: str,
         request: "Callable[..., WriteResult]",
+        target: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """A person's intervention on a run: allowed to its submitter (CANCEL_OWN) or an
-        operator (CANCEL_ANY), audited, and written into the run's own log with the actor."""
+        operator (CANCEL_ANY), audited (with `target`: what an operator action names), and
+        written into the run's own log with the actor."""
         run = self.run(run_id, action=action)
         own = run.submitted_by == self.actor.name and self.actor.may(Permission.CANCEL_OWN)
-        params = {"reason_chars": len(reason)}
+        params = {"reason_chars": len(reason), **(target or {})}
         if not own:
             self.require(
                 Permission.CANCEL_ANY,

@@ -4,12 +4,14 @@ from runwright.access.admin import AdminActions
 from runwright.access.dashboard import DashboardActions
 from runwright.access.datasets import DataContractActions
 from runwright.access.downloads import DownloadActions
+from runwright.access.operator import OperatorActions
 from runwright.access.releases import ReleaseActions
 from runwright.access.runs import RunActions
 from runwright.access.storage import StorageActions
 
 
 class Access(
+    OperatorActions,
     RunActions,
     StorageActions,
     ReleaseActions,

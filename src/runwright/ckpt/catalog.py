@@ -5,8 +5,10 @@ the sha256 of the manifest.json beside it, and the folder name, the record and t
 on id, step and generation; a folder with a `REJECTED` marker (its publish was refused by the
 fence) is not. A committed folder with a `SUSPECT` marker (saved after the last passing
 silent-data-corruption check, before a failed one: ckpt/suspect.py) is listed with its reason and
-never restored. Records are read within `RECORD_MAX_BYTES` and only from regular files. Directory
-listings alone never count (seed 003: the manifest, not the listing, is the transaction boundary).
+never restored; so is one with an `ABANDONED` marker (newer than the checkpoint an operator
+rolled the run back to: ckpt/abandon.py). Records are read within `RECORD_MAX_BYTES` and only
+from regular files. Directory listings alone never count (seed 003: the manifest, not the
+listing, is the transaction boundary).
 """
 
 import hashlib
@@ -16,6 +18,7 @@ from pydantic import ValidationError
 from runwright.ckpt.errors import CheckpointRootError
 from runwright.ckpt.fence import Fence
 from runwright.ckpt.manifest import (
+    ABANDONED_FILE,
     COMMIT_FILE,
     MANIFEST_FILE,
     RECORD_MAX_BYTES,
@@ -42,6 +45,9 @@ class CommittedCheckpoint(Record):
     """Its manifest (hash checked against the record)."""
     suspect: str | None = None
     """Why a failed corruption check made it suspect (its SUSPECT marker); None: not suspect."""
+    abandoned: str | None = None
+    """Why an operator's rollback to an older checkpoint abandoned it (its ABANDONED marker);
+    None: not abandoned."""
 
 
 class Uncommitted(Record):
@@ -121,8 +127,21 @@ def read_committed(storage: CheckpointStorage, folder: str) -> CommittedCheckpoi
             or "marked suspect"
         )
     return CommittedCheckpoint(
-        folder=folder, path=path, record=record, manifest=manifest, suspect=suspect
+        folder=folder,
+        path=path,
+        record=record,
+        manifest=manifest,
+        suspect=suspect,
+        abandoned=_marker(storage, f"{path}/{ABANDONED_FILE}", "abandoned by a rollback"),
     )
+
+
+def _marker(storage: CheckpointStorage, path: str, default: str) -> str | None:
+    """The reason a marker file beside a checkpoint holds, or None without the file."""
+    if not storage.exists(path):
+        return None
+    text = storage.read_record(path, RECORD_MAX_BYTES).decode(errors="replace").strip()
+    return text or default
 
 
 def _why(exc: Exception) -> str:
@@ -175,8 +194,9 @@ def restore_candidates(
     """Restore order: the fence's latest pointer first, then older committed checkpoints newest
     first. Committed folders newer than the pointer are left out: only a stale writer, whose
     publish the fence refused, can have produced them. Suspect ones are left out too: they may
-    hold a corrupted state (ckpt/suspect.py)."""
-    committed = [c for c in scan(storage)[0] if c.suspect is None]
+    hold a corrupted state (ckpt/suspect.py); and abandoned ones: an operator rolled the run
+    back past them (ckpt/abandon.py)."""
+    committed = [c for c in scan(storage)[0] if c.suspect is None and c.abandoned is None]
     latest = fence.latest() if fence is not None else None
     if latest is None:
         return committed

@@ -185,7 +185,9 @@ class _Rules:
             return self.checkpoint(name, kind, found.reason, checkpoint_id)
         beyond_pointer = self.latest_step is not None and found.record.step > self.latest_step
         fenced = found.record.generation < self.current_generation
-        if kind == "folder" and beyond_pointer and fenced:
+        # An operator's rollback left an ABANDONED one beyond the pointer on purpose: it was
+        # published, and is kept as evidence (ckpt/abandon.py).
+        if kind == "folder" and beyond_pointer and fenced and found.abandoned is None:
             return self.checkpoint(
                 name, kind, "committed but never published (writer fenced)", checkpoint_id
             )

@@ -20,6 +20,9 @@ REJECTED_FILE = "REJECTED"
 SUSPECT_FILE = "SUSPECT"
 """Beside a committed checkpoint saved after a silent-data-corruption check last passed, when a
 later check failed (ckpt/suspect.py): restore and retention no longer count it as good."""
+ABANDONED_FILE = "ABANDONED"
+"""Beside a committed checkpoint newer than the one an operator rolled the run back to
+(ckpt/abandon.py): kept as it is, never restored, never deleted by retention."""
 DCP_METADATA = ".metadata"
 """DCP's own metadata file in a checkpoint folder (written last by rank 0)."""
 SIDECAR_SUFFIX = "_files.json"

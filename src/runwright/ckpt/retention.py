@@ -5,7 +5,9 @@ Rules: keep the newest `keep_last`; keep every checkpoint whose step is a multip
 that is not suspect (the newest that passed validation), the newest one at or before the last
 passing silent-data-corruption check (`known_good_step`: the rollback target should a later check
 fail, ckpt/suspect.py), the one the fence's latest pointer names, and every one a retention hold
-names (hold.py: an escalated run's scene), whatever the other rules say. Deleting removes the
+names (hold.py: an escalated run's scene), whatever the other rules say. A checkpoint an
+operator's rollback abandoned (ckpt/abandon.py) is outside retention: neither counted nor deleted
+(it is the evidence of what the rollback undid; a person deletes it). Deleting removes the
 commit record first (fsynced), so a crash mid-delete leaves residue that restore ignores, never a
 committed checkpoint with missing shards. A delete storage refuses (a volume turned read-only) is
 reported and skipped: the commit that triggered retention stands, and the next commit's retention
@@ -141,6 +143,7 @@ def apply_retention(
                 suspect=c.suspect is not None,
             )
             for c in committed
+            if c.abandoned is None
         ],
         keep_last=keep_last,
         keep_every_steps=keep_every_steps,

@@ -41,6 +41,27 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "checkpoint, then driven here as submit does (exit 0 succeeded, 3 paused again, 1 "
         "otherwise) unless --detach.",
     ),
+    "rollback": (
+        "operator",
+        "Roll a live run back to a chosen committed checkpoint: it stops at its next step boundary "
+        "without a save, later checkpoints are kept but marked abandoned, and a new generation "
+        "goes on from the chosen one with its data cursor.",
+    ),
+    "skip-shard": (
+        "operator",
+        "Skip a named bad shard: a live run saves at its next step boundary and restarts without "
+        "it; the data cursor records the skip, so every rank and every restart agrees.",
+    ),
+    "move": (
+        "operator",
+        "Move a run to another pool (an operator's action): a live one saves, gives its "
+        "allocation back and is queued again there; a queued or paused one moves at once.",
+    ),
+    "stop": (
+        "operator",
+        "Stop a live run with a save: it saves at its next step boundary, even where "
+        "checkpoint.save_on_stop is off, and ends CANCELLED.",
+    ),
     "controller": (
         "runs",
         "Run the controller: reconcile runs from the store (what `submit --detach` starts).",

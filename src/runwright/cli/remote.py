@@ -215,6 +215,21 @@ class RemoteBackend:
     def resume(self, run_id: str, reason: str) -> dict[str, Any]:
         return self._call("POST", f"/v1/runs/{_segment(run_id)}/resume", json={"reason": reason})
 
+    def rollback(self, run_id: str, reason: str, checkpoint: str) -> dict[str, Any]:
+        body = {"checkpoint": checkpoint, "reason": reason}
+        return self._call("POST", f"/v1/runs/{_segment(run_id)}/rollback", json=body)
+
+    def skip_shard(self, run_id: str, reason: str, shard: str) -> dict[str, Any]:
+        body = {"shard": shard, "reason": reason}
+        return self._call("POST", f"/v1/runs/{_segment(run_id)}/skip-shard", json=body)
+
+    def move_pool(self, run_id: str, reason: str, pool: str) -> dict[str, Any]:
+        body = {"pool": pool, "reason": reason}
+        return self._call("POST", f"/v1/runs/{_segment(run_id)}/move", json=body)
+
+    def stop_with_save(self, run_id: str, reason: str) -> dict[str, Any]:
+        return self._call("POST", f"/v1/runs/{_segment(run_id)}/stop", json={"reason": reason})
+
     # -- datasets and checkpoints --------------------------------------------------------------
 
     def datasets(self) -> list[dict[str, Any]]:

@@ -38,6 +38,7 @@ from runwright.control.leasing import (
     LeaseGuardedExecutor,
 )
 from runwright.control.membership import is_elastic, spec_for
+from runwright.control.operator_step import OperatorStep
 from runwright.control.outage import OutageRider
 from runwright.control.pause import PauseStep
 from runwright.control.pools import PoolExecutors, PoolsError
@@ -161,6 +162,11 @@ class Controller(GroupSupervising, LeasedDriving):
             self.journal,
             release=lambda run, why: self.allocations.release(run, self.executor_of(run), why),
             close_alerts=self.alerts.close,
+        )
+        self.operator = OperatorStep(
+            store,
+            self.journal,
+            release=lambda run, why: self.allocations.release(run, self.executor_of(run), why),
         )
         self.launcher = GroupLauncher(
             store, self.journal, self.logs, self.executor_of, self._hostname

@@ -20,6 +20,7 @@ from runwright.control import credentials
 from runwright.control.executors.protocol import Executor, GroupHandle
 from runwright.control.gangs import pinned_devices
 from runwright.control.journal import Journal
+from runwright.control.operator import skip_shards_env
 from runwright.control.recovery import skip_ranges
 from runwright.control.resume import resume_env, rollback_env
 from runwright.control.runlog import RunLogs
@@ -133,6 +134,7 @@ class GroupLauncher:
                 ENV_SKIP_STEPS: encode_skip_steps(skip_ranges(events)),
                 **resume_env(spec, run),
                 **rollback_env(run, events),
+                **skip_shards_env(events),
                 **(pinned_devices(spec, events, self.hostname) if executor.name == "local" else {}),
             },
         }

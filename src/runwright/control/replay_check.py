@@ -17,7 +17,8 @@ other generations, and records one verdict per restarted generation:
   the restore did not reproduce the run (a non-deterministic op, a restore that lost state). The
   default `recovery_diverged` alert rule fires on it.
 - RECOVERY_UNVERIFIED: nothing could be compared, and why: the world size changed (a reshard
-  changes what each rank computes), the replay was skipped on purpose (an alert's rollback), the
+  changes what each rank computes), the replay was skipped on purpose (an alert's rollback) or
+  reads other data (an operator's skipped shard, control/operator.py), the
   earlier generation ran on a state a corruption check found corrupted (SDC_DETECTED: its
   reports are no reference; control/sdc.py), or
   no report of the replayed steps was kept (see below).
@@ -127,8 +128,17 @@ class RunReplays:
         self.corrupted: dict[int, int] = {}
         """generation -> the known-good step its SDC_DETECTED named."""
         """Committed checkpoint steps seen, ascending (the newest two bound what is kept)."""
+        self.operator_skips: dict[int, str] = {}
+        """generation -> a shard an operator had it skip from its first step (control/
+        operator.py): its data differs from the earlier generations', so it replays nothing."""
 
     def observe(self, message: ChannelMessage) -> None:
+        if (
+            message.type == EventType.DATA_SHARD_QUARANTINED
+            and message.attributes.get("reason") == "operator"
+        ):
+            self.operator_skips[message.generation] = str(message.attributes.get("shard"))
+            return
         if message.type == EventType.SDC_DETECTED:
             known_good = message.attributes.get("known_good_step")
             self.corrupted[message.generation] = int(known_good or 0)
@@ -171,6 +181,9 @@ class RunReplays:
         for other in self.generations.values():
             if other is gen or other.world_size != gen.world_size or step not in other.steps:
                 continue
+            low, high = sorted((gen.generation, other.generation))
+            if any(low < g <= high for g in self.operator_skips):
+                continue  # an operator's skipped shard between them: other data, no reference
             theirs = other.steps[step]
             if theirs.prints[rank] == MISSING:
                 continue
@@ -237,6 +250,12 @@ class RunReplays:
         }
         if gen.skipped_on_purpose:
             why = "the steps after the restored checkpoint were skipped on purpose (rollback)"
+            return EventType.RECOVERY_UNVERIFIED, {**base, "reason": why}
+        if gen.generation in self.operator_skips:
+            why = (
+                f"an operator had shard {self.operator_skips[gen.generation]} skipped from the "
+                "restored step on: the replayed steps read other data than before"
+            )
             return EventType.RECOVERY_UNVERIFIED, {**base, "reason": why}
         if any(e.world_size != gen.world_size for e in earlier if e.last_step > restored):
             why = (

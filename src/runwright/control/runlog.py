@@ -37,6 +37,7 @@ KEPT = (
     EventType.FAILURE_CLASSIFIED,
     EventType.MEMBERSHIP_CHANGED,
     EventType.RUN_FINISHED,
+    EventType.OPERATOR_ACTION_REQUESTED,  # skipped shards go to every later launch (operator.py)
 )
 """The event types the reconcile passes read; a view folds in these and nothing else."""
 LOOKBACK_SEQ = 10_000

@@ -23,6 +23,7 @@ from runwright.control.ingest import Ingestor
 from runwright.control.journal import Journal
 from runwright.control.launching import GroupLauncher
 from runwright.control.membership import RESIZE_REASON
+from runwright.control.operator_step import OperatorStep
 from runwright.control.pause import PAUSE_REASON, PauseStep
 from runwright.control.recovery import RecoverySequence
 from runwright.control.replay_check import ReplayVerifier
@@ -55,6 +56,7 @@ class GroupSupervising(ABC):
     stops: GroupStops
     withdrawals: WithdrawalWatch
     pauses: PauseStep
+    operator: OperatorStep
     launcher: GroupLauncher
     allocations: AllocationStep
     _sup: dict[str, Supervision]
@@ -181,6 +183,13 @@ class GroupSupervising(ABC):
             sup.end_attempt(self.store, run.run_id, exit_code, None)
             self._sup.pop(run.run_id, None)
             self.stops.end(run, reason)
+        elif (asked := self.operator.asked(run, reason)) is not None and not (
+            ack is None and exit_code == 0
+        ):
+            # An operator's action (control/operator.py); a group that exits 0 without
+            # acknowledging finished its last step first, and the run succeeds as usual.
+            if self.operator.stopped(run, sup, exit_code, asked):
+                self._sup.pop(run.run_id, None)
         elif reason == "rollback":
             self.recovery.roll_back(run, spec, sup, exit_code)
             self._sup.pop(run.run_id, None)

@@ -85,6 +85,10 @@ class Intervention(Record):
     actor: str | None = None
     """Who did it: a principal through the server, `local:<user>` from a CLI; None when the
     platform itself acted or the log predates actors."""
+    reason: str | None = None
+    """The reason the person gave (operator actions, govern/operator_actions.py)."""
+    effect: str | None = None
+    """What the action did to the run, in words (operator actions)."""
 
 
 def _int(value: Any) -> int | None:
@@ -253,8 +257,13 @@ def interventions(run: RunRecord, events: Sequence[EventRecord]) -> list[Interve
                 actor=actor,
             )
         )
+    from runwright.govern.operator_actions import operator_interventions
+
+    found.extend(operator_interventions(events))
     reason = run.terminal_reason
-    if reason in INTERVENING_REASONS and not any(i.kind == "cancel" for i in found):
+    if reason in INTERVENING_REASONS and not any(
+        i.kind in ("cancel", "stop_with_save") for i in found
+    ):
         found.append(
             Intervention(
                 time_unix_s=run.updated_unix_s,

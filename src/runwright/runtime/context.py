@@ -35,6 +35,7 @@ from runwright.protocol import (
     ENV_SKIP_STEPS,
     ENV_SPEC_FILE,
     HEARTBEAT,
+    OPERATOR_SAVING_STOPS,
     RankEntry,
     StopRequest,
     check_version,
@@ -168,6 +169,14 @@ class RunContext:
         raise StopRun(
             self.acknowledge_stop(request, step), step, self.stop_watcher.signal_exit_code
         )
+
+    @property
+    def save_forced_at_stop(self) -> bool:
+        """Whether the agreed stop is an operator's that saves at the stop step whatever
+        checkpoint.save_on_stop says (protocol.OPERATOR_SAVING_STOPS: a stop with a save, a
+        skipped shard, a pool move)."""
+        asked = self.stop_request
+        return asked is not None and asked.save and asked.reason in OPERATOR_SAVING_STOPS
 
     def acknowledge_stop(self, request: StopRequest, step: int) -> StopRequest:
         """Take the agreed stop: the controller's own request when there is one (a cancel's new

@@ -148,6 +148,7 @@ def create_app(
         storage,
         ui,
     )
+    from runwright.server import operator as operator_routes
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -207,6 +208,7 @@ def create_app(
         return {"ok": True, "version": __version__}
 
     app.include_router(runs.router)
+    app.include_router(operator_routes.router)
     app.include_router(storage.router)
     app.include_router(data_policies.router)
     app.include_router(releases.router)

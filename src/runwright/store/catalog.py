@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 STAGED = "STAGED"
 COMMITTED = "COMMITTED"
 DELETED = "DELETED"
+ABANDONED = "ABANDONED"
+"""Committed, then left behind by an operator's rollback to an older checkpoint (kept on storage
+with an ABANDONED marker, ckpt/abandon.py; control/operator.py marks the row)."""
 
 
 class CheckpointCatalog:
@@ -85,7 +88,7 @@ class CheckpointCatalog:
                 checkpoints.update()
                 .where(
                     checkpoints.c.checkpoint_id == checkpoint_id,
-                    checkpoints.c.status != COMMITTED,
+                    checkpoints.c.status.not_in([COMMITTED, ABANDONED]),
                 )
                 .values(**row)
             ).rowcount
@@ -131,6 +134,23 @@ class CheckpointCatalog:
                     checkpoints.c.status != DELETED,
                 )
                 .values(status=DELETED)
+            ).rowcount
+        return Outcome.APPLIED if changed else Outcome.ALREADY_APPLIED
+
+    def mark_abandoned(self, run_id: str, checkpoint_ids: list[str]) -> Outcome:
+        """An operator's rollback left these committed checkpoints behind (ABANDONED): they stay
+        listed, as history, but are no longer the run's committed ones."""
+        if not checkpoint_ids:
+            return Outcome.ALREADY_APPLIED
+        with self._begin() as conn:
+            changed = conn.execute(
+                checkpoints.update()
+                .where(
+                    checkpoints.c.run_id == run_id,
+                    checkpoints.c.checkpoint_id.in_(checkpoint_ids),
+                    checkpoints.c.status == COMMITTED,
+                )
+                .values(status=ABANDONED)
             ).rowcount
         return Outcome.APPLIED if changed else Outcome.ALREADY_APPLIED
 

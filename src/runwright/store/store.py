@@ -41,7 +41,16 @@ DEFAULT_PROJECT = "default"
 """The project of runs submitted without one (a local CLI, runs older than projects)."""
 # Fields a fenced worker write may change; state and generation change only via transition().
 FENCED_FIELDS = frozenset({"last_heartbeat_unix_s", "last_step", "data_cursor"})
-CONTROLLER_FIELDS = FENCED_FIELDS | {"allocation", "rank_manifest", "state_detail"}
+CONTROLLER_FIELDS = (
+    FENCED_FIELDS
+    | {"allocation", "rank_manifest", "state_detail"}
+    | {
+        "spec",
+        "spec_hash",
+    }
+)
+"""`spec` and `spec_hash` change together, only when an operator moves a run to another pool
+(control/operator.py): the new spec differs in resources.pool alone."""
 
 
 class Store:

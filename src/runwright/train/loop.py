@@ -347,7 +347,12 @@ def main(argv: list[str] | None = None) -> int:
 
     # -- finish: save at the stop step (or the last one); the context's close reports the rest --
     if saved_step != step:
-        ckpt.maybe_save(step, state, stopping=True)
+        if ctx.save_forced_at_stop:
+            # An operator's stop asks for a save whatever checkpoint.save_on_stop says
+            # (control/operator.py); every rank agreed on the same stop.
+            ckpt.save(step, state)
+        else:
+            ckpt.maybe_save(step, state, stopping=True)
     ckpt.close()
     loop.close()
     loader.close()

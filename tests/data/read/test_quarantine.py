@@ -337,3 +337,45 @@ def test_ranks_that_see_a_shard_differently_agree_to_skip_it_at_the_same_step(
         rows += take(one, 8 - at)
         assert one.cursor == first
     assert [r.tolist() for r in rows] == result["rows"]
+
+
+def test_an_operators_skip_is_quarantined_from_the_step_the_loader_starts_at(pristine, reference):
+    """A shard an operator named (protocol.ENV_SKIP_SHARDS, control/operator.py) is left out from
+    the restored step on, under `fail` too, reason `operator`, nothing read of it after; a resume
+    from a later cursor keeps it out without being told again, and counts its lost tokens."""
+    shard = prose_shard_read_at(5, reference, pristine)
+    with loader(pristine, "fail") as first:
+        take(first, 4)
+        at_4 = first.cursor
+    skip = {shard: "garbled text"}
+    source = DataLoader(pristine, spec("fail"), global_batch_samples=BATCH, skip_shards=skip)
+    with source:
+        source.load_state_dict(at_4.model_dump(mode="json"))
+        rows = take(source, 6)
+        after = source.cursor
+    assert not any(markers(pristine, shard) & set(np.unique(r).tolist()) for r in rows)
+    (q,) = after.quarantined
+    assert (q.shard, q.reason, q.from_step) == (shard, "operator", 4)
+    assert q.tokens_lost > 0 and q.documents_lost > 0
+
+    # A later generation restores the cursor: the skip holds without the list, and goes on
+    # counting.
+    with loader(pristine, "fail") as later:
+        later.load_state_dict(after.model_dump(mode="json"))
+        more = take(later, 4)
+        again = later.cursor
+    assert not any(markers(pristine, shard) & set(np.unique(r).tolist()) for r in more)
+    assert again.quarantined[0].tokens_lost >= q.tokens_lost
+
+
+def test_the_skip_list_from_the_environment_is_read_and_checked(monkeypatch):
+    from runwright.data.read.loader import operator_skips
+    from runwright.protocol import ENV_SKIP_SHARDS
+
+    monkeypatch.delenv(ENV_SKIP_SHARDS, raising=False)
+    assert operator_skips() == {}
+    monkeypatch.setenv(ENV_SKIP_SHARDS, json.dumps({"prose-00001": "bad"}))
+    assert operator_skips() == {"prose-00001": "bad"}
+    monkeypatch.setenv(ENV_SKIP_SHARDS, "[1, 2]")
+    with pytest.raises(DataError, match="must map shard names to reasons"):
+        operator_skips()

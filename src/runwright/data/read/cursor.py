@@ -48,8 +48,9 @@ class QuarantinedShard(Record):
     """Shard name (the files `<shard>.bin` and `<shard>.idx` of the dataset)."""
     source: PlainName
     """Mixture source the shard belongs to."""
-    reason: Literal["corrupt", "missing"]
-    """`missing`: a file of it could not be found; `corrupt`: its bytes differ from the manifest."""
+    reason: Literal["corrupt", "missing", "operator"]
+    """`missing`: a file of it could not be found; `corrupt`: its bytes differ from the manifest;
+    `operator`: a person told the run to skip it (control/operator.py)."""
     from_step: int = Field(ge=0, le=(1 << 63) - 1)
     """Global steps consumed when it was quarantined: steps from this one on (0-based) never
     read it."""

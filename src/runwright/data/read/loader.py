@@ -14,6 +14,7 @@ script reports, the last batch's sample range, token counts and input wait, whic
 consumed-sample ledger, the token accounting and the input-wait share read.
 """
 
+import json
 import os
 import threading
 import time
@@ -45,7 +46,25 @@ from runwright.data.read.step_plan import BatchPlan, CursorPoint, Planner
 from runwright.data.read.stream import DocStream, StreamState
 from runwright.data.read.tables import identity_cursor, source_tables
 from runwright.events import report_at_close
+from runwright.protocol import ENV_SKIP_SHARDS
 from runwright.spec import DataSpec
+
+
+def operator_skips() -> dict[str, str]:
+    """The shards an operator told this run to skip (shard -> reason), as the controller passes
+    them (protocol.ENV_SKIP_SHARDS); none outside a run or without one."""
+    text = os.environ.get(ENV_SKIP_SHARDS)
+    if not text:
+        return {}
+    try:
+        named = json.loads(text)
+    except ValueError as exc:
+        raise DataError(
+            f"{ENV_SKIP_SHARDS} is not JSON ({exc}): the controller writes it"
+        ) from None
+    if not isinstance(named, dict):
+        raise DataError(f"{ENV_SKIP_SHARDS} must map shard names to reasons, got {text[:80]!r}")
+    return {str(k): str(v) for k, v in named.items()}
 
 
 def _useful_workers(requested: int) -> int:
@@ -71,7 +90,9 @@ class DataLoader:
     A train shard that is corrupt or missing, at open or while it is read, is handled as
     `data_spec.on_corrupt_shard` says (data/read/quarantine.py). Under `skip` the ranks agree on
     it over `group` (a gloo-capable group; default: every rank of the default process group,
-    and every rank must then construct a loader and take the same steps).
+    and every rank must then construct a loader and take the same steps). `skip_shards` (shard
+    name -> reason; default: what the controller passes in protocol.ENV_SKIP_SHARDS) are left
+    out from the step the loader starts at, as an operator asked (quarantine reason `operator`).
     """
 
     def __init__(
@@ -93,6 +114,7 @@ class DataLoader:
         drift_window_steps: int | None = DRIFT_WINDOW_STEPS,
         group: Any = None,
         loss_length_buckets: Sequence[int] | None = DEFAULT_LENGTH_EDGES,
+        skip_shards: dict[str, str] | None = None,
     ) -> None:
         if dp_size < 1 or not 0 <= dp_rank < dp_size:
             raise DataError(f"dp_rank={dp_rank} must lie in [0, dp_size={dp_size})")
@@ -152,7 +174,14 @@ class DataLoader:
         self._itemsize = tokens[0].dtype.itemsize if tokens else 2
         tables = source_tables(self.dataset, data_spec, train)
         self._guard = ShardGuard(
-            data_spec.on_corrupt_shard, self.dataset, train, tables, dp_rank, dp_size, group
+            data_spec.on_corrupt_shard,
+            self.dataset,
+            train,
+            tables,
+            dp_rank,
+            dp_size,
+            group,
+            operator=skip_shards if skip_shards is not None else operator_skips(),
         )
         self.sources = tables
         self.loss_groups: LossGroups | None = (

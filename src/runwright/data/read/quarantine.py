@@ -31,6 +31,11 @@ not). A restart from a checkpoint taken before it re-reads the steps in between;
 steps read first are gone, so it cannot repeat them: it finds the shard at open and quarantines
 it from its first step, and the steps the earlier generation trained past the checkpoint are
 discarded with it. If the shard was restored meanwhile, it is read again, as it should be.
+
+An operator's skip (`runwright skip-shard`, control/operator.py) is a decision, not a finding:
+the loader is given the shard names (protocol.ENV_SKIP_SHARDS, the same on every rank of every
+later generation), and they are quarantined with reason `operator` at the first decision point
+(the step the loader starts at) under either policy, with no agreement needed.
 """
 
 import logging
@@ -50,7 +55,7 @@ from runwright.data.read.stream import BLOCK_DOCS, SourceTable
 from runwright.events import EventType, emit
 
 Policy = Literal["fail", "skip"]
-Reason = Literal["corrupt", "missing"]
+Reason = Literal["corrupt", "missing", "operator"]
 _log = logging.getLogger("runwright.data")
 
 
@@ -116,6 +121,7 @@ class ShardGuard:
         dp_rank: int,
         dp_size: int,
         group: Any = None,
+        operator: dict[str, str] | None = None,
     ) -> None:
         self.policy = policy
         self.dataset_id = dataset.manifest.dataset_id
@@ -126,6 +132,10 @@ class ShardGuard:
         self._index = {r.name: i for i, r in enumerate(records)}
         self.findings: dict[int, list[str]] = {self._index[n]: p for n, p in dataset.broken.items()}
         self._unread = set(self.findings)
+        self.operator = {
+            self._index[n]: why for n, why in (operator or {}).items() if n in self._index
+        }
+        """Shard index -> the operator's reason: skipped by decision (module doc)."""
         self._agreement = ShardAgreement(len(records), group) if policy == "skip" else None
         if self._agreement is not None and dp_size > 1 and not self._agreement.active:
             _log.warning(
@@ -157,6 +167,8 @@ class ShardGuard:
         reason for each shard to quarantine now (`done`: those quarantined already). Under
         `fail` a finding raises instead. Under `skip` every rank must call this at the same
         points (it may all-reduce)."""
+        asked: dict[int, Reason] = {i: "operator" for i in self.operator if i not in done}
+        done = done | set(asked)
         self.findings.update(self.watch.check(i for i in read if i not in done))
         new = {i: p for i, p in self.findings.items() if i not in done}
         if self.policy == "fail":
@@ -169,9 +181,9 @@ class ShardGuard:
                     "what is wrong) and resume, or set data.on_corrupt_shard: skip to "
                     "quarantine it and train on without it"
                 )
-            return {}
+            return asked
         assert self._agreement is not None
-        return self._agreement.agree({i: reason_of(p) for i, p in new.items()})
+        return {**self._agreement.agree({i: reason_of(p) for i, p in new.items()}), **asked}
 
     def apply(
         self, cursor: DataCursor, decided: dict[int, Reason], residual: tuple[int, int] | None
@@ -208,6 +220,8 @@ class ShardGuard:
 
     def _report(self, q: QuarantinedShard) -> None:
         i = self._index[q.shard]
+        if i in self.operator and q.reason == "operator":
+            self.findings[i] = [f"skipped by an operator: {self.operator[i]}"]
         if i not in self.findings:
             # Another rank found it: say what this rank's copy shows (on a shared folder, the
             # same damage), so the event names the problem whichever rank saw it first.

@@ -304,6 +304,8 @@ class DataLoader:
         )
 
     def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint, list[int]]:
+        if self.spec.read_delay_seconds:
+            time.sleep(self.spec.read_delay_seconds)  # the spec's declared slow data path
         batch, stored_tokens = materialise(
             plan, self._packer, self._storage, self.spec.sequence_length, self.eod_token_id
         )

@@ -32,6 +32,7 @@ from runwright.govern.evidence import (
 from runwright.govern.incidents import Incident, Intervention, incidents, interventions
 from runwright.govern.membership import MembershipChange, membership_changes
 from runwright.govern.page import render_page
+from runwright.govern.performance import PerformanceReport, performance_report, report_sha256
 from runwright.observe import figures
 from runwright.observe.accounting import CostSplit, account
 from runwright.observe.timeline import Timeline, build_timeline
@@ -260,6 +261,13 @@ class RunReport(Record):
     governance: Governance | None = None
     """Owner, hypothesis, stop criteria and their outcome, preflight (None in reports written
     before it existed)."""
+    performance: PerformanceReport | None = None
+    """Throughput and step-time figures with the phases and window they include, software
+    versions, device type, peak memory per rank (govern/performance.py; None in reports written
+    before it existed)."""
+    report_sha256: str | None = None
+    """sha256 of this report's canonical JSON without this field and `generated_unix_s`; the run's
+    record keeps it (REPORT_HASHED) once the report is served."""
 
 
 def final_metrics(spec: dict[str, Any], timeline: Timeline, split: CostSplit) -> FinalMetrics:
@@ -382,7 +390,13 @@ def collect_report(
         final_metrics=final_metrics(spec, timeline, split),
         governance=governance(spec, events),
     )
-    return report, timeline
+    world_size = max((a.world_size for a in attempts), default=1)
+    flops = report.final_metrics.flops_per_token
+    report = report.model_copy(
+        update={"performance": performance_report(spec, events, timeline.steps, world_size, flops)}
+    )
+    digest = report_sha256(report.model_dump(mode="json", exclude={"report_sha256"}))
+    return report.model_copy(update={"report_sha256": digest}), timeline
 
 
 ReportView = Callable[[dict[str, Any]], dict[str, Any]]

@@ -12,6 +12,8 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 <root>/datasets/recipes/                 recipes kept beside the datasets they built (the demo's)
 <root>/datasets/.work/<recipe_key>/      a build in progress: finished partitions, markers
 <root>/drills/<drill_id>/                a fault drill: drill.json, drill.html (runwright drill)
+<root>/baselines/<name>/                 a baseline: baseline.json, check-<time>/check.json
+<root>/experiments/<name>.json           an experiment: owner, hypothesis, runs
 <root>/local/<run_id>/                   a run started without the control plane (plain torchrun)
 <root>/releases/<project>/<model>/v<N>/ a release's export, gated (govern/release.py)
 <root>/runs/<run_id>/                    one run, laid out as follows (RunPaths)
@@ -151,6 +153,21 @@ def runs_dir(root: Path) -> Path:
 def drills_dir(root: Path) -> Path:
     """Fault drills' reports (`runwright drill`), one folder per drill."""
     return root / "drills"
+
+
+def baselines_dir(root: Path) -> Path:
+    """Regression baselines (`runwright baseline`), one folder per name."""
+    return root / "baselines"
+
+
+def baseline_dir(root: Path, name: str) -> Path:
+    """Baseline `name`'s folder: baseline.json and each check's folder."""
+    return baselines_dir(root) / name
+
+
+def experiments_dir(root: Path) -> Path:
+    """Experiments (`runwright experiment`), one JSON file per name."""
+    return root / "experiments"
 
 
 def release_dir(root: Path, project: str, name: str, version: int | str) -> Path:

@@ -72,6 +72,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "class, action, lost steps and seconds, time to the first step past the restore, and "
         "bitwise equality with one fault-free reference run.",
     ),
+    "baseline": (
+        "baseline",
+        "Record a fixed workload's baseline and check a later run of it against it.",
+    ),
+    "experiment": (
+        "experiment",
+        "Group runs into experiments, compute their comparability, mark contaminated steps.",
+    ),
     "report": (
         "report",
         "Write a run's report: code, environment, spec, plan, data, "

@@ -32,6 +32,8 @@ COVERED_ELSEWHERE = {
     "pause": "tests/control/test_pause.py (pause, resume and an alert's pause on a live run)",
     "resume": "tests/control/test_pause.py",
     "drill": "tests/drill/test_drill_runs.py (two faults; the whole matrix with -m slow)",
+    "baseline": "tests/govern/test_baseline_runs.py (record, check, a slower data path fails)",
+    "experiment": "tests/govern/test_experiments.py (create, add, show, contaminate)",
 }
 
 

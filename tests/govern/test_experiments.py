@@ -119,3 +119,35 @@ def test_experiment_names_and_missing_ones(tmp_path, store):
     create_experiment(tmp_path, "x", "a", "h")
     with pytest.raises(RunwrightError, match="exists"):
         create_experiment(tmp_path, "x", "a", "h")
+
+
+def test_the_cli_creates_adds_shows_and_marks(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from runwright.cli.main import app
+
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    _run(store, "ref")
+    _run(store, "b", dataset="b" * 64)
+    store.close()
+    runner = CliRunner()
+    where = ["--root", str(tmp_path)]
+
+    def call(*args: str):
+        return runner.invoke(app, [*args, *where])
+
+    made = call("experiment", "create", "e1", "--owner", "ana", "--hypothesis", "b is better")
+    assert made.exit_code == 0, made.output
+    assert call("experiment", "add", "e1", "ref", "b").exit_code == 0
+    marked = call("experiment", "contaminate", "b", "--steps", "2-3", "--reason", "bad shard")
+    assert marked.exit_code == 0 and "marked contaminated" in marked.output
+    bad = call("experiment", "contaminate", "b", "--steps", "3", "--reason", "x")
+    assert bad.exit_code != 0 and "give FIRST-LAST" in bad.output
+    shown = json.loads(call("experiment", "show", "e1", "--json").output)
+    rows = {r["run_id"]: r for r in shown["runs"]}
+    assert rows["ref"]["comparable"] and not rows["b"]["comparable"]
+    assert rows["b"]["contaminated"][0]["reason"] == "bad shard"
+    table = call("experiment", "show", "e1").output
+    assert "data version differs" in table and "2-3 (bad shard)" in table

@@ -304,8 +304,6 @@ class DataLoader:
         )
 
     def _materialise(self, plan: BatchPlan) -> tuple[Batch, CursorPoint, list[int]]:
-        if self.spec.read_delay_seconds:
-            time.sleep(self.spec.read_delay_seconds)  # the spec's declared slow data path
         batch, stored_tokens = materialise(
             plan, self._packer, self._storage, self.spec.sequence_length, self.eod_token_id
         )
@@ -320,6 +318,10 @@ class DataLoader:
         if self._finished:
             raise StopIteration
         began = time.perf_counter()
+        if self.spec.read_delay_seconds:
+            # The spec's declared slow data path, on the caller's side of the prefetch queue so
+            # no read-ahead hides it: every step waits this long for its batch.
+            time.sleep(self.spec.read_delay_seconds)
         item = self._take()
         waited = time.perf_counter() - began
         self._wait_total += waited

@@ -6,7 +6,7 @@ import pytest
 
 from runwright.events import EventType
 from runwright.govern.performance import record_report_hash
-from runwright.govern.report import collect_report
+from runwright.govern.report import collect_report, render_report
 from runwright.store import NewEvent, Store
 
 
@@ -63,3 +63,5 @@ def test_the_window_the_memory_and_the_hash(store):
     record_report_hash(store, "r", 2, report.report_sha256)
     kept = store.events("r", types=[EventType.REPORT_HASHED])
     assert [e.attributes["report_sha256"] for e in kept] == [report.report_sha256]
+    _, html = render_report(store, "r")
+    assert "<h2>Performance</h2>" in html and "steps 3-7 (4 executions" in html

@@ -247,3 +247,43 @@ def record_report_hash(store: Store, run_id: str, generation: int, digest: str) 
         ),
         fenced=False,
     )
+
+
+def performance_html(performance: PerformanceReport | None) -> list[str]:
+    """report.html's performance section: the figures with their window, versions, memory."""
+    from html import escape
+
+    from runwright.govern.page import table
+
+    if performance is None:
+        return []
+    f, w = performance.figures, performance.figures.window
+    rows = [
+        ("loss tokens/s", f.loss_tokens_per_second),
+        ("device tokens/s", f.device_tokens_per_second),
+        ("step seconds p50 / p90 / p99",
+         " / ".join("-" if v is None else f"{v:.4g}"
+                    for v in (f.step_seconds_p50, f.step_seconds_p90, f.step_seconds_p99))),
+        ("data wait seconds per rank-step", f.data_wait_seconds_mean),
+        ("gradient sync seconds per rank-step", f.comm_seconds_mean),
+        ("MFU", f.mfu if f.mfu is not None else f.mfu_reason),
+    ]  # fmt: skip
+    window = (
+        f"steps {w.first_step}-{w.last_step} ({w.steps} executions, {w.seconds:.3g} s); includes "
+        f"{', '.join(w.includes)}; excludes {'; '.join(w.excludes)}"
+    )
+    versions = ", ".join(f"{k} {v}" for k, v in sorted(performance.versions.items())) or "-"
+    return [
+        "<h2>Performance</h2>",
+        f'<p class="sub">{escape(window)}</p>',
+        table(["figure", "value"], rows),
+        f'<p class="sub">{escape(performance.device_type)} x {performance.world_size}; '
+        f"{escape(versions)}</p>",
+        table(
+            ["rank", "generation", "peak host bytes", "peak device bytes"],
+            [
+                (m.rank, m.generation, m.peak_host_bytes, m.peak_device_bytes)
+                for m in performance.peak_memory
+            ],
+        ),
+    ]

@@ -71,3 +71,33 @@ def test_nearest_rank_percentile():
     assert percentile([3.0, 1.0, 2.0, 4.0], 50) == 2.0
     assert percentile([3.0, 1.0, 2.0, 4.0], 90) == 4.0
     assert percentile([], 50) is None
+
+
+def test_bad_input_names_the_fix(tmp_path):
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from runwright.cli.main import app
+
+    runner = CliRunner()
+    skeleton = str(Path(__file__).parents[2] / "examples" / "skeleton.yaml")
+    where = ["--root", str(tmp_path)]
+    missing = runner.invoke(app, ["baseline", "check", "nope", *where])
+    assert missing.exit_code != 0 and "record one with `runwright baseline record" in missing.output
+    name = runner.invoke(app, ["baseline", "record", skeleton, "--name", "a/b", *where])
+    assert name.exit_code != 0 and "give a plain name" in name.output
+    bad = ["baseline", "record", skeleton, "--name", "x", "--tolerance", "speed=2", *where]
+    tolerance = runner.invoke(app, bad)
+    assert tolerance.exit_code != 0 and "FIGURE one of loss_tokens_per_second" in tolerance.output
+    negative = runner.invoke(app, [*bad[:5], "--tolerance", "peak_memory=-1", *where])
+    assert negative.exit_code != 0 and "peak_memory" in negative.output
+
+
+def test_a_check_pins_to_the_node_labels_only():
+    labels = EnvironmentLabels(
+        python="3.11.7", torch="2.13.0", cuda="12.4", driver="550.54", nccl="2.21.5",
+        node_type="cuda/x86_64/64",
+    )  # fmt: skip
+    assert labels.node_pins() == {"cuda": "12.4", "driver": "550.54", "nccl": "2.21.5"}
+    assert EnvironmentLabels(python="3.11.7", node_type="cpu/x86_64/2").node_pins() == {}

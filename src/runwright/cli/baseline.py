@@ -110,6 +110,12 @@ def check(
     overrides: list[str] = SetOption,
     tolerances: list[str] = ToleranceOption,
     image_digest: str | None = ImageOption,
+    pin: bool = typer.Option(
+        False,
+        "--pin",
+        help="Place the run only on nodes whose driver, CUDA and NCCL labels match the "
+        "baseline's (resources.node_labels; needs an inventory that labels them).",
+    ),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = typer.Option(False, "--json", help="Print the check as JSON."),
@@ -123,7 +129,7 @@ def check(
     result = check_baseline(
         resolved, st, name,
         overrides=overrides, tolerances=_tolerances(tolerances, base),
-        image_digest=image_digest, console=err_console if json_out else console,
+        image_digest=image_digest, pin=pin, console=err_console if json_out else console,
     )  # fmt: skip
     if json_out:
         print(json.dumps(result.model_dump(mode="json"), indent=2, sort_keys=True))

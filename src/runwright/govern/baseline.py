@@ -339,11 +339,17 @@ def check_baseline(
     overrides: Sequence[str] = (),
     tolerances: Tolerances | None = None,
     image_digest: str | None = None,
+    pin: bool = False,
     console: Console,
 ) -> BaselineCheck:
     baseline = load_baseline(root, name)
     data = baseline.spec
     source = f"baseline {name}'s spec"
+    pins = baseline.figures.labels.node_pins() if pin else {}
+    if pins:  # the nodes the baseline ran on: same driver, CUDA and NCCL (docs/sched.md)
+        resources = {**data.get("resources", {}), "node_labels": pins}
+        data = {**data, "resources": resources}
+        source += f" pinned to {pins}"
     if overrides:
         data = apply_overrides(data, list(overrides))
         source += f" with --set {' '.join(overrides)}"

@@ -32,6 +32,9 @@ ANOMALIES = (
 )
 """The events counted as anomalies: each says the numbers went wrong somewhere."""
 
+NODE_LABEL_KEYS = ("driver", "cuda", "nccl")
+"""The environment labels an inventory node carries in its `versions` (sched/inventory.py)."""
+
 IMAGE_DIGEST_ENV = "RUNWRIGHT_IMAGE_DIGEST"
 """Where a container's image digest is read from when `--image-digest` does not give it."""
 
@@ -56,8 +59,13 @@ class EnvironmentLabels(Record):
     """The node's kind: device type, CPU architecture and logical cores (`cpu/x86_64/16`)."""
 
     def as_node_labels(self) -> dict[str, str]:
-        """The labels a node must carry to match (for `resources.node_labels`)."""
+        """Every label that has a value."""
         return {k: v for k, v in self.model_dump().items() if isinstance(v, str)}
+
+    def node_pins(self) -> dict[str, str]:
+        """The labels a node's inventory carries (`versions`: driver, cuda, nccl), which a check
+        pins to (`resources.node_labels`); the interpreter and packages are the image's."""
+        return {k: v for k, v in self.as_node_labels().items() if k in NODE_LABEL_KEYS}
 
 
 def environment_labels(

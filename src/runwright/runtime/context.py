@@ -255,7 +255,10 @@ class RunContext:
         self._closed = True
         try:
             events.run_closing()
-            self._peak_memory()
+            # Only a rank that ends in order reports: one torn down after a peer failed would
+            # write under a generation the recovery has already fenced (a rejected stale write).
+            if self.completed or self.stop_request is not None:
+                self._peak_memory()
             if self.rank == 0 and self.completed:
                 self._training_complete()
         finally:

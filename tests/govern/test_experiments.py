@@ -150,4 +150,4 @@ def test_the_cli_creates_adds_shows_and_marks(tmp_path):
     assert rows["ref"]["comparable"] and not rows["b"]["comparable"]
     assert rows["b"]["contaminated"][0]["reason"] == "bad shard"
     table = call("experiment", "show", "e1").output
-    assert "data version differs" in table and "2-3 (bad shard)" in table
+    assert "hypothesis: b is better" in table and "against reference ref" in table

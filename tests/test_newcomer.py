@@ -38,6 +38,8 @@ COVERED_ELSEWHERE = {
     "drill": "tests/drill/test_drill_runs.py (two faults; the whole matrix with -m slow)",
     "ladder": "tests/ladder/test_ladder.py (1 rank -> 2 ranks -> 2 local nodes)",
     "gc": "tests/control/test_cleaner.py",
+    "baseline": "tests/govern/test_baseline_runs.py (record, check, a slower data path fails)",
+    "experiment": "tests/govern/test_experiments.py (create, add, show, contaminate)",
 }
 
 

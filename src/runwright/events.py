@@ -216,6 +216,17 @@ class EventType(StrEnum):
     TRAINING_COMPLETE = "TRAINING_COMPLETE"
     """The last planned step finished (parameter_digests: sha256 per parameter, tokens_seen).
     Sent by the context's close on rank 0 when the run reached its last step unstopped."""
+    RANK_PEAK_MEMORY = "RANK_PEAK_MEMORY"
+    """A rank's peak memory and software at its close (runtime/peak_memory.py; once per rank of
+    a generation that ends in order, finished or asked to stop): rank, peak_host_bytes (the
+    process's max RSS), peak_device_bytes (the allocator's peak on an accelerator, else null),
+    device_type, versions (python, torch, cuda, nccl, driver when present)."""
+    REPORT_HASHED = "REPORT_HASHED"
+    """A run's report was served with this hash (report_sha256: govern/performance.py); the
+    run's record thus names every report given out of it."""
+    STEPS_CONTAMINATED = "STEPS_CONTAMINATED"
+    """An operator marked steps first_step..last_step of the run contaminated (reason, by): they
+    are left out of comparisons and stop criteria (control/contamination.py)."""
 
     COLLECTIVE_CHECKED = "COLLECTIVE_CHECKED"
     """The collective preflight right after the process group formed (runtime/collectives.py):

@@ -13,6 +13,8 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 <root>/datasets/.work/<recipe_key>/      a build in progress: finished partitions, markers
 <root>/drills/<drill_id>/                a fault drill: drill.json, drill.html (runwright drill)
 <root>/ladders/<ladder_id>/              a scale-up ladder: ladder.json, ladder.html
+<root>/baselines/<name>/                 a baseline: baseline.json, check-<time>/check.json
+<root>/experiments/<name>.json           an experiment: owner, hypothesis, runs
 <root>/local/<run_id>/                   a run started without the control plane (plain torchrun)
 <root>/releases/<project>/<model>/v<N>/ a release's export, gated (govern/release.py)
 <root>/runs/<run_id>/                    one run, laid out as follows (RunPaths)
@@ -158,6 +160,21 @@ def drills_dir(root: Path) -> Path:
 def ladders_dir(root: Path) -> Path:
     """Scale-up ladders' reports (`runwright ladder`), one folder per ladder."""
     return root / "ladders"
+
+
+def baselines_dir(root: Path) -> Path:
+    """Regression baselines (`runwright baseline`), one folder per name."""
+    return root / "baselines"
+
+
+def baseline_dir(root: Path, name: str) -> Path:
+    """Baseline `name`'s folder: baseline.json and each check's folder."""
+    return baselines_dir(root) / name
+
+
+def experiments_dir(root: Path) -> Path:
+    """Experiments (`runwright experiment`), one JSON file per name."""
+    return root / "experiments"
 
 
 def release_dir(root: Path, project: str, name: str, version: int | str) -> Path:

@@ -100,6 +100,7 @@ class RunActions(AccessBase):
     def report(self, run_id: str) -> tuple[dict[str, Any], str]:
         """(report.json's content, report.html's text), secrets masked and worker text redacted
         as the actor may see it; nothing is written."""
+        from runwright.govern.performance import record_report_hash
         from runwright.govern.report import render_report
 
         run = self.run(run_id)
@@ -112,6 +113,8 @@ class RunActions(AccessBase):
                 [event_view(e, disclosure) for e in events], disclosure.secrets
             ),
         )
+        if report.report_sha256:
+            record_report_hash(self.store, run.run_id, run.generation, report.report_sha256)
         return report.model_dump(mode="json"), html
 
     def queue(self) -> list[dict[str, Any]]:

@@ -105,6 +105,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Release what ended runs left behind under a root: processes, temporary folders, "
         "checkpoint staging, leases (--dry-run lists them).",
     ),
+    "baseline": (
+        "baseline",
+        "Record a fixed workload's baseline and check a later run of it against it.",
+    ),
+    "experiment": (
+        "experiment",
+        "Group runs into experiments, compute their comparability, mark contaminated steps.",
+    ),
     "report": (
         "report",
         "Write a run's report: code, environment, spec, plan, data, "

@@ -18,9 +18,10 @@ A criterion with too few steps to average is not met yet. Words (a criterion giv
 for a person and never evaluated.
 """
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from runwright.control.budget import BudgetUsage
+from runwright.control.contamination import ContaminatedRange, without_contaminated
 from runwright.records import Record
 from runwright.spec import JobSpec
 from runwright.spec.policies import BudgetShare, LossAbove, NoImprovement, StopCriterion
@@ -51,9 +52,13 @@ def first_met(
     losses: Mapping[int, float],
     usage: BudgetUsage,
     eval_losses: Mapping[int, float] | None = None,
+    contaminated: Sequence[ContaminatedRange] = (),
 ) -> CriterionMet | None:
     """The first of the spec's criteria that `losses` (step -> training loss), `eval_losses`
-    (step -> eval-split loss) and `usage` meet."""
+    (step -> eval-split loss) and `usage` meet; steps in a `contaminated` range are left out
+    (control/contamination.py)."""
+    losses = without_contaminated(losses, contaminated)
+    eval_losses = without_contaminated(eval_losses or {}, contaminated)
     for index, criterion in evaluable(spec):
         on_eval = getattr(criterion, "metric", "loss") == "eval_loss"
         history = (eval_losses or {}) if on_eval else losses

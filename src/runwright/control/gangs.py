@@ -36,6 +36,7 @@ def gang_request(
         preemptible=res.preemptible,
         expected_duration_seconds=spec.budget.wall_seconds or math.inf,
         min_device_memory_bytes=floor,
+        node_labels=tuple(sorted(res.node_labels.items())),
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from runwright.control.budget import check as check_budget
 from runwright.control.budget import usage_of
+from runwright.control.contamination import contaminated_ranges
 from runwright.control.criteria import (
     CRITERIA_SECONDS,
     MAX_HISTORY_STEPS,
@@ -174,7 +175,8 @@ class GroupStops:
         if last is not None and last[0] == seen and now - last[1] < CRITERIA_SECONDS:
             return None
         self._checked[run_id] = (seen, now)
-        return first_met(spec, losses, usage, history.evals)  # type: ignore[arg-type]
+        marks = contaminated_ranges(self.store.events(run_id, types=[EventType.STEPS_CONTAMINATED]))
+        return first_met(spec, losses, usage, history.evals, marks)  # type: ignore[arg-type]
 
 
 @dataclass

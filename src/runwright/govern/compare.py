@@ -23,6 +23,7 @@ the rest (a difference found there is still `different`).
 
 from typing import Any
 
+from runwright.control.contamination import contaminated_ranges
 from runwright.errors import RunwrightError
 from runwright.events import EventType
 from runwright.govern.param_diff import ParameterDifference, parameter_difference
@@ -58,6 +59,8 @@ class Comparison(Record):
     """Distance of the final checkpoints' model states, when the world sizes differ."""
     note: str = ""
     """What the verdict can and cannot mean, in words."""
+    contaminated_steps: tuple[tuple[int, int], ...] = ()
+    """Step ranges either run marked contaminated, left out of the loss comparison."""
 
 
 def _lineage(events: list[EventRecord], rank: int = 0) -> dict[int, dict[str, Any]]:
@@ -165,6 +168,7 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
         if digests_a.get(name) != digests_b.get(name)
     ]
     lineage_a, lineage_b = _lineage(events_a), _lineage(events_b)
+    contaminated = contaminated_ranges(events_a) + contaminated_ranges(events_b)
     steps = sorted(set(lineage_a) | set(lineage_b))
     reported = [r for lineage in (lineage_a, lineage_b) for r in lineage.values()]
     if not any("samples" in r for r in reported):
@@ -201,6 +205,8 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
     elif not reshaped:
         after = min(restored, default=0)
         for step in steps:
+            if any(r.holds(step) for r in contaminated):
+                continue  # marked unusable: left out of comparisons (control/contamination.py)
             if step > after and lineage_a.get(step, {}).get("loss") != lineage_b.get(step, {}).get(
                 "loss"
             ):
@@ -237,4 +243,5 @@ def compare_runs(store: Store, run_a: str, run_b: str) -> Comparison:
         global_batches_identical=batch_step is None,
         parameter_difference=distance,
         note=RESHAPED_NOTE.format(a=list(sizes_a), b=list(sizes_b)) if reshaped else "",
+        contaminated_steps=tuple((r.first_step, r.last_step) for r in contaminated),
     )

@@ -30,6 +30,7 @@ COSMETIC = (
     "budget.",
     "recovery.",
     "data.on_corrupt_shard",
+    "data.read_delay_seconds",
     "checkpoint.interval.",
     "checkpoint.keep_",
     "checkpoint.max_inflight",

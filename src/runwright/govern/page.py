@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from runwright.govern.charts import CHARTS_JS, inline_script, json_script, plotly_js
 from runwright.govern.dashboard import chart_data
 from runwright.govern.incidents import Incident
+from runwright.govern.performance import performance_html
 from runwright.observe.accounting import CATEGORIES
 from runwright.observe.timeline import Timeline
 
@@ -151,6 +152,7 @@ def render_page(
         f'<p class="sub">device-hour price {split.device_hour_price:g}</p>',
         "<h2>Final metrics</h2>",
         table(["figure", "value"], _metric_rows(fm, report.data_quarantine)),
+        *performance_html(report.performance),
         "<h2>Incidents</h2>",
         table(
             [

@@ -34,6 +34,7 @@ from runwright.govern.incidents import Incident, Intervention, incidents, interv
 from runwright.govern.loss_breakdown import LossBreakdownRow, breakdown_rows
 from runwright.govern.membership import MembershipChange, membership_changes
 from runwright.govern.page import render_page
+from runwright.govern.performance import PerformanceReport, performance_report, report_sha256
 from runwright.observe import figures
 from runwright.observe.accounting import CostSplit, account
 from runwright.observe.timeline import Timeline, build_timeline
@@ -267,6 +268,13 @@ class RunReport(Record):
     data_standing: list[DataStanding] = Field(default_factory=list)
     """How each dataset the run trained on stands now: in use, withdrawn or deleted (who, when,
     why; govern/data_contract.py)."""
+    performance: PerformanceReport | None = None
+    """Throughput and step-time figures with the phases and window they include, software
+    versions, device type, peak memory per rank (govern/performance.py; None in reports written
+    before it existed)."""
+    report_sha256: str | None = None
+    """sha256 of this report's canonical JSON without this field and `generated_unix_s`; the run's
+    record keeps it (REPORT_HASHED) once the report is served."""
 
 
 def final_metrics(spec: dict[str, Any], timeline: Timeline, split: CostSplit) -> FinalMetrics:
@@ -391,7 +399,13 @@ def collect_report(
         governance=governance(spec, events),
         data_standing=standing_of_run(store, run.run_id, Path(run.root)),
     )
-    return report, timeline
+    world_size = max((a.world_size for a in attempts), default=1)
+    flops = report.final_metrics.flops_per_token
+    report = report.model_copy(
+        update={"performance": performance_report(spec, events, timeline.steps, world_size, flops)}
+    )
+    digest = report_sha256(report.model_dump(mode="json", exclude={"report_sha256"}))
+    return report.model_copy(update={"report_sha256": digest}), timeline
 
 
 ReportView = Callable[[dict[str, Any]], dict[str, Any]]

@@ -264,6 +264,10 @@ class RunContext:
         self._closed = True
         try:
             events.run_closing()
+            # Only a rank that ends in order reports: one torn down after a peer failed would
+            # write under a generation the recovery has already fenced (a rejected stale write).
+            if self.completed or self.stop_request is not None:
+                self._peak_memory()
             if self.rank == 0 and self.completed:
                 self._training_complete()
         finally:
@@ -280,6 +284,17 @@ class RunContext:
                 self._dumper.close()
             self.channel.close()
             tracing.flush()
+
+    def _peak_memory(self) -> None:
+        from runwright.runtime.peak_memory import peak_memory_attributes
+
+        device_type = self.spec.resources.device_type if self.spec else None
+        self.event(
+            EventType.RANK_PEAK_MEMORY,
+            event_id=f"g{self.generation}-r{self.rank}-peak-memory",
+            step=self.last_step,
+            **peak_memory_attributes(self.rank, device_type),
+        )
 
     def _training_complete(self) -> None:
         states = [c.last_state for c in self._checkpointers if c.last_state is not None]

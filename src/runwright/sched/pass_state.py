@@ -23,6 +23,7 @@ from runwright.sched.placement import (
     diagnose,
     domain_amounts,
     eligible_nodes,
+    labels_match,
     place,
 )
 from runwright.sched.quota import QuotaLedger
@@ -33,7 +34,7 @@ MAX_PRUNED_VICTIMS = 8
 """Victims of one preemption checked one by one for whether the placement needs them: a
 placement each, so a large gang over many small victims keeps its pass short."""
 
-Kind = tuple[str, str | None, int | None]
+Kind = tuple[str, str | None, int | None, tuple[tuple[str, str], ...]]
 """What selects a request's nodes: (pool, device type, memory floor)."""
 
 
@@ -252,7 +253,7 @@ class PassState:
     @staticmethod
     def kind_of(request: GangRequest) -> Kind:
         wanted = request.device_type.casefold() if request.device_type else None
-        return (request.pool, wanted, request.min_device_memory_bytes)
+        return (request.pool, wanted, request.min_device_memory_bytes, request.node_labels)
 
     @staticmethod
     def shape_of(request: GangRequest) -> Shape:
@@ -343,6 +344,14 @@ class PassState:
                 f"pool {pool} has no devices of type {wanted} (it has {', '.join(have)})",
                 pool=pool,
                 device_type=wanted,
+            )
+        if request.node_labels and not any(labels_match(n, request.node_labels) for n in typed):
+            wanted_labels = ", ".join(f"{k}={v}" for k, v in request.node_labels)
+            return reasons.never_fits(
+                f"no node{f' of type {wanted}' if wanted else ''} in pool {pool} carries the "
+                f"labels {wanted_labels} (resources.node_labels); drop or change them, or label "
+                "the nodes in the inventory",
+                pool=pool,
             )
         floor = request.min_device_memory_bytes
         if floor and not any(n.device_memory_bytes >= floor for n in typed):

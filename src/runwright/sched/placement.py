@@ -61,14 +61,27 @@ def device_type_matches(node_type: str, wanted: str | None) -> bool:
     return have == want or have.startswith(want + "-")
 
 
+def labels_match(node: Node, labels: tuple[tuple[str, str], ...]) -> bool:
+    """Whether the node carries every (key, value): in its `versions`, or as a `KEY=VALUE`
+    feature."""
+    have = node.labels
+    return all(have.versions.get(k) == v or f"{k}={v}" in have.features for k, v in labels)
+
+
 def eligible_nodes(
-    nodes: list[Node], pool: str, device_type: str | None, min_memory_bytes: int | None
+    nodes: list[Node],
+    pool: str,
+    device_type: str | None,
+    min_memory_bytes: int | None,
+    labels: tuple[tuple[str, str], ...] = (),
 ) -> Eligible:
-    """The nodes of `pool` with the device type and memory asked, grouped (any health: the
-    caller passes only offered nodes for a placement, all for the never-fits check)."""
+    """The nodes of `pool` with the device type, memory and labels asked, grouped (any health:
+    the caller passes only offered nodes for a placement, all for the never-fits check)."""
     found = Eligible()
     for node in sorted(nodes, key=lambda n: n.name):
         if pool not in node.pools or node.device_count == 0:
+            continue
+        if labels and not labels_match(node, labels):
             continue
         if not device_type_matches(node.device_type, device_type):
             continue

@@ -53,6 +53,9 @@ class GangRequest(Record):
     """The step of that checkpoint, for the reason's words."""
     min_device_memory_bytes: int | None = Field(default=None, gt=0)
     """Memory per device the run needs (`runwright plan memory`'s ledger); None: any."""
+    node_labels: tuple[tuple[str, str], ...] = ()
+    """(key, value) labels every node of the gang must carry (spec `resources.node_labels`,
+    sorted); empty: any node."""
 
     @model_validator(mode="after")
     def _shape(self) -> "GangRequest":

@@ -97,6 +97,11 @@ class ResourcesSpec(Section):
     """Keep each tensor-parallel group inside one node's fast interconnect domain."""
     device_hour_price: float = Field(default=0.0, ge=0.0, le=limits.MAX_PRICE)
     """Price of one device-hour, for cost accounting."""
+    node_labels: dict[str, str] = Field(default_factory=dict)
+    """Labels every node of the gang must carry (`{driver: "550.54", nccl: "2.21.5"}`): a node
+    matches a label when its inventory's `versions` hold that value, or its `features` hold
+    `KEY=VALUE`. A baseline's environment labels pin a check to the environment it was recorded
+    in (`runwright baseline`). Empty: any node."""
 
     @property
     def world_size(self) -> int:

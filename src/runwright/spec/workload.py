@@ -227,6 +227,11 @@ class DataSpec(Section):
     read_workers: PositiveInt = Field(default=2, le=limits.MAX_BACKLOG)
     """Parallel shard readers feeding the reorder buffer, besides the caller's thread; the
     loader starts at most one fewer than the cores the process may use."""
+    read_delay_seconds: float = Field(default=0.0, ge=0.0, le=60.0)
+    """Extra seconds every batch's hand-over waits (a throttled store that read-ahead cannot
+    hide), declared so a slower data path is part of the spec: a baseline's deliberate
+    regression, a drill. It shows as data wait; it changes only timing, never the data or its
+    order."""
     on_corrupt_shard: Literal["fail", "skip"] = "fail"
     """What the loader does when a train shard fails verification or goes missing, at open or
     while the run reads it: `fail` raises ShardCorruptError naming the shard (failure class

@@ -382,6 +382,10 @@ class DataLoader:
         if self._finished:
             raise StopIteration
         began = time.perf_counter()
+        if self.spec.read_delay_seconds:
+            # The spec's declared slow data path, on the caller's side of the prefetch queue so
+            # no read-ahead hides it: every step waits this long for its batch.
+            time.sleep(self.spec.read_delay_seconds)
         item = self._take()
         waited = time.perf_counter() - began
         self._wait_total += waited

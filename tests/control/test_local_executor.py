@@ -50,7 +50,10 @@ def test_several_nodes_are_agents_meeting_at_node_0(tmp_path):
         str(attempt.node(n).rank_logs) for n in range(3)
     ]
     assert [a.log for a in agents] == [str(attempt.node(n).torchrun_log) for n in range(3)]
-    assert [a.env for a in agents] == [{ENV_NODE: str(n)} for n in range(3)]
+    # Each node agent's temporary files lie in the run's node folder, so the cleaner owns them.
+    assert [a.env for a in agents] == [
+        {ENV_NODE: str(n), "TMPDIR": str(attempt.node(n).tmp)} for n in range(3)
+    ]
 
 
 def test_one_node_stays_standalone(tmp_path):

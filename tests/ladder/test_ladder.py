@@ -31,7 +31,9 @@ STEPS = 4
 LOAD_SECONDS = 60
 
 
-@pytest.fixture(scope="module")
+# Session scope: xdist may interleave another file's tests with this one's on the same worker,
+# which tears a module fixture down and would climb the five runs twice.
+@pytest.fixture(scope="session")
 def climbed(tmp_path_factory) -> LadderReport:
     root = tmp_path_factory.mktemp("ladder")
     dataset = build_dataset(TINY_DATA, root / "data")

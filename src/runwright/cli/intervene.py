@@ -12,29 +12,19 @@ from runwright.cli.options import (
     PoolsOption,
     RootOption,
     StoreOption,
-    bounded_text,
     run_id_argument,
 )
 from runwright.cli.render import console, guarded, print_json
-from runwright.cli.runs import MAX_REASON_CHARS, RUN_HELP, LeaseOption
+from runwright.cli.runs import RUN_HELP, LeaseOption, reason_option
 
 app = typer.Typer()
-
-
-def _reason(default: str) -> str:
-    return typer.Option(
-        default,
-        "--reason",
-        help="Recorded with the run.",
-        callback=bounded_text("--reason", MAX_REASON_CHARS),
-    )
 
 
 @app.command()
 @guarded
 def cancel(
     run_id: str = run_id_argument(RUN_HELP),
-    reason: str = _reason("cancelled by the user"),
+    reason: str = reason_option("cancelled by the user"),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -59,7 +49,7 @@ def cancel(
 @guarded
 def pause(
     run_id: str = run_id_argument(RUN_HELP),
-    reason: str = _reason("paused by the user"),
+    reason: str = reason_option("paused by the user"),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -86,7 +76,7 @@ def pause(
 @guarded
 def resume(
     run_id: str = run_id_argument(RUN_HELP),
-    reason: str = _reason("resumed by the user"),
+    reason: str = reason_option("resumed by the user"),
     detach: bool = typer.Option(False, "--detach", help="Run the controller in the background."),
     pools: Path | None = PoolsOption,
     lease_seconds: float = LeaseOption,

@@ -13,22 +13,13 @@ from runwright.cli.options import (
     PoolsOption,
     RootOption,
     StoreOption,
-    bounded_text,
     run_id_argument,
 )
 from runwright.cli.render import console, guarded, print_json
-from runwright.cli.runs import MAX_REASON_CHARS, RUN_HELP
+from runwright.cli.runs import RUN_HELP, reason_option
 
 app = typer.Typer()
-
-
-def _reason(default: str) -> Any:
-    return typer.Option(
-        default,
-        "--reason",
-        help="Recorded with the run, the audit log and the report.",
-        callback=bounded_text("--reason", MAX_REASON_CHARS),
-    )
+REASON_HELP = "Recorded with the run, the audit log and the report."
 
 
 def _answer(result: dict[str, Any], json_out: bool, asked: str) -> None:
@@ -50,7 +41,7 @@ def rollback(
     to: str = typer.Option(
         ..., "--to", help="The committed checkpoint to continue from: its step, id or folder."
     ),
-    reason: str = _reason("rolled back by an operator"),
+    reason: str = reason_option("rolled back by an operator", REASON_HELP),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -68,7 +59,7 @@ def rollback(
 def skip_shard(
     run_id: str = run_id_argument(RUN_HELP),
     shard: str = typer.Argument(..., help="A train shard of the run's dataset, by name."),
-    reason: str = _reason("skipped by an operator"),
+    reason: str = reason_option("skipped by an operator", REASON_HELP),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,
@@ -85,7 +76,7 @@ def skip_shard(
 def move(
     run_id: str = run_id_argument(RUN_HELP),
     pool: str = typer.Option(..., "--pool", help="The pool to move the run to."),
-    reason: str = _reason("moved by an operator"),
+    reason: str = reason_option("moved by an operator", REASON_HELP),
     pools: Path | None = PoolsOption,
     root: Path | None = RootOption,
     store: str | None = StoreOption,
@@ -102,7 +93,7 @@ def move(
 @guarded
 def stop(
     run_id: str = run_id_argument(RUN_HELP),
-    reason: str = _reason("stopped by an operator"),
+    reason: str = reason_option("stopped by an operator", REASON_HELP),
     root: Path | None = RootOption,
     store: str | None = StoreOption,
     json_out: bool = JsonOption,

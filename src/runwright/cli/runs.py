@@ -9,6 +9,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -39,6 +40,15 @@ MAX_KEY_CHARS = 200
 """Longest idempotency key."""
 MAX_REASON_CHARS = 2000
 """Longest cancel reason recorded with a run."""
+
+
+def reason_option(default: str, help: str = "Recorded with the run.") -> Any:
+    """`--reason` of a person's action on a run (cancel, pause, an operator's action)."""
+    return typer.Option(
+        default, "--reason", help=help, callback=bounded_text("--reason", MAX_REASON_CHARS)
+    )
+
+
 EVENT_TYPES = [str(t) for t in EventType]
 MIN_LEASE_SECONDS = 1.0
 """Shortest controller lease: it is renewed every pass (0.2 s apart), and a lease much shorter

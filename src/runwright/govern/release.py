@@ -18,7 +18,7 @@ shows its releases.
 import re
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from runwright.ckpt import inventory as inv
 from runwright.ckpt.export import RELEASE_FILE, ExportFormat, export_model, read_weights
@@ -234,19 +234,10 @@ def decide_release(
     if approve:
         data = data_gate(store, row.run_id)
         if data.verdict == "fail":  # withdrawn since the gates ran
-            gates = [g for g in gates if g.get("name") != data.name]
-            gates.insert(0, data.model_dump(mode="json"))
-            blocked = store.releases.decide(
-                row.release_id,
-                status=ReleaseStatus.BLOCKED,
-                gates=gates,
-                by=by,
-                note=f"not approved: {data.evidence}",
-            )
-            _event(store, blocked, EventType.RELEASE_DECIDED, by=by, note=blocked.decision_note)
-            raise ReleaseError(
-                f"release {row.release_id} is BLOCKED, not approved: {data.evidence}"
-            )
+            _block_at_approval(
+                store, row, gates, data, by, f"not approved: {data.evidence}",
+                f"release {row.release_id} is BLOCKED, not approved: {data.evidence}",
+            )  # fmt: skip
         again = check_files(Path(row.export_path), row.checkpoint_id)
         export_sha = _sha_or_none(Path(row.export_path) / RELEASE_FILE)
         if again.verdict == "pass" and export_sha != row.release_sha256:
@@ -257,20 +248,12 @@ def decide_release(
                 fix=again.fix or "request a new release",
             )
         if again.verdict != "pass":
-            gates = [g for g in gates if g.get("name") != "export.files"]
-            gates.insert(0, again.model_dump(mode="json"))
-            blocked = store.releases.decide(
-                row.release_id,
-                status=ReleaseStatus.BLOCKED,
-                gates=gates,
-                by=by,
-                note=f"not approved: the export changed since its gates: {again.evidence}",
-            )
-            _event(store, blocked, EventType.RELEASE_DECIDED, by=by, note=blocked.decision_note)
-            raise ReleaseError(
+            _block_at_approval(
+                store, row, gates, again, by,
+                f"not approved: the export changed since its gates: {again.evidence}",
                 f"release {row.release_id} is BLOCKED, not approved: its export changed since "
-                f"the gates ran ({again.evidence}). Request a new release."
-            )
+                f"the gates ran ({again.evidence}). Request a new release.",
+            )  # fmt: skip
     self_approved = approve and by == row.requested_by
     decision = "approved" if approve else "rejected"
     gates.append(
@@ -319,3 +302,16 @@ def _event(store: Store, row: ReleaseRow, kind: EventType, **attributes: Any) ->
         ),
         fenced=False,
     )
+
+
+def _block_at_approval(
+    store: Any, row: Any, gates: list[dict], failed: Gate, by: str, note: str, message: str
+) -> NoReturn:
+    """A gate that fails when the release is approved (it passed at request): the release is
+    BLOCKED with that gate's verdict first among its gates, and the approval refused."""
+    gates = [failed.model_dump(mode="json"), *(g for g in gates if g.get("name") != failed.name)]
+    blocked = store.releases.decide(
+        row.release_id, status=ReleaseStatus.BLOCKED, gates=gates, by=by, note=note
+    )
+    _event(store, blocked, EventType.RELEASE_DECIDED, by=by, note=blocked.decision_note)
+    raise ReleaseError(message)

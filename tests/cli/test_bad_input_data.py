@@ -328,7 +328,9 @@ def reseal(data: dict) -> dict:
     """What an attacker does after editing: recompute the id, so the manifest agrees with
     itself (the hashed part is everything but dataset_id, build and statistics.profile)."""
     hashed = {k: v for k, v in data.items() if k not in ("dataset_id", "build")}
-    hashed["statistics"] = {k: v for k, v in data["statistics"].items() if k != "profile"}
+    statistics = data.get("statistics")
+    if isinstance(statistics, dict):  # a fuzzed manifest may have lost or replaced it
+        hashed["statistics"] = {k: v for k, v in statistics.items() if k != "profile"}
     data["dataset_id"] = sha256_hex(canonical_json(hashed))
     return data
 

@@ -4,7 +4,7 @@ import os
 
 from runwright.control.channel import ChannelReader
 from runwright.layout import RunPaths
-from runwright.protocol import build_rank_manifest
+from runwright.protocol import HEARTBEAT, build_rank_manifest
 from runwright.runtime import ChannelWriter, init
 
 
@@ -139,3 +139,20 @@ def test_the_telemetry_line_decodes_as_the_same_message_as_send(tmp_path):
     assert telemetry.model_dump(exclude=fields) == sent.model_dump(exclude=fields)
     assert (nan.step, nan.event_id) == (8, "g3-r1-step8")
     assert nan.attributes["loss"] is None or nan.attributes["loss"] != nan.attributes["loss"]
+
+
+def test_the_heartbeat_line_decodes_as_a_sent_heartbeat(tmp_path):
+    """The heartbeat thread writes with `heartbeat` (json, not the pydantic model); the controller
+    reads it as the HEARTBEAT `send` writes, and each beat has its own id."""
+    a = ChannelWriter(tmp_path / "a", generation=3, rank=1)
+    b = ChannelWriter(tmp_path / "b", generation=3, rank=1)
+    a.heartbeat()
+    a.heartbeat()
+    b.send(HEARTBEAT)
+    a.close()
+    b.close()
+    first, second = ChannelReader(tmp_path / "a").poll()
+    (sent,) = ChannelReader(tmp_path / "b").poll()
+    fields = {"time_unix_s", "event_id"}
+    assert first.model_dump(exclude=fields) == sent.model_dump(exclude=fields)
+    assert first.type == HEARTBEAT and first.event_id != second.event_id

@@ -32,6 +32,19 @@ from runwright.protocol import HEARTBEAT, PROTOCOL_VERSION, ChannelMessage, enco
 # kind and takes the same path.
 DEFERRED_SYNC_TYPES = frozenset({EventType.STEP_HEALTHY, EventType.SYSTEM_SAMPLE})
 TELEMETRY_SYNC_SECONDS = 5.0
+HEARTBEAT_SYNC_SECONDS = TELEMETRY_SYNC_SECONDS / 2
+"""A heartbeat fsyncs the telemetry once its oldest unsynced line is this old (an fsync at every
+beat cost 320 us of CPU a second at the demo's 1 s beat). Half the bound: at a beat of up to
+2.5 s (the default is 2 s) the heartbeat thread finds the telemetry due before a training step
+does (TELEMETRY_SYNC_SECONDS, in `_write_locked`)."""
+
+
+_TELEMETRY_LINE = (
+    '{"v": %d, "event_id": %s, "type": %s, "generation": %d, "rank": %d, "step": %d, '
+    '"world_size": %s, "checkpoint_id": null, "time_unix_s": %r, "attributes": %s}\n'
+)
+"""A ChannelMessage's line as `json.dumps` of its fields writes it (`telemetry`)."""
+_quoted = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
 
 
 class ChannelWriter:
@@ -74,10 +87,32 @@ class ChannelWriter:
                 **fields,
             )
             self._write_locked(encode_message(message), type_)
-            sync_now = type_ == HEARTBEAT and self._unsynced_since is not None
-        if sync_now:
-            self.sync()
         return message
+
+    def heartbeat(self) -> None:
+        """A HEARTBEAT line (the same fields `send` writes, encoded with json: the pydantic
+        model's validator and serializer ran cold in the heartbeat thread, 160 us a beat), and
+        the telemetry's deferred fsync when it is due (DEFERRED_SYNC_TYPES above)."""
+        with self._lock:
+            self._counter += 1
+            now = time.time()
+            body = {
+                "v": PROTOCOL_VERSION,
+                "event_id": f"g{self.generation}-r{self.rank}-{HEARTBEAT}-{self._counter}-"
+                f"{time.time_ns()}",
+                "type": HEARTBEAT,
+                "generation": self.generation,
+                "rank": self.rank,
+                "step": None,
+                "world_size": None,
+                "checkpoint_id": None,
+                "time_unix_s": now,
+                "attributes": {},
+            }
+            self._write_locked(json.dumps(body) + "\n", HEARTBEAT)
+            since = self._unsynced_since
+        if since is not None and time.monotonic() - since >= HEARTBEAT_SYNC_SECONDS:
+            self.sync()
 
     def telemetry(
         self,
@@ -87,35 +122,37 @@ class ChannelWriter:
         event_id: str,
         world_size: int | None = None,
         attributes: dict[str, Any],
-    ) -> None:
+    ) -> str | None:
         """`send` for per-step telemetry (a DEFERRED_SYNC_TYPES message), encoded with the json
         module rather than the pydantic model: the same line, field for field (the controller
-        decodes both alike), on the code path the step loop's timeline line has just warmed.
-        Each step's compute evicts the caches, and the model's validator and serializer ran cold
-        there: about 130 of this call's 230 us per step (benchmarks/runtime_overhead.py, in
-        situ). A value json cannot encode (NaN, an object) goes through `send` as before."""
+        decodes both alike). Each step's compute evicts the caches, and the model's validator and
+        serializer ran cold there: about 130 of this call's 230 us per step
+        (benchmarks/runtime_overhead.py, in situ). Only `attributes` goes through the encoder;
+        the fixed fields are formatted around it, and the encoded attributes are returned for
+        the step loop's timeline line (one encoding for both). A value json cannot encode (NaN,
+        an object) goes through `send` as before, and None is returned."""
         try:
-            body = {
-                "v": PROTOCOL_VERSION,
-                "event_id": event_id,
-                "type": type_,
-                "generation": self.generation,
-                "rank": self.rank,
-                "step": step,
-                "world_size": world_size,
-                "checkpoint_id": None,
-                "time_unix_s": time.time(),
-                "attributes": attributes,
-            }
-            line = json.dumps(body, allow_nan=False) + "\n"
+            encoded = json.dumps(attributes, allow_nan=False)
         except (TypeError, ValueError):
             self.send(
                 type_, step=step, event_id=event_id, world_size=world_size, attributes=attributes
             )
-            return
+            return None
+        line = _TELEMETRY_LINE % (
+            PROTOCOL_VERSION,
+            _quoted(event_id),
+            _quoted(type_),
+            self.generation,
+            self.rank,
+            step,
+            "null" if world_size is None else int(world_size),
+            time.time(),
+            encoded,
+        )
         with self._lock:
             self._counter += 1
             self._write_locked(line, type_)
+        return encoded
 
     def _write_locked(self, line: str, type_: str) -> None:
         """Append one encoded line (the lock held). Events are facts the run's history depends

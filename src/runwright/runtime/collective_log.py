@@ -37,16 +37,11 @@ from pathlib import Path
 from typing import Any
 
 from runwright.protocol import DUMP_SIGNAL
+from runwright.runtime.file_growth import FileGrowth
 
 DEFAULT_CAPACITY = 2048
 """Records kept per rank: 2048 x ~200 B of JSON = ~400 KB per dump; at 10 buckets a step, the
 last 200 steps."""
-POLL_SECONDS = 0.25
-"""How often the dumper looks whether faulthandler wrote a stack. Each look wakes a thread that
-takes the GIL from the training thread: at 20 a second the dumper cost 100-700 us of CPU per
-step of the reference trainer (benchmarks/runtime_overhead.py, `other_threads_us_per_step`), as
-much as the heartbeat. A dump is awaited for seconds (control/hang_dumps.py), so 4 a second
-loses nothing."""
 SETTLE_SECONDS = 0.01
 """How long faulthandler's writes must pause before the stacks are read as complete."""
 STACK_FRAMES = 12
@@ -237,6 +232,7 @@ class Dumper:
         self._stop = threading.Event()
         self._stack_file: Any = None
         self._thread: threading.Thread | None = None
+        self._growth: FileGrowth | None = None
         self.dumps = 0
 
     def install(self) -> None:
@@ -244,24 +240,20 @@ class Dumper:
         self.stack_path.parent.mkdir(parents=True, exist_ok=True)
         self._stack_file = open(self.stack_path, "a", encoding="utf-8")  # noqa: SIM115
         faulthandler.register(DUMP_SIGNAL, file=self._stack_file, all_threads=True, chain=False)
+        self._growth = FileGrowth(self.stack_path)
         self._thread = threading.Thread(target=self._watch, name="runwright-dumper", daemon=True)
         self._thread.start()
         atexit.register(self.close)
 
     def _watch(self) -> None:
-        seen = os.fstat(self._stack_file.fileno()).st_size
-        while not self._stop.wait(POLL_SECONDS):
-            size = os.fstat(self._stack_file.fileno()).st_size
-            if size == seen:
-                continue
+        # Asleep until faulthandler writes (runtime/file_growth.py): a look at the file's size
+        # several times a second took the GIL from the training thread each time.
+        growth = self._growth
+        assert growth is not None
+        while growth.wait():
             # faulthandler writes in many small writes: wait until they end.
-            while not self._stop.wait(SETTLE_SECONDS):
-                grown = os.fstat(self._stack_file.fileno()).st_size
-                if grown == size:
-                    break
-                size = grown
-            seen = size
-            self.dump("signal")
+            if growth.settled(SETTLE_SECONDS):
+                self.dump("signal")
 
     def dump(self, reason: str) -> Path:
         """Write the dump now (thread-safe; atomically replaced, so a reader never sees half)."""
@@ -299,9 +291,15 @@ class Dumper:
         if self._stop.is_set():
             return
         self._stop.set()
+        if self._growth is not None:
+            self._growth.close()
         try:
             self.dump("exit")
         finally:
+            if self._thread is not None and self._growth is not None:
+                self._thread.join(timeout=1)
+                if not self._thread.is_alive():  # else it may still select on the descriptors
+                    self._growth.release()
             faulthandler.unregister(DUMP_SIGNAL)
             # The controller may still ask a rank that has closed (it is finishing): its
             # default action would kill the process, so it is ignored from here.

@@ -34,7 +34,6 @@ from runwright.protocol import (
     ENV_RUN_ID,
     ENV_SKIP_STEPS,
     ENV_SPEC_FILE,
-    HEARTBEAT,
     OPERATOR_SAVING_STOPS,
     RankEntry,
     StopRequest,
@@ -141,10 +140,20 @@ class RunContext:
         (`runwright cancel`, SIGTERM, Ctrl-C, a budget), every rank stops after the same step,
         and this call raises `StopRun` there (catch it to save). Call it on every rank. The step
         loop, which agrees on stops itself, passes `stop_check=False`."""
+        self.report_step(step, metrics, loader_facts=loader_facts)
+        if stop_check:
+            self._stop_at_boundary(step)
+
+    def report_step(self, step: int, metrics: dict[str, Any], *, loader_facts: bool) -> str | None:
+        """`step_healthy`'s report without the stop check. Returns the attributes as the
+        channel line encoded them (with the loader's facts), or None where that line took the
+        model's encoder (runtime/channel.py): the step loop's timeline line reuses them."""
         self.last_step = max(self.last_step, step)
         if loader_facts:
-            metrics = {**events.step_facts(), **metrics}
-        self.channel.telemetry(
+            facts = events.step_facts()
+            if facts:
+                metrics = {**facts, **metrics}
+        encoded = self.channel.telemetry(
             EventType.STEP_HEALTHY,
             step=step,
             event_id=f"g{self.generation}-r{self.rank}-step{step}",
@@ -153,8 +162,7 @@ class RunContext:
         )
         if self._trackers is not None:
             self._trackers.observe(EventType.STEP_HEALTHY, step, metrics)
-        if stop_check:
-            self._stop_at_boundary(step)
+        return encoded
 
     def _stop_at_boundary(self, step: int) -> None:
         local = self.stop_watcher.local_request()
@@ -238,9 +246,9 @@ class RunContext:
     def start_heartbeat(self, interval_seconds: float) -> None:
         def beat() -> None:
             while not self._stop_heartbeat.wait(interval_seconds):
-                self.channel.send(HEARTBEAT)
+                self.channel.heartbeat()
 
-        self.channel.send(HEARTBEAT)
+        self.channel.heartbeat()
         self._heartbeat = threading.Thread(target=beat, name="runwright-heartbeat", daemon=True)
         self._heartbeat.start()
 

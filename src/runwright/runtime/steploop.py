@@ -44,6 +44,10 @@ PHASES = (
 )
 
 
+_SECONDS_KEYS = {name: f"{name}_seconds" for name in PHASES}
+"""A phase's field name in a step's record (formatted once, not per step)."""
+
+
 class NonFiniteError(RunwrightError):
     """A loss or gradient norm was NaN/Inf; the step did not commit. The controller's policy
     (recovery.on_nan) decides between rolling back past the batch range and failing."""
@@ -186,32 +190,30 @@ class StepLoop:
                 )
 
     def complete(self, step: int, **metrics: Any) -> None:
-        """Record the step: STEP_HEALTHY to the controller, a line to the timeline."""
+        """Record the step: STEP_HEALTHY to the controller, a line to the timeline (the same
+        figures, encoded once: each step's compute leaves this code cold, benchmarks/
+        runtime_overhead.py)."""
         loss = metrics.get("loss")
         if loss is not None:
             metrics["loss"] = self._number(loss)
             self._recent = [*self._recent[-(self._spike_window - 1) :], metrics["loss"]]
         started = time.perf_counter()
-        step_seconds = started - self._step_started
-        phase_seconds = {f"{k}_seconds": round(v, 6) for k, v in self._phases.items()}
-        record = {
-            "step": step,
-            "time_unix_s": time.time(),
-            "step_seconds": step_seconds,
-            **phase_seconds,
-            **{k: self._plain(v) for k, v in metrics.items()},
-        }
+        attributes = {"step_seconds": started - self._step_started}
+        for name, seconds in self._phases.items():
+            attributes[_SECONDS_KEYS.get(name) or f"{name}_seconds"] = round(seconds, 6)
+        for name, value in metrics.items():
+            attributes[name] = self._plain(value)
         # The loader's facts fill in what the script did not say (what quarantined shards cost,
         # data_lost); a skipped step trained nothing, so it takes none.
-        self.ctx.step_healthy(
-            step,
-            loader_facts=not metrics.get("skipped"),
-            stop_check=False,
-            **{k: v for k, v in record.items() if k not in ("step", "time_unix_s")},
-        )
-        self._timeline.write(json.dumps(record) + "\n")
+        encoded = self.ctx.report_step(step, attributes, loader_facts=not metrics.get("skipped"))
+        now = time.time()
+        if encoded is not None and encoded != "{}":
+            line = f'{{"step": {step}, "time_unix_s": {now!r}, {encoded[1:]}\n'
+        else:  # a value the channel's json refused (NaN): the timeline keeps it as json can
+            line = json.dumps({"step": step, "time_unix_s": now, **attributes}) + "\n"
+        self._timeline.write(line)
         if self._traced is not None and self._tracer is not None:
-            self._trace_step(step, started, step_seconds, metrics.get("loss"))
+            self._trace_step(step, started, attributes["step_seconds"], metrics.get("loss"))
         # The next step's record starts here, so what the script does after reporting (a save
         # of this step's state: its checkpoint stall) is the next step's, and the steps' wall
         # times add up to the loop's. Reporting before the save is what keeps a step's evidence

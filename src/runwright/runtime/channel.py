@@ -59,7 +59,11 @@ class ChannelWriter:
         self.rank = rank
         self._fsync_events = fsync_events
         self._lock = threading.Lock()
-        self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        # A bare O_APPEND descriptor: each line is one write(2), without the text and buffer
+        # layers of a Python file and its flush (cold on every step, runtime/steploop.py).
+        self._fd: int | None = os.open(
+            self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644
+        )
         self._counter = 0
         # monotonic time of the oldest written, not yet fsynced telemetry line
         self._unsynced_since: float | None = None
@@ -158,8 +162,11 @@ class ChannelWriter:
         """Append one encoded line (the lock held). Events are facts the run's history depends
         on and are fsynced; a heartbeat is worth no fsync, and telemetry waits for the next one
         (DEFERRED_SYNC_TYPES above) or TELEMETRY_SYNC_SECONDS."""
-        self._file.write(line)
-        self._file.flush()
+        if self._fd is None:  # as a closed file answers
+            raise ValueError(f"the channel {self.path} was closed")
+        data = line.encode()
+        while data:  # a regular file takes it whole; a short write would be retried
+            data = data[os.write(self._fd, data) :]
         if not self._fsync_events or type_ == HEARTBEAT:
             return
         if type_ not in DEFERRED_SYNC_TYPES:
@@ -172,17 +179,18 @@ class ChannelWriter:
             self._fsync_locked()
 
     def _fsync_locked(self) -> None:
-        os.fsync(self._file.fileno())
+        assert self._fd is not None
+        os.fsync(self._fd)
         self._unsynced_since = None
 
     def sync(self) -> None:
         """fsync the telemetry written so far, without holding the lock during the fsync: the
         training thread keeps sending while the heartbeat thread waits for the disk."""
         with self._lock:
-            if self._file.closed or self._unsynced_since is None:
+            if self._fd is None or self._unsynced_since is None:
                 return
             # A duplicate descriptor stays valid even if close() runs during the fsync.
-            fd = os.dup(self._file.fileno())
+            fd = os.dup(self._fd)
             self._unsynced_since = None
         try:
             os.fsync(fd)
@@ -191,7 +199,8 @@ class ChannelWriter:
 
     def close(self) -> None:
         with self._lock:
-            if not self._file.closed:
+            if self._fd is not None:
                 if self._unsynced_since is not None:
                     self._fsync_locked()
-                self._file.close()
+                os.close(self._fd)
+                self._fd = None

@@ -20,14 +20,15 @@ from runwright.protocol import HEARTBEAT, PROTOCOL_VERSION, ChannelMessage, enco
 
 # STEP_HEALTHY is per-step telemetry (progress, loss curve, phase times); the run's state is the
 # committed checkpoint, whose CHECKPOINT_COMMITTED event is fsynced like every other event. So its
-# line is written and flushed at once (the tailing controller sees it at once, and a killed process
-# loses nothing: the page cache outlives the process) but its fsync, 0.2-4 ms per call on the ext4
-# disk of benchmarks/runtime_overhead.py against a 60-70 ms reference step, is deferred to the
-# first of: the next fsynced event (an fsync covers every earlier line of the file), the next
-# heartbeat (sent from the heartbeat thread, so the training thread does not wait), close(), or
-# the next STEP_HEALTHY once the oldest unsynced line is TELEMETRY_SYNC_SECONDS old (the bound
-# when heartbeats are off). A power loss can drop at most those last seconds of telemetry, never
-# a CHECKPOINT_*, STOP_*, RESTORED or NAN_DETECTED event.
+# line is written at once, in one write(2) (the tailing controller sees it at once, and a killed
+# process loses nothing: the page cache outlives the process), but its fsync, 0.2-4 ms per call
+# on the ext4 disk of benchmarks/runtime_overhead.py against a 35-70 ms reference step, is
+# deferred to the first of: the next fsynced event (an fsync covers every earlier line of the
+# file), a heartbeat once the oldest unsynced line is HEARTBEAT_SYNC_SECONDS old (from the
+# heartbeat thread, so the training thread does not wait), close(), or the next STEP_HEALTHY once
+# the oldest unsynced line is TELEMETRY_SYNC_SECONDS old (the bound when heartbeats are off). A
+# power loss can drop at most those last seconds of telemetry, never a CHECKPOINT_*, STOP_*,
+# RESTORED or NAN_DETECTED event.
 # A node's SYSTEM_SAMPLE (one per interval, from its sampler thread) is telemetry of the same
 # kind and takes the same path.
 DEFERRED_SYNC_TYPES = frozenset({EventType.STEP_HEALTHY, EventType.SYSTEM_SAMPLE})

@@ -232,3 +232,50 @@ def test_a_revocation_the_iam_service_does_not_answer_is_tried_again(tmp_path, m
     kinds = [EventType.CREDENTIALS_ISSUED, EventType.CREDENTIALS_REVOKED]
     assert cr.live_credentials(store.events("r-1", types=kinds)).keys() == {1}
     store.close()
+
+
+@pytest.mark.integration
+def test_gc_revokes_a_key_its_controller_never_revoked(iam_s3_env, tmp_path, monkeypatch):
+    """A controller that died before its end-of-run revocation left generation 1's key live:
+    the cleaner (`runwright gc`, control/cleaner.py credentials-v1) revokes it at the IAM
+    service and records it; a second sweep finds nothing. Where no issuer is configured it
+    reports the key with the setting that would revoke it, and revokes nothing."""
+    from runwright.control.cleaner import clean_run
+    from runwright.store import NewEvent
+
+    spec = {"data": {"dataset": "s3://creds-gc/datasets/d1"},
+            "checkpoint": {"location": "s3://creds-gc/ckpt"}}  # fmt: skip
+    issuer = cr.IamUserIssuer()
+    key = issuer.issue(cr.worker_scope(spec, "r-gc", str(tmp_path), 1), ttl_seconds=600)
+    store = Store.open(tmp_path)
+    folder = str(tmp_path)
+    run, _ = store.create_run(run_id="r-gc", name="r", spec={}, spec_hash="0" * 64, plan={},
+                              workdir=folder, root=folder, state="FAILED")  # fmt: skip
+    store.append_event(
+        NewEvent(event_id="issued", run_id="r-gc", generation=1,
+                 type=EventType.CREDENTIALS_ISSUED, time_unix_s=0.0,
+                 attributes={"issuer": issuer.name, "user": key.user,
+                             "access_key_id": key.access_key_id,
+                             "expires_unix_s": key.expires_unix_s}),
+        fenced=False,
+    )  # fmt: skip
+
+    def credentials_of(cleanup):
+        return [x for x in cleanup.found if x.kind == "credentials-v1"]
+
+    monkeypatch.delenv(cr.ISSUER_ENV, raising=False)
+    reported = clean_run(store, tmp_path, run)
+    (left,) = credentials_of(reported)
+    assert not left.releasable and key.access_key_id in left.what
+    assert f"{cr.ISSUER_ENV}=iam-user-v1" in reported.failed[f"credentials-v1 {left.what}"]
+    assert not store.events("r-gc", types=[EventType.CREDENTIALS_REVOKED])
+
+    monkeypatch.setenv(cr.ISSUER_ENV, "iam-user-v1")
+    cleanup = clean_run(store, tmp_path, run)
+    assert [x.what for x in cleanup.released if x.kind == "credentials-v1"] == [left.what]
+    (revoked,) = store.events("r-gc", types=[EventType.CREDENTIALS_REVOKED])
+    assert revoked.generation == 1 and revoked.attributes["access_key_id"] == key.access_key_id
+    assert "cleaner" in revoked.attributes["reason"]
+    assert issuer.revoke(key.user, key.access_key_id) is False  # gone at the IAM service
+    assert credentials_of(clean_run(store, tmp_path, run)) == []
+    store.close()

@@ -18,10 +18,14 @@ only, never from a name that merely looks like the run's:
     allocation-v1  an allocation (a Slurm job) still PENDING or GRANTED in the run's record; only
                    the controller, which holds the executor, can give it back (Journal's
                    `before_finished` does), so elsewhere it is reported, not released
+    credentials-v1 a generation's object-store credentials (control/credentials.py) issued and
+                   never revoked (a controller that died before its end-of-run revocation):
+                   revoked through the configured issuer and recorded as CREDENTIALS_REVOKED;
+                   with no issuer configured here, reported with the setting that would
 
-Other resources (a credential issued to a generation's workers, a node cache entry) plug in with
-`register_releaser`. A releaser never raises for what it finds: a leftover it cannot release is
-reported with the error, so one stuck resource does not keep the others. Releasing is idempotent:
+Other resources (a node cache entry) plug in with `register_releaser`. A releaser never raises
+for what it finds: a leftover it cannot release is reported with the error, so one stuck
+resource does not keep the others. Releasing is idempotent:
 what is gone is not found again, so a second pass finds nothing.
 """
 
@@ -30,15 +34,18 @@ import os
 import re
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from pydantic import Field
 
+from runwright.control import credentials
 from runwright.control.executors.local import generation_processes
 from runwright.control.executors.protocol import AllocationState
+from runwright.control.journal import Journal
 from runwright.control.leasing import holder_gone, node_id
 from runwright.control.processes import is_alive, signal_all, wait_gone
 from runwright.events import EventType
@@ -46,9 +53,6 @@ from runwright.layout import parse_generation, run_paths
 from runwright.records import Record
 from runwright.store import RunRecord, Store
 from runwright.store.fence import run_checkpoint_root
-
-if TYPE_CHECKING:
-    from runwright.control.journal import Journal
 
 SHM = Path("/dev/shm")
 TORCH_SHM = re.compile(r"^torch_(?P<pid>\d+)_")
@@ -255,9 +259,80 @@ class _Allocation:
         raise OSError("only the run's controller can give an allocation back")
 
 
+class _Credentials:
+    name = "credentials-v1"
+
+    @staticmethod
+    def _live(scope: RunScope) -> dict[str, tuple[int, dict]]:
+        kinds = (EventType.CREDENTIALS_ISSUED, EventType.CREDENTIALS_REVOKED)
+        live = credentials.live_credentials(scope.store.events(scope.run.run_id, types=kinds))
+        return {
+            f"g{generation} {issued.get('user')} {issued.get('access_key_id')}": (
+                generation,
+                issued,
+            )
+            for generation, issued in live.items()
+        }
+
+    def find(self, scope: RunScope) -> list[Leftover]:
+        live = self._live(scope)
+        if not live:
+            return []
+        issuer = credentials.configured_issuer()  # a misnamed one fails the find, with its fix
+        found = []
+        for what, (generation, issued) in sorted(live.items()):
+            why = f"generation {generation}'s CREDENTIALS_ISSUED, never revoked"
+            if issuer is None:
+                expires = time.strftime(
+                    "%Y-%m-%d %H:%M:%S UTC",
+                    time.gmtime(float(issued.get("expires_unix_s") or 0)),
+                )
+                why += (
+                    f"; no issuer here to revoke it: set {credentials.ISSUER_ENV}="
+                    f"{issued.get('issuer') or 'iam-user-v1'} where its IAM service answers "
+                    f"(it expires {expires})"
+                )
+            found.append(
+                Leftover(
+                    kind=self.name, what=what, owned_because=why, releasable=issuer is not None
+                )
+            )
+        return found
+
+    def release(self, scope: RunScope, leftover: Leftover) -> None:
+        live = self._live(scope)
+        if leftover.what not in live:
+            return  # revoked since the find (its controller's pass)
+        generation, issued = live[leftover.what]
+        issuer = credentials.configured_issuer()
+        if issuer is None:
+            raise OSError(leftover.owned_because)
+        # An unanswered IAM service raises CredentialError: reported, tried on the next sweep.
+        issuer.revoke(str(issued["user"]), str(issued["access_key_id"]))
+        # The controller's own revocation writes this very event id (launching.py), so a
+        # cleaner and a late controller record it once.
+        Journal(scope.store).record(
+            scope.run.model_copy(update={"generation": generation}),
+            EventType.CREDENTIALS_REVOKED,
+            op=f"revoke{generation}",
+            per_step=False,
+            user=issued["user"],
+            access_key_id=issued["access_key_id"],
+            reason=f"released by the cleaner after the run ended {scope.run.state}",
+        )
+
+
 RELEASERS: dict[str, Releaser] = {
     r.name: r
-    for r in (_Processes(), _Temporary(), _Staging(), _SharedMemory(), _Lease(), _Allocation())
+    for r in (
+        _Processes(),
+        _Temporary(),
+        _Staging(),
+        _SharedMemory(),
+        _Lease(),
+        _Allocation(),
+        _Credentials(),
+    )
 }
 """Releasers by versioned name, processes first: nothing may still write what the others
 remove."""

@@ -161,3 +161,30 @@ def test_a_run_that_continues_on_withdrawn_data_is_alerted_and_flagged_once(tmp_
     (flag,) = store.events("flagged", types=[EventType.DATA_WITHDRAWN])
     assert flag.attributes["on_withdrawal"] == "continue"
     store.close()
+
+
+def test_a_queued_run_whose_dataset_is_withdrawn_fails_before_any_allocation(tmp_path):
+    """Submit and preflight passed; the dataset is withdrawn while the run waits in the queue:
+    the next controller pass fails it (FAILED_PERMANENT) naming the dataset and the field, and
+    nothing was admitted, allocated or launched."""
+    dataset = build_dataset(TINY_DATA, tmp_path)
+    dataset_id = dataset.manifest.dataset_id
+    data = tiny_gpt(dataset, steps=10, name="queued", devices=1, every_steps=5)
+    data["usage"] = {"purpose": "research"}
+    store = Store.open(tmp_path)
+    controller = Controller(store, tmp_path, poll_seconds=0.1)
+    run, _ = controller.submit(spec_from_mapping(data), tmp_path)
+    controller.reconcile(run.run_id)  # CREATED -> QUEUED: preflight and the policy pass
+    assert store.get_run(run.run_id).state == "QUEUED"
+    Access(store, tmp_path, local_actor()).dataset_withdraw(dataset_id, reason="consent revoked")
+
+    controller.reconcile(run.run_id)
+    ended = store.get_run(run.run_id)
+    assert (ended.state, ended.terminal_reason) == ("FAILED", "FAILED_PERMANENT")
+    (finished,) = store.events(run.run_id, types=[EventType.RUN_FINISHED])
+    detail = finished.attributes["detail"]
+    assert dataset_id[:16] in detail and "`standing`" in detail and "consent revoked" in detail
+    states = [e.attributes["to_state"] for e in store.events(run.run_id, types=["STATE_CHANGED"])]
+    assert states == ["QUEUED", "FAILED"]
+    assert not store.events(run.run_id, types=[EventType.RUN_ADMITTED, EventType.WORKER_STARTED])
+    store.close()

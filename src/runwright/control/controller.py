@@ -249,7 +249,10 @@ class Controller(GroupSupervising, LeasedDriving):
                     run, RunState.FAILED, TerminalReason.FAILED_PERMANENT, report.reason()
                 )
         elif state is RunState.QUEUED:
-            if self.admission is None:
+            refused = self.withdrawals.refusal_before_start(run, spec)
+            if refused is not None:
+                self.journal.finish(run, RunState.FAILED, TerminalReason.FAILED_PERMANENT, refused)
+            elif self.admission is None:
                 self.journal.move(run, RunState.ALLOCATING)
             else:
                 self.admission.advance(run, self.logs.of(run_id).events)

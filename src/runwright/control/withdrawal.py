@@ -8,13 +8,18 @@ the spec's governance owner). With `on_withdrawal: stop` the group is asked to s
 step boundary with a save, and the run ends CANCELLED with reason ALERT (control/stopping.py, as
 an alert rule's `stop`); with `continue` it trains on, flagged: the event, the alert and the
 report's data section say so, and release gates refuse its checkpoints (govern/release.py).
+
+A run still QUEUED is checked again against its datasets' policies before it is admitted
+(`refusal_before_start`): one withdrawn, deleted or newly forbidden while it waited fails it
+FAILED_PERMANENT, naming the dataset, the field and who can change it, before any allocation.
 """
 
 import time
+from pathlib import Path
 
 from runwright.control.journal import Journal
 from runwright.events import EventType
-from runwright.govern.data_contract import withdrawn_inputs
+from runwright.govern.data_contract import use_refusals, withdrawn_inputs
 from runwright.spec import JobSpec
 from runwright.store import RunRecord, Store
 
@@ -84,6 +89,23 @@ class WithdrawalWatch:
                 dataset_id=version.dataset_id,
             )
         return stop
+
+    def refusal_before_start(self, run: RunRecord, spec: JobSpec) -> str | None:
+        """Why the data contract now refuses a QUEUED run, or None. Submit and preflight
+        checked it once; a run can wait in the queue for hours while its dataset is withdrawn,
+        deleted or its policy changed (an expiry passing too), so it is checked again, at most
+        every CHECK_SECONDS, until it is admitted: it fails before anything is allocated
+        instead of starting to train on data it may no longer use."""
+        now = time.monotonic()
+        if now - self._checked.get(run.run_id, -CHECK_SECONDS) < CHECK_SECONDS:
+            return None
+        self._checked[run.run_id] = now
+        found = use_refusals(self.store, spec, Path(run.workdir), run.project, Path(run.root))
+        if not found:
+            return None
+        return "the data contract refuses it since it was queued: " + "; ".join(
+            refusal.message() for refusal in found
+        )
 
     def forget(self, run_id: str) -> None:
         self._acted.pop(run_id, None)

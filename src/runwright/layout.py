@@ -14,7 +14,7 @@ learns the other's file names. It imports nothing of runwright, so every layer m
 <root>/drills/<drill_id>/                a fault drill: drill.json, drill.html (runwright drill)
 <root>/ladders/<ladder_id>/              a scale-up ladder: ladder.json, ladder.html
 <root>/baselines/<name>/                 a baseline: baseline.json, check-<time>/check.json
-<root>/experiments/<name>.json           an experiment: owner, hypothesis, runs
+<root>/experiments/<name>.json           an experiment of an earlier version (now in the store)
 <root>/local/<run_id>/                   a run started without the control plane (plain torchrun)
 <root>/releases/<project>/<model>/v<N>/ a release's export, gated (govern/release.py)
 <root>/runs/<run_id>/                    one run, laid out as follows (RunPaths)
@@ -173,7 +173,7 @@ def baseline_dir(root: Path, name: str) -> Path:
 
 
 def experiments_dir(root: Path) -> Path:
-    """Experiments (`runwright experiment`), one JSON file per name."""
+    """Experiments an earlier version kept as files (read into the store on first use)."""
     return root / "experiments"
 
 

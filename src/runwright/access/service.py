@@ -4,6 +4,7 @@ from runwright.access.admin import AdminActions
 from runwright.access.dashboard import DashboardActions
 from runwright.access.datasets import DataContractActions
 from runwright.access.downloads import DownloadActions
+from runwright.access.experiments import ExperimentActions
 from runwright.access.operator import OperatorActions
 from runwright.access.releases import ReleaseActions
 from runwright.access.runs import RunActions
@@ -19,10 +20,11 @@ class Access(
     DashboardActions,
     DataContractActions,
     DownloadActions,
+    ExperimentActions,
 ):
-    """Runs, datasets, checkpoints, releases, tokens, roles and the audit log, as one actor may
-    use them. The server builds one per request (its actor from the token), a CLI on the store
-    one per command (`local_actor()`)."""
+    """Runs, datasets, checkpoints, releases, experiments, tokens, roles and the audit log, as
+    one actor may use them. The server builds one per request (its actor from the token), a
+    CLI on the store one per command (`local_actor()`)."""
 
     remote = False
     """The CLI's seam (cli/backend.py): this one works on the store itself."""

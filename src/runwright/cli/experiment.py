@@ -1,8 +1,8 @@
 """`runwright experiment ...`: group runs under an owner and a hypothesis, see which can be
-compared and why not, and mark a run's contaminated steps (govern/experiments.py,
-control/contamination.py, docs/governance.md "Experiments")."""
+compared and why not, and mark a run's contaminated steps (access/experiments.py,
+govern/experiments.py, control/contamination.py, docs/governance.md "Experiments"). On the store
+itself or through a server (`--server`), like every command on runs (cli/backend.py)."""
 
-import getpass
 import json
 import re
 from pathlib import Path
@@ -10,7 +10,8 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from runwright.cli.options import JsonOption, RootOption, StoreOption, open_store
+from runwright.cli.backend import open_backend
+from runwright.cli.options import JsonOption, RootOption, StoreOption
 from runwright.cli.render import console, guarded, print_json
 from runwright.errors import RunwrightError
 
@@ -29,17 +30,18 @@ def create(
     owner: str = typer.Option(..., "--owner", help="Who owns it."),
     hypothesis: str = typer.Option(..., "--hypothesis", help="What it sets out to show."),
     root: Path | None = RootOption,
+    store: str | None = StoreOption,
     json_out: bool = JsonOption,
 ) -> None:
-    """Create an experiment: an owner and a hypothesis, runs added later."""
-    from runwright.govern.experiments import create_experiment
-    from runwright.layout import resolve_root
-
-    made = create_experiment(resolve_root(root), name, owner, hypothesis, getpass.getuser())
+    """Create an experiment in your project: an owner and a hypothesis, runs added later."""
+    made = open_backend(root, store).experiment_create(name, owner, hypothesis)
     if json_out:
-        print_json(made.model_dump(mode="json"))
+        print_json(made)
         return
-    console.print(f"experiment {made.name} created (owner {made.owner})", highlight=False)
+    console.print(
+        f"experiment {made['name']} created in project {made['project']} (owner {made['owner']})",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -52,14 +54,31 @@ def add(
     json_out: bool = JsonOption,
 ) -> None:
     """Add runs to an experiment."""
-    from runwright.govern.experiments import add_runs
-
-    resolved, st = open_store(root, store)
-    updated = add_runs(resolved, st, name, runs)
+    updated = open_backend(root, store).experiment_add(name, runs)
     if json_out:
-        print_json(updated.model_dump(mode="json"))
+        print_json(updated)
         return
-    console.print(f"experiment {name}: {len(updated.runs)} runs", highlight=False)
+    console.print(f"experiment {name}: {len(updated['runs'])} runs", highlight=False)
+
+
+@app.command("list")
+@guarded
+def list_(
+    root: Path | None = RootOption,
+    store: str | None = StoreOption,
+    json_out: bool = JsonOption,
+) -> None:
+    """Your project's experiments."""
+    found = open_backend(root, store).experiment_list()
+    if json_out:
+        print_json(found)
+        return
+    table = Table(title="experiments")
+    for column in ("project", "name", "owner", "runs", "hypothesis"):
+        table.add_column(column)
+    for e in found:
+        table.add_row(e["project"], e["name"], e["owner"], str(len(e["runs"])), e["hypothesis"])
+    console.print(table)
 
 
 @app.command()
@@ -75,27 +94,28 @@ def show(
 ) -> None:
     """The experiment's runs, each comparable with the reference or not, with the reasons;
     contaminated steps left out of the losses shown."""
-    from runwright.govern.experiments import show_experiment
-
-    resolved, st = open_store(root, store)
-    view = show_experiment(resolved, st, name, reference)
+    view = open_backend(root, store).experiment_show(name, reference)
     if json_out:
-        print(json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True))
+        print(json.dumps(view, indent=2, sort_keys=True))
         return
-    e = view.experiment
-    console.print(f"experiment {e.name}: owner {e.owner}; hypothesis: {e.hypothesis}")
-    table = Table(title=f"against reference {view.reference}")
+    e = view["experiment"]
+    console.print(
+        f"experiment {e['name']} ({e['project']}): owner {e['owner']}; "
+        f"hypothesis: {e['hypothesis']}",
+        highlight=False,
+    )
+    table = Table(title=f"against reference {view['reference']}")
     for column in ("run", "comparable", "mean loss", "last loss", "steps", "contaminated"):
         table.add_column(column)
-    for row in view.runs:
+    for row in view["runs"]:
+        marks = row["contaminated"]
         table.add_row(
-            row.run_id,
-            "yes" if row.comparable else "[red]no[/]: " + "; ".join(row.reasons),
-            "-" if row.mean_loss is None else f"{row.mean_loss:.4f}",
-            "-" if row.last_loss is None else f"{row.last_loss:.4f}",
-            str(row.steps_compared),
-            ", ".join(f"{r.first_step}-{r.last_step} ({r.reason})" for r in row.contaminated)
-            or "-",
+            row["run_id"],
+            "yes" if row["comparable"] else "[red]no[/]: " + "; ".join(row["reasons"]),
+            "-" if row["mean_loss"] is None else f"{row['mean_loss']:.4f}",
+            "-" if row["last_loss"] is None else f"{row['last_loss']:.4f}",
+            str(row["steps_compared"]),
+            ", ".join(f"{r['first_step']}-{r['last_step']} ({r['reason']})" for r in marks) or "-",
         )
     console.print(table)
 
@@ -111,18 +131,16 @@ def contaminate(
     json_out: bool = JsonOption,
 ) -> None:
     """Mark a step range of a run contaminated: left out of comparisons and stop criteria (an
-    event in the run's log; nothing is deleted)."""
-    from runwright.control.contamination import mark_contaminated
-
+    event in the run's log, audited; nothing is deleted). Its submitter, or an operator."""
     found = STEPS.match(steps.strip())
     if not found:
         raise RunwrightError(f"--steps {steps!r}: give FIRST-LAST, e.g. --steps 120-180")
-    _, st = open_store(root, store)
-    mark = mark_contaminated(st, run, int(found[1]), int(found[2]), reason, getpass.getuser())
+    mark = open_backend(root, store).run_contaminate(run, int(found[1]), int(found[2]), reason)
     if json_out:
-        print_json(mark.model_dump(mode="json"))
+        print_json(mark)
         return
     console.print(
-        f"steps {mark.first_step}-{mark.last_step} of {run} marked contaminated: {reason}",
+        f"steps {mark['first_step']}-{mark['last_step']} of {mark['run_id']} marked "
+        f"contaminated: {reason}",
         highlight=False,
     )

@@ -246,6 +246,27 @@ class RemoteBackend:
             "POST", f"/v1/projects/{_segment(project)}/datasets", json={"dataset_id": dataset_id}
         )
 
+    def experiment_create(self, name: str, owner: str, hypothesis: str) -> dict[str, Any]:
+        body = {"name": name, "owner": owner, "hypothesis": hypothesis}
+        return self._call("POST", "/v1/experiments", json=body)
+
+    def experiment_add(self, name: str, run_ids: list[str]) -> dict[str, Any]:
+        path = f"/v1/experiments/{_segment(name)}/runs"
+        return self._call("POST", path, json={"runs": run_ids})
+
+    def experiment_show(self, name: str, reference: str | None = None) -> dict[str, Any]:
+        params = {"reference": reference} if reference is not None else None
+        return self._call("GET", f"/v1/experiments/{_segment(name)}", params=params)
+
+    def experiment_list(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/experiments")
+
+    def run_contaminate(
+        self, run_id: str, first_step: int, last_step: int, reason: str
+    ) -> dict[str, Any]:
+        body = {"first_step": first_step, "last_step": last_step, "reason": reason}
+        return self._call("POST", f"/v1/runs/{_segment(run_id)}/contaminated", json=body)
+
     def dataset_policy(self, target: str) -> dict[str, Any]:
         return self._call("GET", f"/v1/datasets/{_segment(target)}/policy")
 

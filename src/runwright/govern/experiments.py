@@ -8,39 +8,51 @@ those is a reason, in words, why it is not comparable. Contaminated steps
 (control/contamination.py) are left out of the figures compared: each run's mean loss over the
 steps both it and the reference trained, and its last loss outside a marked range.
 
-An experiment is kept as `<root>/experiments/<name>.json`, written atomically; the runs it names
-stay in the store, where their evidence is.
+An experiment is a store record (store/experiments.py), created and added to through the access
+layer (access/experiments.py: the CLI on the store, the server, both audited); this module
+computes its view from the runs' evidence. An experiment an earlier version kept as
+`<root>/experiments/<name>.json` is read once into the store when first asked for
+(`legacy_experiment`), the file left where it was.
 """
 
+import json
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import Field
 
 from runwright.control.contamination import ContaminatedRange, contaminated_ranges
-from runwright.control.supervise import write_atomically
 from runwright.errors import RunwrightError
 from runwright.govern.evidence import dataset_identity
 from runwright.layout import experiments_dir
 from runwright.observe.timeline import build_timeline
 from runwright.records import Record
 from runwright.store import RunRecord, Store
+from runwright.store.experiments import Experiment
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 
-class Experiment(Record):
-    """experiments/<name>.json."""
+def check_name(name: str) -> str:
+    if not NAME.match(name):
+        raise RunwrightError(
+            f"experiment name {name!r}: letters, digits, '.', '_', '-', starting with a letter "
+            "or digit"
+        )
+    return name
 
-    name: str
-    owner: str
-    hypothesis: str
-    created_unix_s: float
-    created_by: str | None = None
-    runs: list[str] = Field(default_factory=list)
-    """Run ids, in the order they were added; the first is the reference unless one is named."""
+
+def legacy_experiment(root: Path, name: str) -> dict[str, Any] | None:
+    """The fields of `<root>/experiments/<name>.json` (an earlier version's record), or None."""
+    path = experiments_dir(root) / f"{check_name(name)}.json"
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or not {"owner", "hypothesis"} <= set(data):
+        return None
+    return data
 
 
 class Identity(Record):
@@ -79,55 +91,6 @@ class ExperimentView(Record):
     experiment: Experiment
     reference: str | None
     runs: list[RunComparability]
-
-
-def _path(root: Path, name: str) -> Path:
-    if not NAME.match(name):
-        raise RunwrightError(
-            f"experiment name {name!r}: letters, digits, '.', '_', '-', starting with a letter "
-            "or digit"
-        )
-    return experiments_dir(root) / f"{name}.json"
-
-
-def load_experiment(root: Path, name: str) -> Experiment:
-    path = _path(root, name)
-    if not path.exists():
-        raise RunwrightError(
-            f"no experiment {name} ({path}); create it with `runwright experiment create {name} "
-            "--owner WHO --hypothesis TEXT`"
-        )
-    return Experiment.model_validate_json(path.read_text())
-
-
-def _save(root: Path, experiment: Experiment) -> None:
-    path = _path(root, experiment.name)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomically(path, experiment.model_dump_json(indent=2) + "\n")
-
-
-def create_experiment(
-    root: Path, name: str, owner: str, hypothesis: str, by: str | None = None
-) -> Experiment:
-    if _path(root, name).exists():
-        raise RunwrightError(f"experiment {name} exists; add runs with `runwright experiment add`")
-    if not owner.strip() or not hypothesis.strip():
-        raise RunwrightError("an experiment needs --owner and --hypothesis (neither empty)")
-    experiment = Experiment(
-        name=name, owner=owner, hypothesis=hypothesis, created_unix_s=time.time(), created_by=by
-    )
-    _save(root, experiment)
-    return experiment
-
-
-def add_runs(root: Path, store: Store, name: str, run_ids: list[str]) -> Experiment:
-    """Add runs (ids or unique prefixes, resolved by the store); one already in is kept once."""
-    experiment = load_experiment(root, name)
-    found = [store.get_run(r).run_id for r in run_ids]
-    runs = list(dict.fromkeys([*experiment.runs, *found]))
-    updated = experiment.model_copy(update={"runs": runs})
-    _save(root, updated)
-    return updated
 
 
 def _identity(store: Store, run: RunRecord, events: list, trained: int) -> Identity:
@@ -175,13 +138,13 @@ def _short(value: str | None) -> str:
 
 
 def show_experiment(
-    root: Path, store: Store, name: str, reference: str | None = None
+    store: Store, experiment: Experiment, reference: str | None = None
 ) -> ExperimentView:
-    experiment = load_experiment(root, name)
-    if reference is not None:
-        reference = store.get_run(reference).run_id
-        if reference not in experiment.runs:
-            raise RunwrightError(f"run {reference} is not in experiment {name}: add it first")
+    """The experiment's runs against `reference` (a run id in it; default its first run)."""
+    if reference is not None and reference not in experiment.runs:
+        raise RunwrightError(
+            f"run {reference} is not in experiment {experiment.name}: add it first"
+        )
     ref_id = reference or (experiment.runs[0] if experiment.runs else None)
     losses: dict[str, dict[int, float]] = {}
     identities: dict[str, Identity] = {}

@@ -142,6 +142,7 @@ def create_app(
         admin,
         data_policies,
         downloads,
+        experiments,
         metrics,
         releases,
         runs,
@@ -216,5 +217,6 @@ def create_app(
     app.include_router(ui.router)
     app.include_router(metrics.router)
     app.include_router(downloads.router)
+    app.include_router(experiments.router)
     app.add_middleware(BodyLimit, limit=max_body_bytes)
     return app

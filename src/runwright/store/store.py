@@ -20,6 +20,7 @@ from runwright.store.appends import insert_event_once, insert_new, rejection, st
 from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
 from runwright.store.dataset_policies import DatasetPolicies
 from runwright.store.engine import create_engine, migrate, resolve_store_url
+from runwright.store.experiments import Experiments
 from runwright.store.fence import fence_generation, raise_fence
 from runwright.store.history import StaleWriteTally, select_events, stale_write_tally
 from runwright.store.leases import LeaseToken, RunLeases
@@ -74,6 +75,7 @@ class Store:
         self.inputs = RunInputs(self)
         self.releases = ModelReleases(self)
         self.policies = DatasetPolicies(self)
+        self.experiments = Experiments(self)
         self._lock: ContextVar[LockToken | None] = ContextVar(f"lock-{id(self)}", default=None)
 
     @classmethod

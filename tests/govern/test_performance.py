@@ -63,5 +63,6 @@ def test_the_window_the_memory_and_the_hash(store):
     record_report_hash(store, "r", 2, report.report_sha256)
     kept = store.events("r", types=[EventType.REPORT_HASHED])
     assert [e.attributes["report_sha256"] for e in kept] == [report.report_sha256]
+    assert store.get_run("r").report_sha256 == report.report_sha256  # in the run's row too
     _, html = render_report(store, "r")
     assert "<h2>Performance</h2>" in html and "steps 3-7 (4 executions" in html

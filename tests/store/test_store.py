@@ -381,7 +381,7 @@ def test_a_store_at_an_older_schema_upgrades_and_keeps_its_runs(store_url, revis
             assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == (
                 schema_head()
             )
-        assert schema_head() == "0107_experiments"
+        assert schema_head() == "0108_run_report_hash"
         run = s.get_run("run-old")
         assert run.name == "t" and run.project == "default"
         lease, _ = s.leases.get("run-old")

@@ -13,13 +13,12 @@ whatever happened around the steps.
 """
 
 import math
-import time
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import Field
 
-from runwright.events import EventType, NewEvent
+from runwright.events import EventType
 from runwright.observe import figures
 from runwright.observe.records import Event
 from runwright.observe.timeline import StepPoint
@@ -234,19 +233,9 @@ def report_sha256(report: dict[str, Any]) -> str:
 
 
 def record_report_hash(store: Store, run_id: str, generation: int, digest: str) -> None:
-    """Keep a served report's hash in the run's record (REPORT_HASHED); the same report served
-    again is the same event (its id carries the hash), so nothing is appended twice."""
-    store.append_event(
-        NewEvent(
-            event_id=f"{run_id}:report:{digest}",
-            run_id=run_id,
-            generation=generation,
-            type=EventType.REPORT_HASHED,
-            time_unix_s=time.time(),
-            attributes={"report_sha256": digest},
-        ),
-        fenced=False,
-    )
+    """Keep a served report's hash in the run's record (its `report_sha256` and a REPORT_HASHED
+    event); the same report served again is the same event, so nothing is appended twice."""
+    store.record_report_hash(run_id, generation, digest)
 
 
 def performance_html(performance: PerformanceReport | None) -> list[str]:

@@ -77,6 +77,9 @@ class RunRecord(Record):
     """Project the run belongs to; who may see and act on it (docs/server.md)."""
     submitted_by: str | None = None
     """Who submitted it: a principal through the server, `local:<user>` from a local CLI."""
+    report_sha256: str | None = None
+    """The hash of the newest report served of it (govern/performance.py `report_sha256`);
+    its REPORT_HASHED events name every report given out."""
 
 
 class WriteResult(Record):

@@ -44,6 +44,9 @@ runs = sa.Table(
     # The shared server (migration 0100_server): whose run it is, who submitted it.
     sa.Column("project", sa.String(100), nullable=False, server_default="default", index=True),
     sa.Column("submitted_by", sa.String(200)),
+    # The newest report served of the run (migration 0108_run_report_hash); REPORT_HASHED
+    # events name every one.
+    sa.Column("report_sha256", sa.String(64)),
 )
 
 attempts = sa.Table(

@@ -15,6 +15,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from runwright.errors import NotFoundError, StoreError
+from runwright.events import EventType
 from runwright.layout import resolve_root
 from runwright.store.appends import insert_event_once, insert_new, rejection, stored_event_ids
 from runwright.store.catalog import CheckpointCatalog, DatasetCatalog
@@ -323,6 +324,22 @@ class Store:
         if unknown:
             raise StoreError(f"fields {sorted(unknown)} are not controller fields")
         return self._update(run_id, fields, None)
+
+    def record_report_hash(self, run_id: str, generation: int, digest: str) -> None:
+        """A served report's hash: REPORT_HASHED (once per hash: its id carries it) and the run's
+        `report_sha256`, in one transaction. The state's compare-and-set is not touched (nor
+        `updated_unix_s`): a report is a reading of the run, not a change of it."""
+        event = NewEvent(
+            event_id=f"{run_id}:report:{digest}",
+            run_id=run_id,
+            generation=generation,
+            type=EventType.REPORT_HASHED,
+            time_unix_s=time.time(),
+            attributes={"report_sha256": digest},
+        )
+        with self.begin() as conn:
+            insert_event_once(conn, event)
+            conn.execute(runs.update().where(runs.c.run_id == run_id).values(report_sha256=digest))
 
     def _update(self, run_id: str, fields: dict[str, Any], generation: int | None) -> WriteResult:
         where = [runs.c.run_id == run_id]

@@ -250,10 +250,11 @@ class EventType(StrEnum):
     consumed before it), unit, targets (its weights normalised). Rank 0, when the loader hands
     out that step's batch (again after a restart that replays it)."""
     DATA_SOURCE_CHANGED = "DATA_SOURCE_CHANGED"
-    """A declared new dataset version (data.source_growth; data/read/growth.py) was taken when
-    the loader restored a cursor of the old one: `step` is the steps consumed at the change;
-    from_dataset_id, to_dataset_id, mapping (new-epoch-v1), from_epoch, dropped_residual (the
-    split document not finished, or None). Rank 0."""
+    """A new dataset version was taken when the loader restored a cursor of the old one,
+    declared (data.source_growth; data/read/growth.py) or by a coverage-only resume: `step` is
+    the steps consumed at the change; from_dataset_id, to_dataset_id, mapping (new-epoch-v1 or
+    coverage-v1), from_epoch, dropped_residual (the split document not finished, or None).
+    Rank 0."""
     DATA_SHARD_QUARANTINED = "DATA_SHARD_QUARANTINED"
     """Every rank agreed to leave a corrupt or missing train shard out (data.on_corrupt_shard:
     skip; data/read/quarantine.py): dataset_id, shard, source, reason (corrupt, missing),

@@ -199,6 +199,10 @@ def test_refuses_other_dataset_unless_coverage_only(tmp_path: Path, two_source_d
     loader.load_state_dict(state, coverage_only=True)
     batch = next(loader)
     assert batch.step == 1 and loader.cursor.source_draws["code"] > state["source_draws"]["code"]
+    # Taken, but never silently: the change is in the cursor every later checkpoint carries.
+    (change,) = loader.cursor.source_changes
+    assert (change.from_dataset_id, change.mapping) == (state["dataset_id"], "coverage-v1")
+    assert change.to_dataset_id == loader.cursor.dataset_id != state["dataset_id"]
     loader.close()
     with (
         DataLoader(folder, spec(packing="pad-v1"), global_batch_samples=8) as pad,

@@ -16,6 +16,11 @@ for). A declared change is taken at the cursor's step boundary and mapped by a v
 Everything else of the data contract (tokenizer, algorithms, mixture, seed, sequence length) must
 stay: one change at a time. The change is written into the cursor (`source_changes`), so every
 later checkpoint carries it, and the loader reports DATA_SOURCE_CHANGED.
+
+A coverage-only resume (`resume='coverage'`, asked for by the caller) accepts another data
+contract wholesale and keeps only per-source progress; when that contract is another dataset
+version it is recorded the same way, mapping `coverage-v1` (`coverage_change`): taken, but never
+silently.
 """
 
 from runwright.data.errors import CursorMismatchError
@@ -77,3 +82,21 @@ def take_source_change(
         }
     )
     return mapped, change
+
+
+COVERAGE_MAPPING = "coverage-v1"
+"""A coverage-only resume onto another dataset version: per-source draw counts carried over, the
+exact sequence not reproduced (cursor.py `reconcile`)."""
+
+
+def coverage_change(saved: DataCursor, expected: DataCursor) -> tuple[DataCursor, SourceChange]:
+    """`saved` with the record of a coverage-only resume onto `expected`'s dataset version."""
+    change = SourceChange(
+        from_dataset_id=saved.dataset_id,
+        to_dataset_id=expected.dataset_id,
+        at_step=saved.step,
+        mapping=COVERAGE_MAPPING,
+        from_epoch=saved.epoch,
+        dropped_residual=saved.residual,
+    )
+    return saved.model_copy(update={"source_changes": (*saved.source_changes, change)}), change

@@ -31,7 +31,7 @@ from runwright.data.format.manifest import DatasetManifest
 from runwright.data.read.batch import Batch, LoaderStats, materialise
 from runwright.data.read.cursor import DataCursor, reconcile
 from runwright.data.read.drift import DRIFT_WINDOW_STEPS, Counts
-from runwright.data.read.growth import take_source_change
+from runwright.data.read.growth import coverage_change, take_source_change
 from runwright.data.read.kernels import ShardTable
 from runwright.data.read.ledger import ConsumptionLedger
 from runwright.data.read.loss_groups import DEFAULT_LENGTH_EDGES, LossGroups
@@ -248,10 +248,14 @@ class DataLoader:
         except ValidationError as exc:
             raise CursorMismatchError(f"not a runwright data cursor: {exc}") from None
         coverage = self.resume == "coverage" if coverage_only is None else coverage_only
-        if saved.dataset_id != self._origin.dataset_id and not coverage:
-            # Another dataset version: refused unless declared (growth.py).
-            train = {s.name for s in self.manifest.shards if s.split == "train"}
-            saved, change = take_source_change(saved, self._origin, self.spec.source_growth, train)
+        if saved.dataset_id != self._origin.dataset_id:
+            # Another dataset version: refused unless declared, recorded either way (growth.py).
+            if coverage:
+                saved, change = coverage_change(saved, self._origin)
+            else:
+                train = {s.name for s in self.manifest.shards if s.split == "train"}
+                growth = self.spec.source_growth
+                saved, change = take_source_change(saved, self._origin, growth, train)
             self._reports.source_changed(change)
         cursor = self._guard.restored(reconcile(saved, self._origin, coverage))
         stages = len(self._stages) if self._stages is not None else 1

@@ -154,7 +154,8 @@ class LoaderReports:
         )
 
     def source_changed(self, change: SourceChange) -> None:
-        """Rank 0 reports a declared new dataset version taken at a step boundary."""
+        """Rank 0 reports a new dataset version taken at a step boundary (declared, or a
+        coverage-only resume's)."""
         if self.dp_rank != 0:
             return
         residual = change.dropped_residual

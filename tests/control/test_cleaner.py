@@ -90,7 +90,8 @@ def test_gc_releases_only_what_ended_runs_own_and_a_second_sweep_finds_nothing(t
     unknown = tmp_path / "runs" / "not-a-run" / "attempts" / "gen00001" / "nodes" / "x" / "tmp"
     unknown.mkdir(parents=True)
     try:
-        dry = CliRunner().invoke(app, ["gc", "--root", str(tmp_path), "--dry-run", "--json"])
+        gc = ["gc", "--root", str(tmp_path), "--data-cache", str(tmp_path / "cache"), "--json"]
+        dry = CliRunner().invoke(app, [*gc, "--dry-run"])
         assert dry.exit_code == 0, dry.output
         report = json.loads(dry.stdout)
         assert report["runs_checked"] == 1 and report["live_runs"] == [live.run_id]
@@ -99,7 +100,7 @@ def test_gc_releases_only_what_ended_runs_own_and_a_second_sweep_finds_nothing(t
         assert kinds == ["lease-v1", "processes-v1", "shm-v1", "staging-v1", "tmp-v1"], cleanup
         assert cleanup["released"] == [] and mine["sleeper"].poll() is None  # a dry run
 
-        swept = CliRunner().invoke(app, ["gc", "--root", str(tmp_path), "--json"])
+        swept = CliRunner().invoke(app, gc)
         assert swept.exit_code == 0, swept.output
         assert json.loads(swept.stdout)["released"] == 5
         assert mine["sleeper"].wait(timeout=30) is not None
@@ -108,7 +109,7 @@ def test_gc_releases_only_what_ended_runs_own_and_a_second_sweep_finds_nothing(t
         lease, now = store.leases.get(ended.run_id)
         assert lease is not None and not lease.live(now)
         assert leftovers(store, tmp_path, ended.run_id) == []
-        again = CliRunner().invoke(app, ["gc", "--root", str(tmp_path), "--json"])
+        again = CliRunner().invoke(app, gc)
         assert json.loads(again.stdout)["cleanups"] == []
 
         # Nothing that is not an ended run's was touched.

@@ -103,7 +103,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gc": (
         "gc",
         "Release what ended runs left behind under a root: processes, temporary folders, "
-        "checkpoint staging, leases (--dry-run lists them).",
+        "checkpoint staging, leases, credentials, and this host's cached datasets past their "
+        "retention (--dry-run lists them).",
     ),
     "baseline": (
         "baseline",

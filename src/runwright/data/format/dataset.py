@@ -109,7 +109,7 @@ def check_shard(
     return problems, (None if problems else opened)
 
 
-def _default_cache() -> Path:
+def default_cache_dir() -> Path:
     base = os.environ.get("RUNWRIGHT_DATA_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "runwright", "datasets"
     )
@@ -120,7 +120,7 @@ def cache_copy(dataset_id: str, cache_dir: str | Path | None = None) -> Path:
     """Where `localise` keeps this host's copy of a remote dataset (`cache_dir`, else
     $RUNWRIGHT_DATA_CACHE, else ~/.cache/runwright/datasets): what `runwright data delete`
     removes besides the dataset's own folder."""
-    return (Path(cache_dir) if cache_dir else _default_cache()) / dataset_id
+    return (Path(cache_dir) if cache_dir else default_cache_dir()) / dataset_id
 
 
 @contextlib.contextmanager
@@ -177,7 +177,7 @@ def localise(
     # Names are checked by the manifest's validators (plain names, no `..`) and the id against
     # the content, before anything is written into the cache.
     manifest = parse_manifest(raw, where)
-    cache = Path(cache_dir) if cache_dir else _default_cache()
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
     local = cache / manifest.dataset_id
     local.mkdir(parents=True, exist_ok=True)
     wanted = [(f"{s.name}.bin", s.bin_sha256, True) for s in manifest.shards]

@@ -15,8 +15,9 @@ from runwright.runtime.collective_hooks import (
     record_fsdp,
     recorded,
 )
-from runwright.runtime.context import RunContext, init
+from runwright.runtime.context import RunContext
 from runwright.runtime.guard_capture import capture_guard_trip, input_summary
+from runwright.runtime.startup import init
 from runwright.runtime.steploop import LossSpikeError, NonFiniteError
 
 _LAZY = {

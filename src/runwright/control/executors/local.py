@@ -6,7 +6,7 @@ agent with `--standalone`; an N-node one runs N agents on this host, each in a p
 its own with its own log folder (`attempts/gen<G>/nodes/node<N>/`), meeting through c10d
 rendezvous on a free port hosted by node 0's agent (executors/torchrun.py), exactly as agents on N
 machines would. Each rank gets the run id, generation, run folder, the spec and the rank manifest
-through environment variables (runtime/context.py), and its node's index (ENV_NODE); those
+through environment variables (runtime/startup.py), and its node's index (ENV_NODE); those
 variables are also the generation's and the node's tags: every process of it (supervisor, agents,
 ranks and anything they start) carries the run folder and generation in its launch environment,
 so the executor finds all of them through /proc even once their parents are gone, and one node's

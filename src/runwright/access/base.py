@@ -95,6 +95,23 @@ class AccessBase:
         error = self.actor.denial(permission, doing)
         raise self.refuse(error, action, **fields) if action else error
 
+    def require_intervention(
+        self, run: RunRecord, doing: str, action: str, parameters: dict[str, Any]
+    ) -> None:
+        """A person's intervention on `run` (cancel, pause, an operator action, marking steps
+        contaminated): its submitter with CANCEL_OWN, anyone with CANCEL_ANY; a refusal is
+        audited as `action`."""
+        if run.submitted_by == self.actor.name and self.actor.may(Permission.CANCEL_OWN):
+            return
+        self.require(
+            Permission.CANCEL_ANY,
+            f"{doing} a run someone else submitted",
+            action,
+            target=run.run_id,
+            project=run.project,
+            parameters=parameters,
+        )
+
     # -- what the actor sees ------------------------------------------------------------------
 
     @property

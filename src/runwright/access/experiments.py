@@ -85,16 +85,7 @@ class ExperimentActions(AccessBase):
 
         run = self.run(run_id, action="run.contaminate")
         params = {"first_step": first_step, "last_step": last_step}
-        own = run.submitted_by == self.actor.name and self.actor.may(Permission.CANCEL_OWN)
-        if not own:
-            self.require(
-                Permission.CANCEL_ANY,
-                "marking steps of a run someone else submitted",
-                "run.contaminate",
-                target=run.run_id,
-                project=run.project,
-                parameters=params,
-            )
+        self.require_intervention(run, "marking steps of", "run.contaminate", params)
         try:
             mark = mark_contaminated(
                 self.store, run.run_id, first_step, last_step, reason, self.actor.name

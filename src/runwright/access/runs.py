@@ -253,17 +253,8 @@ class RunActions(AccessBase):
         operator (CANCEL_ANY), audited (with `target`: what an operator action names), and
         written into the run's own log with the actor."""
         run = self.run(run_id, action=action)
-        own = run.submitted_by == self.actor.name and self.actor.may(Permission.CANCEL_OWN)
         params = {"reason_chars": len(reason), **(target or {})}
-        if not own:
-            self.require(
-                Permission.CANCEL_ANY,
-                f"{doing} a run someone else submitted",
-                action,
-                target=run.run_id,
-                project=run.project,
-                parameters=params,
-            )
+        self.require_intervention(run, doing, action, params)
         result = request(self.store, run.run_id, reason, actor=self.actor.name)
         self.record(
             action,

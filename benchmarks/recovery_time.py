@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from runwright.control.controller import Controller
-from runwright.control.executors.local import generation_processes
+from runwright.control.executors.local_group import generation_processes
 from runwright.data import build_dataset
 from runwright.events import EventType
 from runwright.layout import run_paths

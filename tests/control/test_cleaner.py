@@ -26,7 +26,7 @@ from runwright.cli.main import app
 from runwright.control.cancel import request_cancel
 from runwright.control.cleaner import RELEASERS, SHM, register_releaser
 from runwright.control.controller import Controller
-from runwright.control.executors.local import generation_tags
+from runwright.control.executors.local_group import generation_tags
 from runwright.control.leasing import node_id
 from runwright.control.processes import is_alive
 from runwright.events import EventType, NewEvent

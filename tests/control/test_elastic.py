@@ -13,7 +13,7 @@ import pytest
 from runwright_tests_tiny import tiny_gpt
 
 from runwright.control.controller import Controller
-from runwright.control.executors.local import generation_processes, node_tags
+from runwright.control.executors.local_group import generation_processes, node_tags
 from runwright.control.processes import processes_tagged, signal_all
 from runwright.data import build_dataset
 from runwright.events import EventType

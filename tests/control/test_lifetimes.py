@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from runwright.control.controller import Controller
-from runwright.control.executors.local import LocalExecutor, generation_tags
+from runwright.control.executors.local import LocalExecutor
+from runwright.control.executors.local_group import generation_tags
 from runwright.control.processes import is_alive, processes_tagged
 from runwright.layout import run_paths
 from runwright.spec import FailureClass, RecoverySpec, spec_from_mapping

@@ -20,7 +20,7 @@ from runwright_tests_tiny import tiny_gpt
 
 from runwright.control.cancel import request_cancel
 from runwright.control.controller import Controller
-from runwright.control.executors.local import generation_processes, generation_tags, node_tags
+from runwright.control.executors.local_group import generation_processes, generation_tags, node_tags
 from runwright.control.processes import environs, processes_tagged, signal_all
 from runwright.control.supervise import read_group_exit
 from runwright.data import build_dataset

@@ -16,7 +16,7 @@ import pytest
 
 from runwright.control.alerts import AlertEngine
 from runwright.control.controller import Controller
-from runwright.control.executors.local import generation_tags
+from runwright.control.executors.local_group import generation_tags
 from runwright.control.journal import Journal
 from runwright.control.processes import processes_tagged
 from runwright.control.replay_check import ReplayVerifier

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from runwright.control.controller import Controller
-from runwright.control.executors.local import generation_processes, launched_generations
+from runwright.control.executors.local_group import generation_processes, launched_generations
 from runwright.events import EventType
 from runwright.layout import run_paths
 from runwright.spec import spec_from_mapping

@@ -19,7 +19,7 @@ import pytest
 import yaml
 from runwright_tests_leftovers import assert_nothing_left
 
-from runwright.control.executors.local import generation_processes
+from runwright.control.executors.local_group import generation_processes
 from runwright.data import build_dataset
 from runwright.drill.faults import FAULTS
 from runwright.store import Store

@@ -6,7 +6,7 @@ that lists the run's leftovers of its kind and releases one. Ownership comes fro
 only, never from a name that merely looks like the run's:
 
     processes-v1   live processes started with the run's launch tags (its run folder in their
-                   environment: control/executors/local.py `generation_processes`)
+                   environment: control/executors/local_group.py `generation_processes`)
     tmp-v1         the per-node temporary folders the run's agents and ranks got as TMPDIR
                    (layout.py `NodePaths.tmp`), under the run's own folder
     staging-v1     its checkpoint root's residue (ckpt/gc.py): staging and uncommitted folders,
@@ -43,7 +43,7 @@ from typing import Protocol
 from pydantic import Field
 
 from runwright.control import credentials
-from runwright.control.executors.local import generation_processes
+from runwright.control.executors.local_group import generation_processes
 from runwright.control.executors.protocol import AllocationState
 from runwright.control.journal import Journal
 from runwright.control.leasing import holder_gone, node_id

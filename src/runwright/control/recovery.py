@@ -218,7 +218,7 @@ class RecoverySequence:
             )
         elif exit_code == EXIT_LOST:
             # The supervisor is gone: fence, then kill whatever of the group still runs without
-            # it (executors/local.py's WorkerGroup.repair_lost says why it is not adopted).
+            # it (executors/local_group.py's WorkerGroup.repair_lost says why it is not adopted).
             self.store.revoke_generation(run.run_id, run.generation)
             lost = executor.repair_lost(sup.group)
         evidence = executor.evidence(sup.group, lost)

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runwright.control.executors.local import free_port, node_tags
+from runwright.control.executors.local import free_port
+from runwright.control.executors.local_group import node_tags
 from runwright.control.processes import (
     is_alive,
     processes_tagged,

@@ -36,7 +36,8 @@ from runwright.layout import AttemptPaths, parse_generation, run_paths
 from runwright.protocol import RankEntry, encode_rank_manifest, write_activation
 
 if TYPE_CHECKING:
-    from runwright.control.executors.local import LocalExecutor, WorkerGroup
+    from runwright.control.executors.local import LocalExecutor
+    from runwright.control.executors.local_group import WorkerGroup
 
 KILLED_EXIT_SECONDS = 10.0
 """How long SIGKILLed standby processes get to leave the kernel (local.py's own bound)."""
@@ -81,7 +82,7 @@ def prepare(executor: "LocalExecutor", **launch: Any) -> int | None:
 
 
 def _group(root: Path, run_id: str, generation: int) -> "WorkerGroup | None":
-    from runwright.control.executors.local import WorkerGroup, _nodes_of, generation_tags
+    from runwright.control.executors.local_group import WorkerGroup, generation_tags, nodes_of
 
     run = run_paths(root, run_id)
     attempt = run.attempt(generation)
@@ -92,7 +93,7 @@ def _group(root: Path, run_id: str, generation: int) -> "WorkerGroup | None":
         generation=generation,
         pid=body["pid"],
         run=run,
-        nodes=_nodes_of(attempt),
+        nodes=nodes_of(attempt),
         tags=generation_tags(root, run_id, generation),
         launched_unix_s=body.get("started_unix_s"),
         process=_POPEN.get((str(attempt.folder), generation)),
@@ -152,7 +153,7 @@ def discard(root: Path, run_id: str) -> list[int]:
 def _discard(root: Path, run_id: str, generation: int) -> None:
     """Kill a standby's processes (by tag, so re-parented ones too), reap its supervisor if
     this process started it, and move its folder aside."""
-    from runwright.control.executors.local import generation_processes
+    from runwright.control.executors.local_group import generation_processes
 
     attempt = run_paths(root, run_id).attempt(generation)
     body = _read(attempt)

@@ -20,7 +20,6 @@ Removing is idempotent (what is gone is not found again), and a dry run lists wh
 """
 
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -29,15 +28,15 @@ from pydantic import Field
 
 from runwright.control.processes import is_alive
 from runwright.control.states import TERMINAL
+from runwright.control.sweep import ALL_RUNS
+from runwright.data.format.dataset import PARTIAL_FILE
 from runwright.errors import NotFoundError, RunwrightError
+from runwright.govern.data_contract import DATASET_ID
 from runwright.records import Record
 from runwright.store import Store
 
-DATASET_ID = re.compile(r"^[0-9a-f]{64}$")
-PARTIAL = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)$")
 RETENTION_ENV = "RUNWRIGHT_DATA_CACHE_RETENTION_DAYS"
 DEFAULT_RETENTION_DAYS = 7.0
-ALL_RUNS = 10**9
 
 
 class CacheEntry(Record):
@@ -112,7 +111,7 @@ def _size_and_mtime(folder: Path) -> tuple[int, float]:
     removed, so it counts only for an empty folder."""
     size, newest = 0, 0.0
     for path in folder.rglob("*"):
-        if PARTIAL.match(path.name):
+        if PARTIAL_FILE.match(path.name):
             continue
         try:
             stat = path.lstat()
@@ -127,7 +126,7 @@ def _size_and_mtime(folder: Path) -> tuple[int, float]:
 def _dead_partials(folder: Path) -> list[Path]:
     found = []
     for path in folder.iterdir():
-        matched = PARTIAL.match(path.name)
+        matched = PARTIAL_FILE.match(path.name)
         if matched and not is_alive(int(matched["pid"])):
             found.append(path)
     return found
@@ -150,11 +149,11 @@ def sweep_data_cache(
     now = time.time() if now is None else now
     using = _in_use(store)
     gone = {v.dataset_id: v for v in store.policies.not_active(
-        [p.name for p in cache_dir.iterdir() if DATASET_ID.match(p.name)]
+        [p.name for p in cache_dir.iterdir() if DATASET_ID.fullmatch(p.name)]
     )}  # fmt: skip
     verb = "would remove" if dry_run else "removed"
     for folder in sorted(cache_dir.iterdir()):
-        if not folder.is_dir() or folder.is_symlink() or not DATASET_ID.match(folder.name):
+        if not folder.is_dir() or folder.is_symlink() or not DATASET_ID.fullmatch(folder.name):
             continue
         dataset_id = folder.name
         size, touched = _size_and_mtime(folder)

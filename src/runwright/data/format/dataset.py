@@ -17,6 +17,7 @@ remote copy or not matching its digest stays `ShardCorruptError` (the data's fau
 import contextlib
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,9 +140,14 @@ def _remote_read(url: str, what: str) -> Iterator[None]:
         ) from exc
 
 
+PARTIAL_FILE = re.compile(r"^\.(?P<name>.+)\.partial-(?P<pid>\d+)$")
+"""A cache file being filled, by the process `pid` (`_partial`); the cache sweep removes one whose
+process is gone (control/data_cache.py)."""
+
+
 def _partial(final: Path) -> Path:
-    """This process's temporary name for a cache file: the ranks of one node fill the same cache
-    at once, and each renames its own whole, verified copy into place."""
+    """This process's temporary name for a cache file (PARTIAL_FILE): the ranks of one node fill
+    the same cache at once, and each renames its own whole, verified copy into place."""
     return final.with_name(f".{final.name}.partial-{os.getpid()}")
 
 

@@ -35,15 +35,26 @@ SCRIPT = Path(__file__).parent / "scripts" / "alert_phases.py"
 pytestmark = pytest.mark.integration
 
 
-def spec_with(rules, steps, phases, defaults=True, every=10):
+PACED_STEP_SECONDS = 0.15
+"""Step time of the stop and rollback runs: the action must reach the group before its last step
+(28 steps after the spike, ~4 s), and unpaced (~0.06 s a step) a controller that read the spike
+a second late found the group finished."""
+
+
+def spec_with(rules, steps, phases, defaults=True, every=10, step_seconds=None, keep_last=3):
     args = [arg for phase in phases for arg in ("--phase", phase)]
+    if step_seconds is not None:
+        args += ["--step-seconds", str(step_seconds)]
     return spec_from_mapping(
         {
             "name": "alerts",
             "code": {"entrypoint": str(SCRIPT), "args": args},
             "training": {"global_batch_samples": 8, "steps": steps, "optimizer": {"lr": 0.01}},
             "resources": {"devices_per_node": 2},
-            "checkpoint": {"interval": {"policy": "steps", "every_steps": every}},
+            "checkpoint": {
+                "interval": {"policy": "steps", "every_steps": every},
+                "keep_last": keep_last,
+            },
             "recovery": {
                 "heartbeat_interval_seconds": 0.5,
                 "heartbeat_timeout_seconds": 60,
@@ -156,8 +167,10 @@ def test_each_rule_fires_and_clears_on_a_real_run(tmp_path):
 def test_a_stop_action_ends_the_run_with_a_save_and_rollback_skips_the_bad_steps(tmp_path):
     store = Store.open(tmp_path)
     controller = Controller(store, tmp_path, poll_seconds=0.1)
+    # Paced so that the alert's action lands long before the last step even when the controller
+    # reads the steps a second or two late (a busy machine).
     stop = spec_with([rule("loss_spike", "loss_spike", 3.0, window=1, action="stop")], 60,
-                     ["spike:12"], every=5)  # fmt: skip
+                     ["spike:12"], every=5, step_seconds=PACED_STEP_SECONDS)  # fmt: skip
     run, _ = controller.submit(stop, tmp_path)
     ended = controller.drive(run.run_id)
     assert (ended.state, ended.terminal_reason) == ("CANCELLED", "ALERT")
@@ -170,8 +183,11 @@ def test_a_stop_action_ends_the_run_with_a_save_and_rollback_skips_the_bad_steps
     (closed,) = store.events(run.run_id, types=[EventType.ALERT_CLEARED])
     assert closed.attributes["reason"] == "the run ended CANCELLED"
 
+    # keep_last 10: retention must not have removed the step-10 checkpoint by the time a late
+    # alert acts (with 3 kept, the commit at step 25 removes it and the rollback goes to step 0).
     rollback = spec_with([rule("loss_spike", "loss_spike", 3.0, window=1, action="rollback")],
-                         30, ["spike:12"], every=5)  # fmt: skip
+                         40, ["spike:12"], every=5, step_seconds=PACED_STEP_SECONDS,
+                         keep_last=10)  # fmt: skip
     run, _ = controller.submit(rollback, tmp_path)
     ended = controller.drive(run.run_id)
     assert ended.state == "SUCCEEDED", ended.state_detail

@@ -216,3 +216,29 @@ def test_a_killed_node_is_node_lost_and_its_peers_errors_are_victims(tmp_path, r
         ],
     )
     assert verdict(stopped).failure_class is FailureClass.USER_CODE
+
+
+def test_a_killed_node_whose_peers_left_no_error_record_says_so(tmp_path, real_errors):
+    """The survivor's agent stopped its rank before the rank met the closed connection: no
+    victim's error to quote, and the evidence says that instead of staying silent."""
+    run, agents = two_nodes(tmp_path, real_errors, [None, None])
+    killed = GroupExit(
+        exit_code=-9,
+        agents=[
+            AgentExit(node=1, exit_code=-9, stopped=False),
+            AgentExit(node=0, exit_code=1, stopped=False),
+        ],
+    )
+    evidence = group_evidence(
+        agents, ranks_per_node=1, started=reported_placements(run, 1, 2), ended=killed
+    )
+    lost = classify(
+        exit_code=-9, evidence=evidence, watchdog_class=None, watchdog_detail="",
+        watchdog_rank=None, nan_rank_step=None, preempted=False, last_step=7, ranks_started=2,
+        world_size=2,
+    )  # fmt: skip
+    assert lost.failure_class is FailureClass.NODE_LOST and lost.node == 1
+    assert lost.evidence == (
+        "agent exit statuses in the order they ended: node 1: -9, node 0: 1; "
+        "no rank of the other nodes left an error record"
+    )

@@ -28,6 +28,11 @@ from runwright.store import Store
 
 HANG_SECONDS = 60.0
 """The bound of a hang while waiting for the last spans after the run ended."""
+STEP_SLEEP_SECONDS = 0.3
+"""The rank's pause after each step. Unpaced, the tiny model's 24 steps take ~0.6 s: a controller
+that read generation 1's steps half a second late (a busy CI machine) saw them only after the
+rank had finished, so the kill left nothing to recover. Paced, the kill has 20 steps (~6 s) after
+the first committed checkpoint to land in."""
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +82,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 def _spec(root: Path) -> dict:
     dataset = build_dataset(TINY_DATA, root / "data")
-    return tiny_gpt(dataset, steps=24, devices=1, every_steps=8)
+    spec = tiny_gpt(dataset, steps=24, devices=1, every_steps=4)
+    spec["code"]["args"] = ["--step-sleep", str(STEP_SLEEP_SECONDS)]
+    return spec
 
 
 def _killer(store: Store, receiver: "Receiver"):
@@ -128,6 +135,7 @@ def test_spans_of_a_recovered_run_reach_an_otlp_receiver(tmp_path, monkeypatch):
         ended = controller.drive(run.run_id)
         assert ended.state == "SUCCEEDED", ended.state_detail
         assert "done" in killed, "the rank was never killed"
+        assert killed["done"] < 24, f"killed after its last step ({killed['done']}): no recovery"
         tracing.flush()
         wanted = {"runwright.run", "runwright.submit", "runwright.admission",
                   "runwright.allocate", "runwright.launch", "runwright.recovery",

@@ -346,10 +346,12 @@ def classify(
         victims = sorted({e.rank for e in evidence.error_records} - set(gone.ranks))
         seen = [f"node {n.node}: {n.exit_code}" for n in evidence.node_exits]
         first = next((e for e in evidence.error_records if e.rank in victims), None)
+        # Whether the other nodes' ranks leave error files is a race: a rank that meets the
+        # closed connection first records it; one its own agent stops first records nothing.
         after = (
             f"; ranks {victims} of the other nodes failed after it (victims: {first.message})"
             if first is not None
-            else ""
+            else "; no rank of the other nodes left an error record"
         )
         return verdict(
             FailureClass.NODE_LOST,

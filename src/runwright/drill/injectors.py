@@ -10,6 +10,7 @@ undoes what it left behind (SIGCONT a stopped rank, reap a stale worker), whatev
 the run.
 """
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -36,9 +37,10 @@ from runwright.store import EventRecord, Store
 
 CORRUPT_BYTES = 64
 """Bytes flipped in the middle of the shard: any one flipped bit fails its checksum."""
-STALE_WORKER_SECONDS = 300.0
-"""The most a stale worker may take (an interpreter, torch, one tiny save) before it is killed;
-a bound that marks a hang, not an expected time."""
+STALE_WORKER_SECONDS = 120.0
+"""The most a stale worker may take once let go (torch's import, one tiny save, one report)
+before it is killed; a bound that marks a hang, not an expected time. The controller waits
+for it (see `stale_worker`), so it is no longer than a progress timeout a busy machine needs."""
 
 
 @dataclass
@@ -334,6 +336,12 @@ def stale_worker() -> Callable[[Target], Injector]:
         def act(target: Target, event: EventRecord) -> Injection:
             pid = process[0].pid
             os.kill(pid, signal.SIGCONT)
+            # Its save and its report must be in the channel before the controller reads on:
+            # the group may finish its last steps in less time than the worker takes to import
+            # torch, and a run already ended would never judge them. Waiting holds up the
+            # controller only (the group trains on, its heartbeats are read afterwards).
+            with contextlib.suppress(subprocess.TimeoutExpired):  # reap() kills it, says so
+                process[0].wait(timeout=STALE_WORKER_SECONDS)
             return Injection(
                 step=event.step,
                 detail=f"SIGCONT to a worker of generation 0 (pid {pid}), stopped since "

@@ -172,3 +172,36 @@ def test_a_mixture_drift_fires_on_a_window_off_its_targets_and_clears_on_one_bac
                                       first_step=51, last_step=100))  # fmt: skip
     engine.check(run, spec)
     assert len(alert_events(store, EventType.ALERT_CLEARED)) == 1
+
+
+def test_a_backlog_read_rank_by_rank_judges_every_step_with_rank_0s_loss(world):
+    """A controller reading late meets rank 1's reports of 20 steps before rank 0's first (the
+    channel is read a rank file at a time): the steps wait for rank 0, the spike at step 12 is
+    judged with its loss, and nothing else fires. A rank that reports no steps at all holds
+    them only until the reader has caught up."""
+    store, run, engine = world
+    spec = spec_with([{"name": "spike", "kind": "loss_spike", "threshold": 3.0,
+                       "window_steps": 1, "clear_steps": 3}])  # fmt: skip
+
+    def healthy(rank, step):
+        loss = 10.0 if (rank, step) == (0, 12) else 1.0 + 0.01 * step
+        return message(EventType.STEP_HEALTHY, rank=rank, step=step, step_seconds=0.1,
+                       loss=loss)  # fmt: skip
+
+    for rank in (1, 0):
+        for step in range(1, 21):
+            engine.observe(run, spec, healthy(rank, step))
+        engine.check(run, spec)
+        engine.caught_up(run, lambda done=rank == 0: done)  # rank 0 is read on the second turn
+    (fired,) = alert_events(store, EventType.ALERT_FIRED)
+    assert (fired["at_step"], fired["loss"]) == (12, 10.0)
+
+    # Rank 1 goes silent (it reports no more steps): rank 0's steps 21-30 wait until the
+    # reader has read every file to its end, then those INCOMPLETE_AFTER_STEPS back are judged.
+    signals = engine._runs["r1"].signals
+    for step in range(21, 31):
+        engine.observe(run, spec, healthy(0, step))
+    engine.caught_up(run, lambda: False)
+    assert min(signals.rows) == 21 and signals.overdue()
+    engine.caught_up(run, lambda: True)
+    assert min(signals.rows) == 23  # 21 and 22 are 8 steps behind the newest, 30

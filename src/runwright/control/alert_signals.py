@@ -1,7 +1,8 @@
 """What the alert rules read of a live run, folded from the workers' channel messages as the
 controller ingests them (control/alerts.py evaluates the rules on it).
 
-Per step (once every rank reported it, or a later step arrived): each rank's step time, input
+Per step (once every rank reported it or went past it; see `RunSignals.settle` for a rank that
+never does): each rank's step time, input
 wait and tokens, rank 0's loss, the loss by mixture source summed over ranks. Per rank: when it
 last wrote anything (a heartbeat counts) and
 its host. Per run: the newest staged and committed checkpoint steps, the non-finite reports, the
@@ -23,7 +24,7 @@ BASELINE_STEPS = 10
 """Steps after the warm-up whose median tokens/s is the run's own throughput baseline."""
 INCOMPLETE_AFTER_STEPS = 8
 """A step some rank has not reported is evaluated with what is in once this many newer steps
-are."""
+are, and the controller has read every rank's file to its end (`RunSignals.settle`)."""
 LOSS_MEAN_STEPS = 20
 """Steps before a step whose mean loss a spike is measured against (at least 5 needed)."""
 
@@ -40,6 +41,8 @@ class StepRow:
     """Time in the gradient collectives (`grad_sync`): where a fast rank waits for a slow one."""
     wait: dict[int, float] = field(default_factory=dict)
     tokens: dict[int, float] = field(default_factory=dict)
+    reported: set[int] = field(default_factory=set)
+    """The ranks whose report of the step was read."""
     loss: float | None = None
     """Rank 0's."""
     sources: dict[str, list[float]] = field(default_factory=dict)
@@ -106,6 +109,8 @@ class RunSignals:
     """Each source's mean losses of its last LOSS_MEAN_STEPS evaluated steps."""
     baseline: list[float] = field(default_factory=list)
     """Tokens/s of the baseline steps (BASELINE_SKIP_STEPS < step <= ... + BASELINE_STEPS)."""
+    rank_steps: dict[int, int] = field(default_factory=dict)
+    """rank -> the newest step it reported in the current generation."""
     _finished: int = 0
     _newest: int = 0
 
@@ -118,6 +123,7 @@ class RunSignals:
             self.winding_down.clear()
             self.rows.clear()  # steps of a group that is gone are not judged any more
             self.done.clear()
+            self.rank_steps.clear()
         attrs = message.attributes
         kind = message.type
         ending = kind == EventType.STOP_ACKNOWLEDGED or (
@@ -156,6 +162,8 @@ class RunSignals:
         if self.non_finite is not None and step > self.non_finite[1]:
             self.non_finite = None
         row = self.rows.setdefault(step, StepRow(step, message.generation))
+        row.reported.add(message.rank)
+        self.rank_steps[message.rank] = max(self.rank_steps.get(message.rank, 0), step)
         seconds = _number(attrs.get("step_seconds"))
         if seconds is not None:
             row.seconds[message.rank] = seconds
@@ -171,14 +179,38 @@ class RunSignals:
         if message.rank == 0:
             row.loss = _number(attrs.get("loss"))
         _add_sources(row.sources, attrs.get("source_loss"))
-        # A step is complete when every rank reported it; one a rank never reports (it died,
-        # its report was lost) once INCOMPLETE_AFTER_STEPS newer steps are in. Ranks' files are
-        # read one after the other, so a rank's report may arrive steps after another's.
         self._newest = max(self._newest, step)
+        self._drain(self._newest - STEPS_KEPT)
+
+    def _drain(self, incomplete_up_to: int) -> None:
+        """Finish the held steps in order while each is complete: every rank reported it, or
+        went past it without (a rank's reports are read in the order it wrote them, so that
+        one will never come). A step up to `incomplete_up_to` is finished as it is.
+
+        Ranks' files are read one after the other, in turns: a controller reading a backlog
+        reads many steps of one rank before the first of the next. Finishing a step because
+        newer steps of one rank are in judged the backlog without rank 0's loss (a loss spike
+        was missed, and a later step was measured against a mean of a few): completeness is
+        judged per rank instead, and a rank that reports no more only once the reader has
+        caught up (`settle`)."""
         for s in sorted(self.rows):
-            whole = len(self.rows[s].seconds) >= self.world_size
-            if whole or s <= self._newest - INCOMPLETE_AFTER_STEPS:
-                self._finish(self.rows.pop(s))
+            row = self.rows[s]
+            complete = all(
+                r in row.reported or self.rank_steps.get(r, 0) > s for r in range(self.world_size)
+            )
+            if not complete and s > incomplete_up_to:
+                return  # later steps wait, so that steps are judged in order
+            self._finish(self.rows.pop(s))
+
+    def settle(self) -> None:
+        """The controller has read every rank's file to its end: a step some rank has still not
+        reported INCOMPLETE_AFTER_STEPS steps later never will be (the rank died, its report was
+        lost, or it reports no steps at all), and is judged with what is in."""
+        self._drain(self._newest - INCOMPLETE_AFTER_STEPS)
+
+    def overdue(self) -> bool:
+        """Whether a held step waits for a rank INCOMPLETE_AFTER_STEPS steps on (`settle`)."""
+        return bool(self.rows) and min(self.rows) <= self._newest - INCOMPLETE_AFTER_STEPS
 
     def _finish(self, row: StepRow) -> None:
         self._finished = max(self._finished, row.step)

@@ -21,6 +21,7 @@ its newest committed checkpoint, skipping the steps after it (control/stopping.p
 import json
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -79,6 +80,13 @@ class AlertEngine:
 
     def observe(self, run: RunRecord, spec: JobSpec, message: ChannelMessage) -> None:
         self._of(run, spec).signals.observe(message)
+
+    def caught_up(self, run: RunRecord, read_all: Callable[[], bool]) -> None:
+        """After an ingest pass: where a step waits for a rank many steps on, and `read_all()`
+        says the controller has read every rank's file to its end, judge it as it is."""
+        state = self._runs.get(run.run_id)
+        if state is not None and state.signals.overdue() and read_all():
+            state.signals.settle()
 
     def check(self, run: RunRecord, spec: JobSpec) -> list[Firing]:
         """Evaluate every rule on what arrived since the last check; the actions to take."""

@@ -150,12 +150,18 @@ class PauseStep:
         self.close_alerts = close_alerts
 
     def paused(
-        self, run: RunRecord, sup: "Supervision", exit_code: int, acknowledged: bool
+        self,
+        run: RunRecord,
+        sup: "Supervision",
+        exit_code: int,
+        acknowledged: bool,
+        words: str | None = None,
     ) -> bool:
-        """Give the allocation back, end the attempt and move the run to PAUSED; False while
-        the engine cannot be reached (the next pass tries again: the exited group is still
-        there to find, by this controller or one that takes the run over)."""
-        words = self._why(run)
+        """Give the allocation back, end the attempt and move the run to PAUSED (`words`: why,
+        where no pause was asked for); False while the engine cannot be reached (the next pass
+        tries again: the exited group is still there to find, by this controller or one that
+        takes the run over)."""
+        words = words or self._why(run)
         if not self.release(run, f"paused: {words}"):
             return False
         sup.end_attempt(self.store, run.run_id, exit_code, None)

@@ -21,6 +21,7 @@ from runwright.control.failures import Classification, classify
 from runwright.control.hang_dumps import explain_hang
 from runwright.control.membership import MembershipStep, changed_for
 from runwright.control.policy import PastFailure, decide
+from runwright.control.resume import RollbackPoint
 from runwright.control.sdc import classify_sdc, detection, known_good_step, quarantined_hosts
 from runwright.control.states import RunState
 from runwright.control.watchdog import Verdict
@@ -294,34 +295,18 @@ class RecoverySequence:
         )
 
     def roll_back(
-        self, run: RunRecord, spec: JobSpec, sup: "Supervision", exit_code: int | None
+        self,
+        run: RunRecord,
+        sup: "Supervision",
+        exit_code: int | None,
+        point: RollbackPoint,
     ) -> None:
         """An alert's rollback (control/alerts.py): the group stopped at a step boundary without
-        saving; restart from the newest committed checkpoint, skipping the steps after it up to
-        the stop (their batches are not trained on again), as `on_nan: rollback_skip` does. Not a
-        failure: no class, no retry spent."""
-        fired = [
-            e
-            for e in self.store.events(run.run_id, types=[EventType.ALERT_FIRED])
-            if e.generation == run.generation and e.attributes.get("action") == "rollback"
-        ]
-        last = run.last_step or 0
-        bad = (fired[-1].attributes.get("at_step") or fired[-1].step or last) if fired else last
-        # The last healthy point: the newest checkpoint before the step the alert fired at (one
-        # the group saved after it may carry what the alert saw).
-        before = [
-            c.step
-            for c in self.store.checkpoints.list(run.run_id, status="COMMITTED")
-            if c.step < bad
-        ]
-        start = max(before, default=0)
-        skip = [start + 1, last] if last > start else None
-        why = (
-            f"alert {fired[-1].attributes.get('rule')}: {fired[-1].attributes.get('summary')}"
-            if fired
-            else "alert"
-        )
-        words = f"{why}; rolling back to step {start}" + (
+        saving; restart from `point` (the newest committed checkpoint before the alert's step),
+        skipping the steps after it up to the stop (their batches are not trained on again), as
+        `on_nan: rollback_skip` does. Not a failure: no class, no retry spent."""
+        start, last, skip = point.start, point.last_step, point.skip()
+        words = f"{point.why}; rolling back to step {start}" + (
             f", skipping steps {skip[0]}-{skip[1]}" if skip else ""
         )
         sup.end_attempt(self.store, run.run_id, exit_code, None)

@@ -27,6 +27,7 @@ from runwright.control.operator_step import OperatorStep
 from runwright.control.pause import PAUSE_REASON, PauseStep
 from runwright.control.recovery import RecoverySequence
 from runwright.control.replay_check import ReplayVerifier
+from runwright.control.resume import rollback_point
 from runwright.control.runlog import RunLogs
 from runwright.control.states import RunState, TerminalReason
 from runwright.control.stopping import ENDINGS, GroupStops, note_loss
@@ -148,6 +149,7 @@ class GroupSupervising(ABC):
                     sup.rank_pids[message.rank] = message.attributes["pid"]
 
         ingestor.poll(observe, until=until)
+        self.alerts.caught_up(run, lambda: ingestor.reader.unread_bytes() == 0)
         if self.replays.pending(run) and ingestor.reader.unread_bytes() == 0:
             # A verdict needs every report of the earlier generations (control/replay_check.py).
             self.replays.check(run)
@@ -191,8 +193,14 @@ class GroupSupervising(ABC):
             if self.operator.stopped(run, sup, exit_code, asked):
                 self._sup.pop(run.run_id, None)
         elif reason == "rollback":
-            self.recovery.roll_back(run, spec, sup, exit_code)
-            self._sup.pop(run.run_id, None)
+            point = rollback_point(self.store, run)
+            if not point.removed:
+                self.recovery.roll_back(run, sup, exit_code, point)
+                self._sup.pop(run.run_id, None)
+            elif self.pauses.paused(  # its last healthy point is gone: a person decides
+                run, sup, exit_code, ack is not None, point.refusal(spec.checkpoint.keep_last)
+            ):
+                self._sup.pop(run.run_id, None)
         elif reason == RESIZE_REASON and not (ack is None and exit_code == 0):
             self.recovery.membership.regrow(run, spec, sup, exit_code)
             self._sup.pop(run.run_id, None)

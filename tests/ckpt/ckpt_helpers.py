@@ -46,3 +46,26 @@ def params(state: TrainState) -> dict[str, torch.Tensor]:
 def same_params(state: TrainState, expected: dict[str, torch.Tensor]) -> bool:
     current = state.model.state_dict()
     return all(torch.equal(current[k], v) for k, v in expected.items())
+
+
+def saved_record(state: TrainState) -> dict:
+    """What a save of `state` must bring back: parameters, the first AdamW moment, the cursor and
+    the counters. A crash child writes this beside its root before each save, so its test checks
+    the restore against the very values that were saved, not against a recomputation in another
+    process (a stray bit there is no mixture; CI once failed on one)."""
+    return {
+        "params": params(state),
+        "exp_avg": state.optimizer.state_dict()["state"][0]["exp_avg"].clone(),
+        "position": state.data_loader.position,
+        "counters": dict(state.counters),
+    }
+
+
+def differences(state: TrainState, record: dict) -> list[str]:
+    """What in `state` differs from `record` (`saved_record`); empty when it is that save."""
+    now = saved_record(state)
+    wrong = [k for k, v in record["params"].items() if not torch.equal(now["params"][k], v)]
+    if not now["exp_avg"].equal(record["exp_avg"]):
+        wrong.append("optimizer exp_avg")
+    wrong += [key for key in ("position", "counters") if now[key] != record[key]]
+    return wrong

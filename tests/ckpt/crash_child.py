@@ -1,16 +1,20 @@
 """Child process of the crash-consistency tests: commit step 1, then die during step 2's save.
 
-Usage: python crash_child.py ROOT KILL_AT KILL_BYTES
+Usage: python crash_child.py ROOT KILL_AT KILL_BYTES SAVED
 ROOT is a folder or an s3:// URL (the fence is the root's own: `open_fence`). KILL_AT is a
 CommitStep value; with `write_shards`, the process dies once KILL_BYTES bytes of
 shards are written. The process SIGKILLs itself, so nothing after the kill point runs.
+SAVED is a local folder outside ROOT: before each save, `saved-<step>.pt` there records what that
+save holds (`saved_record`), for the test to compare the restored state with.
 """
 
 import os
 import signal
 import sys
+from pathlib import Path
 
-from ckpt_helpers import make_state
+import torch
+from ckpt_helpers import make_state, saved_record
 
 from runwright.ckpt import Checkpointer, CommitStep, MemorySink
 from runwright.ckpt.fence import open_fence
@@ -29,16 +33,18 @@ class KillAt:
 
 
 def main() -> None:
-    root, kill_at, kill_bytes = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    root, kill_at, kill_bytes, saved = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     fence = open_fence(root)
     fence.advance_generation()
     probe = KillAt(kill_at, kill_bytes)
     saver = Checkpointer(
         root, policy=CheckpointSpec(), fence=fence, probe=probe, events=MemorySink()
     )
-    saver.save(1, make_state(seed=1, width=256))
-    probe.armed = True
-    saver.save(2, make_state(seed=2, width=256))
+    for step in (1, 2):
+        state = make_state(seed=step, width=256)
+        torch.save(saved_record(state), Path(saved, f"saved-{step}.pt"))
+        probe.armed = step == 2
+        saver.save(step, state)
     print("survived")
 
 

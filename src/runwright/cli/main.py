@@ -66,17 +66,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "runs",
         "Run the controller: reconcile runs from the store (what `submit --detach` starts).",
     ),
-    "status": ("runs", "Show a run's state, history and what it is doing, in words."),
-    "events": ("runs", "Print a run's append-only event log in order."),
+    "status": ("run_views", "Show a run's state, history and what it is doing, in words."),
+    "events": ("run_views", "Print a run's append-only event log in order."),
     "logs": (
-        "runs",
+        "run_views",
         "Print what a run's ranks wrote (stderr and stdout), by global rank, newest "
         "generation first shown unless --generation says otherwise; --follow keeps "
         "printing.",
     ),
-    "list": ("runs", "List runs, newest first."),
+    "list": ("run_views", "List runs, newest first."),
     "compare": (
-        "runs",
+        "run_views",
         "Prove recovery equivalence: final parameters bit-identical, "
         "consumed-sample ledgers identical, loss curves identical after the restored "
         "step.",
@@ -168,7 +168,8 @@ ROOT_ENV, STORE_ENV, SERVER_ENV = "RUNWRIGHT_ROOT", "RUNWRIGHT_STORE", "RUNWRIGH
 
 def load_command(name: str) -> TyperCommand | TyperGroup:
     """The click command `name` from its module's typer app: the app's command of that name
-    (`runs`, `demo`, `report` hold top-level commands), else the app itself as a group."""
+    (`runs`, `run_views`, `demo`, `report` hold top-level commands), else the app itself as a
+    group."""
     module_name, _ = COMMANDS[name]
     module = importlib.import_module(f"runwright.cli.{module_name}")
     group = typer.main.get_group(module.app)

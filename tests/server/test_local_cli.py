@@ -73,7 +73,7 @@ def test_tokens_and_roles_on_the_store_itself(tmp_path):
 
 
 def test_the_credentials_file_must_be_private(tmp_path, monkeypatch):
-    from runwright.cli.remote import read_token, save_token
+    from runwright.cli.api_token import read_token, save_token
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     monkeypatch.delenv("RUNWRIGHT_TOKEN", raising=False)

@@ -125,7 +125,8 @@ def token_save(
 ) -> None:
     """Save a token for --server's URL in ~/.config/runwright/credentials (mode 0600), so the
     remote commands find it without $RUNWRIGHT_TOKEN."""
-    from runwright.cli.remote import RemoteBackend, save_token
+    from runwright.cli.api_token import save_token
+    from runwright.cli.remote import RemoteBackend
 
     url = server_url()
     if url is None:

@@ -1,15 +1,9 @@
 """The CLI's remote backend: the same methods as `runwright.access.Access`, answered by a
-`runwright server` over HTTP (httpx), so each command renders the same data either way.
-
-The token comes from $RUNWRIGHT_TOKEN, else from the credentials file
-(`$XDG_CONFIG_HOME/runwright/credentials`, by default `~/.config/runwright/credentials`): JSON
-`{"servers": {"<url>": {"token": "rwt_..."}}}`, which must be readable by its owner only (mode
-0600), as ssh insists for its keys; `runwright token save` writes it so.
+`runwright server` over HTTP (httpx), so each command renders the same data either way. Its API
+token is read as api_token.py says.
 """
 
 import json
-import os
-import stat
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -17,10 +11,10 @@ from typing import Any
 
 import httpx
 
+from runwright.cli.api_token import normal_url, read_token
 from runwright.errors import NotFoundError, RunwrightError
 from runwright.spec import JobSpec
 
-TOKEN_ENV = "RUNWRIGHT_TOKEN"
 TIMEOUT_SECONDS = 60.0
 """A request's connect/read timeout; verifying a large checkpoint can take a while."""
 RELEASE_TIMEOUT_S = 1800.0
@@ -37,67 +31,13 @@ class RemoteError(RunwrightError):
         self.status = status
 
 
-def credentials_file() -> Path:
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "runwright" / "credentials"
-
-
-def _normal(url: str) -> str:
-    return url.rstrip("/")
-
-
-def read_token(server: str) -> str:
-    token = os.environ.get(TOKEN_ENV)
-    if token:
-        return token.strip()
-    path = credentials_file()
-    if not path.is_file():
-        raise RunwrightError(
-            f"no API token for {server}: set ${TOKEN_ENV}, or save one with "
-            "`runwright --server URL token save TOKEN`"
-        )
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        raise RunwrightError(
-            f"{path} is readable by others (mode {mode:o}); it holds API tokens: `chmod 600 {path}`"
-        )
-    try:
-        saved = json.loads(path.read_text())["servers"][_normal(server)]["token"]
-    except (KeyError, TypeError, ValueError):
-        raise RunwrightError(
-            f"{path} holds no token for {server}: save one with "
-            "`runwright --server URL token save TOKEN`"
-        ) from None
-    return str(saved)
-
-
-def save_token(server: str, token: str) -> Path:
-    """Write `token` for `server` into the credentials file, created with mode 0600."""
-    path = credentials_file()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    data: dict[str, Any] = {"servers": {}}
-    if path.is_file():
-        try:
-            data = json.loads(path.read_text())
-            data.setdefault("servers", {})
-        except ValueError:
-            raise RunwrightError(f"{path} is not JSON; move it away and save again") from None
-    data["servers"][_normal(server)] = {"token": token}
-    fd = os.open(path.with_suffix(".tmp"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as out:
-        json.dump(data, out, indent=2)
-    os.chmod(path.with_suffix(".tmp"), 0o600)
-    os.replace(path.with_suffix(".tmp"), path)
-    return path
-
-
 class RemoteBackend:
     """`Access`'s methods over HTTP."""
 
     remote = True
 
     def __init__(self, server: str, token: str | None = None) -> None:
-        self.server = _normal(server)
+        self.server = normal_url(server)
         self._token = token
         self._client: httpx.Client | None = None
 

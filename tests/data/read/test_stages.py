@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from runwright_tests_tiny import tiny_gpt
 
+from runwright import events
 from runwright.data import DataLoader
 from runwright.data.errors import CursorMismatchError, DataError
 from runwright.data.format.manifest import read_manifest
@@ -23,6 +24,7 @@ from runwright.data.read.shuffle import SHUFFLES
 from runwright.data.read.stages import Stage, resolve_stages
 from runwright.data.read.step_plan import Planner
 from runwright.data.read.stream import DocStream, SourceTable, StreamState
+from runwright.events import EventType
 from runwright.govern.preflight import against_manifest
 from runwright.spec import DataSpec, spec_from_mapping
 
@@ -280,3 +282,42 @@ def test_preflight_names_a_stage_source_the_dataset_lacks(three_sources):
     ).mixture.model_dump()
     (problem,) = against_manifest(spec_from_mapping(data), manifest)
     assert "data.mixture.stages[late].sources names ['poetry']" in problem
+
+
+def test_a_drift_window_across_a_stage_start_is_judged_against_both_stages_weights(three_sources):
+    """Steps 1-5 draw 3:1 code:prose, steps 6 on 1:1 math:prose; windows of 4 steps. The second
+    window holds one step of the first stage and three of the second: its targets blend the two
+    by steps, where judging it against the second stage's weights alone reported the first
+    stage's code as a drift the recipe never asked to avoid."""
+    windows: list[dict] = []
+
+    def collect(type_, *, key=None, step=None, checkpoint_id=None, **attributes):
+        if type_ == EventType.MIXTURE_WINDOW:
+            windows.append(attributes)
+
+    events.attach(collect)
+    try:
+        with DataLoader(
+            three_sources, staged_spec(), global_batch_samples=4, read_workers=0,
+            drift_window_steps=4,
+        ) as loader:  # fmt: skip
+            for _ in zip(range(12), loader, strict=False):
+                pass
+    finally:
+        events.detach(collect)
+    first, across, second = windows
+    assert first["targets"] == {"code": 0.75, "prose": 0.25} and "stage_parts" not in first
+    assert across["stage_parts"] == [
+        {"steps": 1, "targets": {"code": 0.75, "prose": 0.25}},
+        {"steps": 3, "targets": {"math": 0.5, "prose": 0.5}},
+    ]
+    assert across["targets"] == {"code": 0.1875, "prose": 0.4375, "math": 0.375}
+    shares = across["shares"]
+    assert across["max_deviation"] == round(
+        max(abs(shares.get(n, 0.0) - across["targets"][n]) for n in across["targets"]), 6
+    )
+    against_new_stage_only = max(
+        abs(shares.get(n, 0.0) - {"math": 0.5, "prose": 0.5}.get(n, 0.0)) for n in shares
+    )
+    assert across["max_deviation"] < against_new_stage_only, (shares, against_new_stage_only)
+    assert second["targets"] == {"math": 0.5, "prose": 0.5} and "stage_parts" not in second

@@ -9,6 +9,11 @@ loss-token share of the device tokens, and the lengths of the document pieces pa
 0's rows, bucketed. The control plane's `mixture_drift` alert rule reads `max_deviation`.
 With the build's statistics as baseline (baseline.py) it also reports `baseline` and
 `baseline_deviation`: the shares against what each source is of the dataset as built.
+
+A window across a mixture stage's start (stages.py) was drawn to two sets of weights: its
+`targets` are the stages' weights blended by the steps the window spent in each, and
+`stage_parts` lists each part (its steps and weights). Judging the whole window against the
+new stage's weights alone reported a drift the recipe itself had asked for.
 """
 
 from collections.abc import Callable
@@ -58,6 +63,12 @@ def _between(
     return draws, units
 
 
+def normalised(weights: dict[str, float]) -> dict[str, float]:
+    """Weights as shares that sum to 1; empty when there are none (or they sum to 0)."""
+    total = sum(weights.values())
+    return {k: v / total for k, v in weights.items()} if total > 0 else {}
+
+
 class DriftWindow:
     """Accumulates one window of batches; `add` returns the window's report when it closes."""
 
@@ -69,8 +80,8 @@ class DriftWindow:
         baseline: dict[str, float] | None = None,
     ) -> None:
         self.window_steps = window_steps
-        total = sum(targets.values())
-        self.targets = {k: v / total for k, v in targets.items()} if total > 0 else {}
+        self.targets = normalised(targets)
+        """The weights the next batch is drawn to, as shares."""
         self.unit = unit
         self.baseline = baseline or {}
         """Source -> share in the build (baseline.py); empty when unknown."""
@@ -80,9 +91,31 @@ class DriftWindow:
     def _reset(self, first_step: int | None) -> None:
         self._first = first_step
         self._steps = 0
+        self._earlier: list[tuple[int, dict[str, float]]] = []
+        """(steps, targets) of this window's steps drawn to weights since replaced."""
         self._device = 0
         self._loss = 0
         self._lengths = [0] * (len(LENGTH_BUCKETS) + 1)
+
+    def switch_targets(self, targets: dict[str, float]) -> None:
+        """From the next batch on, draws follow `targets` (a stage started); the steps already
+        in this window keep the weights they were drawn to."""
+        counted = self._steps - sum(steps for steps, _ in self._earlier)
+        if counted:
+            self._earlier.append((counted, self.targets))
+        self.targets = normalised(targets)
+
+    def _window_targets(self) -> tuple[dict[str, float], list[tuple[int, dict[str, float]]]]:
+        """The closing window's targets, blended by steps over its parts, and the parts."""
+        parts = [*self._earlier, (self._steps - sum(n for n, _ in self._earlier), self.targets)]
+        parts = [(n, targets) for n, targets in parts if n]
+        if len(parts) < 2:
+            return self.targets, parts
+        blended: dict[str, float] = {}
+        for steps, targets in parts:
+            for name, share in targets.items():
+                blended[name] = blended.get(name, 0.0) + share * steps / self._steps
+        return blended, parts
 
     def start_at(self, epoch: int, draws: dict[str, int], units: dict[str, int]) -> None:
         """Count from this cursor (a restore): windows measure what this process handed out."""
@@ -111,10 +144,11 @@ class DriftWindow:
         counted = window if self.unit == "documents" else units
         total = sum(counted.values())
         shares = {k: v / total for k, v in counted.items()} if total else {}
-        names = set(shares) | set(self.targets)
+        targets, parts = self._window_targets()
+        names = set(shares) | set(targets)
         deviation = (
-            max((abs(shares.get(n, 0.0) - self.targets.get(n, 0.0)) for n in names), default=0.0)
-            if self.targets
+            max((abs(shares.get(n, 0.0) - targets.get(n, 0.0)) for n in names), default=0.0)
+            if targets
             else None  # no weights: every source in proportion to its size, nothing to miss
         )
         report = {
@@ -124,7 +158,7 @@ class DriftWindow:
             "draws": window,
             "units": units,
             "shares": {k: round(v, 6) for k, v in shares.items()},
-            "targets": {k: round(v, 6) for k, v in self.targets.items()},
+            "targets": {k: round(v, 6) for k, v in targets.items()},
             "max_deviation": round(deviation, 6) if deviation is not None else None,
             "loss_token_share": round(self._loss / self._device, 6) if self._device else None,
             "length_buckets": {
@@ -132,6 +166,11 @@ class DriftWindow:
                 f">{LENGTH_BUCKETS[-1]}": self._lengths[-1],
             },
         }
+        if len(parts) > 1:
+            report["stage_parts"] = [
+                {"steps": steps, "targets": {k: round(v, 6) for k, v in shares_of.items()}}
+                for steps, shares_of in parts
+            ]
         if self.baseline:
             names = set(shares) | set(self.baseline)
             report["baseline"] = {k: round(v, 6) for k, v in self.baseline.items()}

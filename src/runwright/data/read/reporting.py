@@ -16,7 +16,7 @@ from runwright.data.format.manifest import DatasetManifest
 from runwright.data.read.baseline import build_baseline
 from runwright.data.read.batch import Batch
 from runwright.data.read.cursor import DataCursor, SourceChange
-from runwright.data.read.drift import Counts, DriftWindow
+from runwright.data.read.drift import Counts, DriftWindow, normalised
 from runwright.data.read.ledger import ConsumptionLedger, record_steps
 from runwright.data.read.stages import Stage
 from runwright.data.read.step_plan import CursorPoint
@@ -77,7 +77,7 @@ class LoaderReports:
         if self._drift is not None:
             self._drift.start_at(cursor.epoch, dict(cursor.source_draws), dict(cursor.source_units))
             if self.stages is not None:
-                self._drift.targets = _shares(self.stages[self._stage_of(cursor.step)].weights)
+                self._drift.switch_targets(self.stages[self._stage_of(cursor.step)].weights)
 
     def _stage_of(self, steps: int) -> int:
         """The stage whose steps include the one after `steps` consumed ones."""
@@ -136,9 +136,9 @@ class LoaderReports:
         """Rank 0 reports the stage; the drift windows measure against its weights from now."""
         assert self.stages is not None
         stage = self.stages[index]
-        targets = _shares(stage.weights)
+        targets = normalised(stage.weights)
         if self._drift is not None:
-            self._drift.targets = targets
+            self._drift.switch_targets(targets)
         if self.dp_rank != 0:
             return
         emit(
@@ -205,8 +205,3 @@ class LoaderReports:
             },
             "stage_targets": dict(stage.weights),
         }
-
-
-def _shares(weights: dict[str, float]) -> dict[str, float]:
-    total = sum(weights.values())
-    return {k: v / total for k, v in weights.items()} if total > 0 else {}

@@ -9,11 +9,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from runwright.control.states import TERMINAL
 from runwright.events import NewEvent
-from runwright.observe.fleet import TERMINAL_STATES, FleetMetrics
+from runwright.observe.fleet import MAX_BREAKDOWN_LABELS, TERMINAL_STATES, FleetMetrics
 from runwright.store import Store
 
 ALLOWED_LABELS = {"run_id", "project", "state", "kind", "failure_class", "reason", "rule",
-                  "severity", "le"}  # fmt: skip
+                  "severity", "le", "source", "length_bucket"}  # fmt: skip
 
 
 def _run(store, run_id, project, state="RUNNING"):
@@ -36,7 +36,9 @@ def _events(run_id, generation=0):
         for rank in (0, 1):
             out.append(ev("STEP_HEALTHY", step, rank=rank, step_seconds=0.2 + rank / 10,
                           loss=3.0 - step / 10, device_tokens=64, loss_tokens=60,
-                          padded_tokens=4, samples=2, data_wait_seconds=0.01))  # fmt: skip
+                          padded_tokens=4, samples=2, data_wait_seconds=0.01,
+                          source_loss={"code": [40.0 + rank, 20], "web": [120.0, 40]},
+                          length_loss={"<=128": [160.0 + rank, 60]}))  # fmt: skip
         if step % 3 == 0:
             for rank in (0, 1):
                 out.append(ev("CHECKPOINT_STAGED", step, f"c{step}", rank=rank))
@@ -88,6 +90,12 @@ def test_exposition_names_types_labels_and_incremental_fold(tmp_path):
     assert got[("runwright_checkpoint_durability_lag_seconds", a)] == 1000.0  # c7 in flight
     assert got[("runwright_checkpoint_durability_lag_steps", a)] == 1
     assert got[("runwright_step_seconds_count", a)] == 12
+    code, web = (tuple(sorted((*a, ("source", name)))) for name in ("code", "web"))
+    assert got[("runwright_source_loss_sum_total", code)] == 6 * (40 + 41)
+    assert got[("runwright_source_loss_tokens_total", code)] == 6 * 2 * 20
+    assert got[("runwright_source_loss_tokens_total", web)] == 6 * 2 * 40
+    short = tuple(sorted((*a, ("length_bucket", "<=128"))))
+    assert got[("runwright_length_bucket_loss_sum_total", short)] == 6 * (160 + 161)
     assert got[("runwright_step_seconds_bucket", tuple(sorted((*a, ("le", "0.25")))))] == 6
     fc = tuple(sorted((*a, ("failure_class", "node_lost"))))
     assert got[("runwright_failures_total", fc)] == got[("runwright_recoveries_total", fc)] == 1
@@ -117,6 +125,29 @@ def test_pending_reason_is_the_latest_admission_code(tmp_path):
 
 def test_terminal_states_agree_with_the_state_machine():
     assert {str(s) for s in TERMINAL} == TERMINAL_STATES
+
+
+def test_a_run_reporting_ever_new_source_names_keeps_a_bounded_label_set(tmp_path):
+    """A script may report names of its own: past MAX_BREAKDOWN_LABELS they count as `other`,
+    and nothing reported is lost from the totals."""
+    store = Store(f"sqlite:///{tmp_path / 'state.db'}")
+    _run(store, "alpha-1", "alpha")
+    log = [
+        NewEvent(event_id=f"e{step}", run_id="alpha-1", generation=0, type="STEP_HEALTHY",
+                 step=step, time_unix_s=1000.0 + step,
+                 attributes={"rank": 0, "source_loss": {
+                     f"s{step}a": [1.0, 2], f"s{step}b": [3.0, 4], "bad": "not a pair"}})
+        for step in range(1, MAX_BREAKDOWN_LABELS)
+    ]  # fmt: skip
+    store.append_events(log)
+    fleet = FleetMetrics()
+    fleet.refresh(store)
+    got = _samples(fleet.exposition(None))
+    tokens = {dict(labels)["source"]: v for (name, labels), v in got.items()
+              if name == "runwright_source_loss_tokens_total"}  # fmt: skip
+    assert len(tokens) == MAX_BREAKDOWN_LABELS and "other" in tokens, sorted(tokens)
+    assert sum(tokens.values()) == (MAX_BREAKDOWN_LABELS - 1) * 6
+    store.close()
 
 
 def test_the_grafana_dashboard_uses_only_served_series(tmp_path):

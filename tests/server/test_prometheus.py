@@ -164,6 +164,15 @@ def test_prometheus_scrapes_a_training_run(tmp_path):
                 assert [float(r["value"][1]) for r in up] == [1.0]
                 project = _query(prom, f'runwright_run_state{{run_id="{run_id}"}}')
                 assert project[0]["metric"]["project"] == "default"
+                # The loss by mixture source: a mean PromQL can form (issue 26).
+                selector = f'{{run_id="{run_id}"}}'
+                means = _query(
+                    prom,
+                    f"runwright_source_loss_sum_total{selector} / "
+                    f"runwright_source_loss_tokens_total{selector}",
+                )
+                assert means and all(r["metric"].get("source") for r in means), means
+                assert all(0 < float(r["value"][1]) < 100 for r in means), means
             cancelled = admin.post(f"/v1/runs/{run_id}/cancel")
             assert cancelled.status_code == 200, cancelled.text
             _wait(

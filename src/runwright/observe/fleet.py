@@ -11,7 +11,9 @@ Naming follows the Prometheus guide (https://prometheus.io/docs/practices/naming
 `runwright_` prefix, base units (seconds, bytes, tokens), `_total` on counters. Labels stay
 bounded: run id and project (one series set per run), state (the state machine), token kind,
 failure class (the spec's taxonomy), pending reason (sched/reasons.py's codes), alert rule and
-severity (the rule set); never a step, rank, alert id or sample id.
+severity (the rule set), mixture source and length bucket of the loss breakdown (the spec's
+sources and buckets; past MAX_BREAKDOWN_LABELS names a run's further ones count as `other`);
+never a step, rank, alert id or sample id.
 
 observe/ sits below the store, so the store is reached through `RunSource`, the two query
 functions it needs (`runwright.store.Store` has them).
@@ -37,7 +39,7 @@ from runwright.observe.metrics import STEP_SECONDS_BUCKETS
 from runwright.observe.rank_steps import unfold
 from runwright.observe.records import Event
 from runwright.observe.system_series import SystemFold, system_families
-from runwright.observe.timeline import TOKEN_KINDS, number
+from runwright.observe.timeline import TOKEN_KINDS, add_breakdown, number
 
 TERMINAL_STATES = frozenset({"SUCCEEDED", "CANCELLED", "FAILED"})
 """The state machine's terminal states (control/states.py's TERMINAL; a test checks they agree:
@@ -46,6 +48,11 @@ PENDING_STATES = frozenset({"QUEUED", "ALLOCATING"})
 """States in which a run waits for resources: the queue series counts them."""
 BATCH = 5_000
 """Most events read per query; a long first fold reads in several."""
+MAX_BREAKDOWN_LABELS = 64
+"""Most source or length-bucket names one run's loss series carry: a script that reports names
+of its own cannot grow the exposition without bound."""
+BREAKDOWNS = {"source_loss": "source", "length_loss": "length_bucket"}
+"""A step report's loss breakdown (runtime/source_loss.py) -> the label of its series."""
 SETTLED_RECHECK_SECONDS = 60.0
 """How often a finished run that has gone quiet is read again (a release or an alert's clearing
 can still be written into its log)."""
@@ -104,6 +111,11 @@ class RunFold:
     step_count: float = 0.0
     rank_step_seconds: float = 0.0
     input_wait_seconds: float = 0.0
+    loss_breakdown: dict[str, dict[str, list[float]]] = field(
+        default_factory=lambda: {key: {} for key in BREAKDOWNS}
+    )
+    """`source_loss` / `length_loss` -> name -> [summed per-token loss, loss tokens], over every
+    rank's reports (a replayed step counts again, as its tokens do)."""
     checkpoints: float = 0.0
     checkpoint_stall_seconds: float = 0.0
     checkpoint_bytes: float = 0.0
@@ -194,6 +206,10 @@ class RunFold:
                 if seconds <= bound:
                     self.step_buckets[i] += 1
         self.input_wait_seconds += max(number(attrs, "data_wait_seconds") or 0.0, 0.0)
+        for key, totals in self.loss_breakdown.items():
+            reported = attrs.get(key)
+            if isinstance(reported, dict) and reported:
+                add_breakdown(totals, _bounded(totals, reported))
 
     def _commit(self, event: Event) -> None:
         key = event.checkpoint_id or f"{event.generation}:{event.step}"
@@ -341,6 +357,14 @@ class _Families:
             "Rank-seconds spent waiting for input data.",
             lambda f: f.input_wait_seconds,
         )
+        for key, label in BREAKDOWNS.items():
+            what = "mixture source" if label == "source" else "document length bucket"
+            yield _breakdown(folds, key, label, 0, f"runwright_{label}_loss_sum",
+                             f"Per-token training loss summed over the loss tokens of each "
+                             f"{what}; its rate over runwright_{label}_loss_tokens' is the "
+                             "mean loss.")  # fmt: skip
+            yield _breakdown(folds, key, label, 1, f"runwright_{label}_loss_tokens",
+                             f"Loss tokens of each {what}.")  # fmt: skip
         yield counter(
             "runwright_checkpoints_committed", "Checkpoints committed.", lambda f: f.checkpoints
         )
@@ -419,4 +443,43 @@ def _by(folds: list[RunFold], name: str, doc: str, label: str, counts: Any) -> M
     for f in folds:
         for value, n in sorted(counts(f).items()):
             family.add_metric([f.run_id, f.project, value], n)
+    return family
+
+
+def _bounded(totals: dict[str, list[float]], reported: dict[str, Any]) -> dict[str, Any]:
+    """`reported`, with a name the run has not seen counted as `other` once the run has
+    MAX_BREAKDOWN_LABELS - 1 names (so it never has more than MAX_BREAKDOWN_LABELS)."""
+    if all(str(name) in totals for name in reported):
+        return reported  # the steady state: the run's sources, seen from its first step
+    out: dict[str, list[float]] = {}
+    for name, pair in reported.items():
+        if not _pair(pair):
+            continue  # add_breakdown would skip it: it must not take a label's place
+        key = str(name)
+        if key not in totals and key not in out:
+            added = sum(1 for k in out if k not in totals)
+            if len(totals) + added >= MAX_BREAKDOWN_LABELS - 1:
+                key = "other"
+        previous = out.get(key, [0.0, 0.0])
+        out[key] = [previous[0] + pair[0], previous[1] + pair[1]]
+    return out
+
+
+def _pair(value: Any) -> bool:
+    """A [loss sum, tokens] pair of numbers."""
+    return (
+        isinstance(value, list | tuple)
+        and len(value) == 2
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value)
+    )
+
+
+def _breakdown(
+    folds: list[RunFold], key: str, label: str, index: int, name: str, doc: str
+) -> Metric:
+    """A counter family of the loss breakdown: its summed loss (`index` 0) or its tokens (1)."""
+    family = CounterMetricFamily(name, doc, labels=["run_id", "project", label])
+    for f in folds:
+        for value, pair in sorted(f.loss_breakdown[key].items()):
+            family.add_metric([f.run_id, f.project, value], pair[index])
     return family

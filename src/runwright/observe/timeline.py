@@ -191,7 +191,7 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
         if reported is not None:
             stall = max(stall or 0.0, reported)
         for key, totals_by_name in breakdown.items():
-            _add_breakdown(totals_by_name, attrs.get(key))
+            add_breakdown(totals_by_name, attrs.get(key))
     return StepPoint(
         generation=generation,
         step=step,
@@ -211,7 +211,7 @@ def _merge(generation: int, step: int, events: list[Event]) -> StepPoint:
     )
 
 
-def _add_breakdown(totals: dict[str, list[float]], reported: Any) -> None:
+def add_breakdown(totals: dict[str, list[float]], reported: Any) -> None:
     """Add one rank's `{name: [loss sum, tokens]}` to `totals`; anything malformed is skipped."""
     if not isinstance(reported, Mapping):
         return
